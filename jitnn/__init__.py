@@ -1,0 +1,1 @@
+"""jitnn: CPU neural-network kernels on blocked layouts, in pure Python (Numba)."""

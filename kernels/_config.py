@@ -1,0 +1,177 @@
+"""Numba settings for every jitnn kernel, in one place.
+
+Importing this module (every kernel module does, first) applies the settings
+before any kernel compiles. They come from measurements on this project's
+target (``notes/numba-kernels.md`` in the design documents):
+
+* **SLP vectorization on.** Register tiles are fully unrolled before the loop
+  vectorizer runs, so only the SLP vectorizer turns them into AVX2 code
+  (3.8 vs 82 GFLOP/s on the conv prototype). Numba turns it off by default.
+* **fastmath = contract without reassoc.** ``contract`` allows FMA; ``reassoc``
+  sometimes makes LLVM treat a tile's k loop as a reduction and emit gathers.
+  We also leave out ``nnan`` and ``ninf`` so NaN and infinity propagate as IEEE
+  says (an activation of ``inf`` is not undefined behaviour).
+* **nogil kernels**, so Python threads can run several at once (parallel
+  readbacks), and ``error_model='numpy'`` so integer division has no
+  Python-style zero check in hot loops.
+* **Threading layer chosen on purpose**: OpenMP first (about 1.6 us per
+  parallel region here), then TBB; numba's last resort, ``workqueue``, is slow
+  and not thread-safe, so :func:`threading_layer` reports it and callers
+  serialize parallel kernels when it is the one that loaded.
+* **A persistent kernel cache** in a directory tagged with everything that
+  changes generated code but is not in numba's own cache key: numba and
+  llvmlite versions, the SLP flag, the fastmath set, and a hash of the kernel
+  sources (numba keys a cached function only on its own file, not on helpers
+  it calls in other files). ``JITNN_CACHE_DIR`` overrides the location; when
+  no directory is writable, kernels compile without a cache and one warning
+  says so. Clear the cache by deleting :data:`CACHE_DIR` (``jitnn info``
+  prints it).
+
+This module must not import the jitnn runtime: ``kernels`` is a leaf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import llvmlite
+import numba
+import numpy as np
+
+# --- code generation -------------------------------------------------------
+
+numba.config.SLP_VECTORIZE = 1
+
+#: LLVM fast-math flags for every kernel: FMA contraction, no reassociation.
+FASTMATH: frozenset[str] = frozenset({"contract", "arcp", "nsz", "afn"})
+
+# The user's explicit NUMBA_THREADING_LAYER wins; otherwise OpenMP, then TBB.
+if os.environ.get("NUMBA_THREADING_LAYER", "default").lower() == "default":
+    numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
+    numba.config.THREADING_LAYER = "default"
+
+
+# --- the kernel cache ------------------------------------------------------
+
+_KERNEL_DIR = Path(__file__).resolve().parent
+
+
+def _settings_tag() -> str:
+    """Directory name that changes whenever generated code could change."""
+    sources = hashlib.sha256()
+    for path in sorted(_KERNEL_DIR.glob("*.py")):
+        sources.update(path.name.encode())
+        sources.update(path.read_bytes())
+    flags = ",".join(sorted(FASTMATH))
+    settings = hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return (f"numba-{numba.__version__}_llvmlite-{llvmlite.__version__}"
+            f"_slp{int(numba.config.SLP_VECTORIZE)}_fm-{settings}"
+            f"_src-{sources.hexdigest()[:12]}")
+
+
+def _cache_root_candidates() -> list[Path]:
+    override = os.environ.get("JITNN_CACHE_DIR")
+    if override:
+        return [Path(override).expanduser()]
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return [base / "jitnn", Path(tempfile.gettempdir()) / f"jitnn-cache-{os.getuid()}"]
+
+
+def _writable_cache_dir() -> Path | None:
+    tag = _settings_tag()
+    for root in _cache_root_candidates():
+        path = root / tag
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        except OSError:
+            continue
+        return path
+    return None
+
+
+#: The directory that holds this process's compiled kernels, or None when no
+#: writable directory was found (kernels then compile in every process).
+CACHE_DIR: Path | None = _writable_cache_dir()
+if CACHE_DIR is None:
+    warnings.warn(
+        "jitnn: no writable kernel cache directory (tried "
+        + ", ".join(str(p) for p in _cache_root_candidates())
+        + "); kernels will be compiled again in every process. "
+        "Set JITNN_CACHE_DIR to a writable directory to keep them.",
+        RuntimeWarning, stacklevel=2)
+
+
+def cache_size_bytes() -> int:
+    """Total size of the files in :data:`CACHE_DIR` (0 without a cache)."""
+    if CACHE_DIR is None or not CACHE_DIR.exists():
+        return 0
+    return sum(p.stat().st_size for p in CACHE_DIR.rglob("*") if p.is_file())
+
+
+_decorate_lock = threading.Lock()
+
+
+def jit(parallel: bool = False, cache: bool = True):
+    """Compile a kernel with jitnn's settings (see the module docstring).
+
+    ``@jit()`` for serial tiles and helpers, ``@jit(parallel=True)`` for the
+    ``prange`` drivers. Serial and parallel variants must be separate Python
+    functions: numba's cache would otherwise confuse them.
+    """
+    def decorate(function):
+        options = dict(fastmath=set(FASTMATH), nogil=True, parallel=parallel,
+                       error_model="numpy")
+        if not (cache and CACHE_DIR is not None):
+            return numba.njit(**options)(function)
+        # numba's locator reads config.CACHE_DIR when the dispatcher is made;
+        # point it at our tagged directory for that moment only, so the
+        # user's own numba functions keep their cache where they had it.
+        with _decorate_lock:
+            saved = numba.config.CACHE_DIR
+            numba.config.CACHE_DIR = str(CACHE_DIR)
+            try:
+                return numba.njit(cache=True, **options)(function)
+            finally:
+                numba.config.CACHE_DIR = saved
+    return decorate
+
+
+# --- threading -------------------------------------------------------------
+
+@jit(parallel=True)
+def _threading_probe(values):
+    total = 0.0
+    for i in numba.prange(values.shape[0]):
+        total += values[i]
+    return total
+
+
+_layer_lock = threading.Lock()
+_layer: str | None = None
+
+
+def threading_layer() -> str:
+    """Load numba's threading layer (once) and return its name.
+
+    ``"omp"`` or ``"tbb"`` are thread-safe; ``"workqueue"`` is not, so the
+    runtime must not launch two parallel kernels at once with it.
+    """
+    global _layer
+    with _layer_lock:
+        if _layer is None:
+            _threading_probe(np.ones(4))
+            _layer = numba.threading_layer()
+            if _layer == "workqueue":
+                warnings.warn(
+                    "jitnn: numba loaded its 'workqueue' threading layer (OpenMP "
+                    "and TBB were not found); parallel kernels will be slower and "
+                    "run one at a time. Install libgomp or `pip install tbb`.",
+                    RuntimeWarning, stacklevel=2)
+        return _layer

@@ -1,0 +1,89 @@
+"""Activations shared by every fused epilogue (conv2d, matmul, eltwise).
+
+An activation is an integer code plus two float32 parameters, so a kernel
+takes ``(activation, param0, param1)`` instead of a Python callable:
+
+=========== ==== ======================= =====================================
+name        code param0, param1          value
+=========== ==== ======================= =====================================
+none        0    -                       ``x``
+relu        1    -                       ``max(x, 0)``
+clamp       2    min, max                ``min(max(x, min), max)`` (relu6: 0, 6)
+leaky_relu  3    alpha                   ``x if x >= 0 else alpha * x``
+sigmoid     4    -                       ``1 / (1 + exp(-x))``
+tanh        5    -                       ``tanh(x)``
+hard_swish  6    -                       ``x * min(max(x + 3, 0), 6) / 6``
+gelu        7    -                       ``0.5 x (1 + erf(x / sqrt(2)))``
+=========== ==== ======================= =====================================
+
+All arithmetic is float32: numba promotes ``float32 * 0.5`` to float64, which
+halves the vector width, so every constant here is an ``np.float32``.
+"""
+
+import math
+
+import numpy as np
+
+from ._config import jit
+
+NONE, RELU, CLAMP, LEAKY_RELU, SIGMOID, TANH, HARD_SWISH, GELU = range(8)
+
+#: activation name -> code, as the runtime and the docs spell them
+ACTIVATIONS = {"none": NONE, "relu": RELU, "clamp": CLAMP, "leaky_relu": LEAKY_RELU,
+               "sigmoid": SIGMOID, "tanh": TANH, "hard_swish": HARD_SWISH, "gelu": GELU}
+
+_ZERO = np.float32(0.0)
+_ONE = np.float32(1.0)
+_HALF = np.float32(0.5)
+_THREE = np.float32(3.0)
+_SIX = np.float32(6.0)
+_INV_SIX = np.float32(1.0 / 6.0)
+_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+
+
+@jit()
+def activate(x, code, param0, param1):
+    """Apply activation ``code`` to the float32 scalar ``x``.
+
+    Callers in hot loops should branch on ``code`` outside the loop (or let
+    LLVM unswitch it) so each loop body holds one activation.
+    """
+    if code == RELU:
+        return x if x > _ZERO else _ZERO
+    if code == CLAMP:
+        return min(max(x, param0), param1)
+    if code == LEAKY_RELU:
+        return x if x >= _ZERO else param0 * x
+    if code == SIGMOID:
+        return _ONE / (_ONE + np.exp(-x))
+    if code == TANH:
+        return np.tanh(x)
+    if code == HARD_SWISH:
+        return x * min(max(x + _THREE, _ZERO), _SIX) * _INV_SIX
+    if code == GELU:
+        return _HALF * x * (_ONE + np.float32(math.erf(x * _INV_SQRT2)))
+    return x
+
+
+def activation_reference(x: np.ndarray, code: int, param0: float = 0.0,
+                         param1: float = 0.0) -> np.ndarray:
+    """The numpy spec of :func:`activate`, computed in float64."""
+    x = np.asarray(x, np.float64)
+    if code == RELU:
+        return np.maximum(x, 0.0)
+    if code == CLAMP:
+        return np.minimum(np.maximum(x, param0), param1)
+    if code == LEAKY_RELU:
+        return np.where(x >= 0, x, param0 * x)
+    if code == SIGMOID:
+        return 1.0 / (1.0 + np.exp(-x))
+    if code == TANH:
+        return np.tanh(x)
+    if code == HARD_SWISH:
+        return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    if code == GELU:
+        from math import erf
+        return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
+    if code == NONE:
+        return x
+    raise ValueError(f"unknown activation code {code}")

@@ -1,0 +1,155 @@
+"""Layout conversions (reorders) and filter packing.
+
+Buffers (``cb`` is the channel block, any of 1, 4, 8, 16, 32;
+``C_phys = ceil(C / cb) * cb``; lanes past ``C`` are padding and are zero):
+
+* ``nchw``:      ``x: (N, C, H, W)``
+* ``nhwc``:      ``x: (N, H, W, C)``
+* ``nChw{cb}c``: ``x: (N, C_phys // cb, H, W, cb)``; element ``(n, c, h, w)``
+  sits at ``[n, c // cb, h, w, c % cb]``
+* filters, logical ``oihw``: ``w: (O, C // groups, KH, KW)`` (``hwio``, ``ohwi``
+  and ``ihwo`` are passed in as transposed *views* in oihw order, so one
+  kernel packs all four)
+* packed ``OIhw{ic_bn}i{oc_bn}o``:
+  ``w_packed: (O_phys // oc_bn, C_phys // ic_bn, KH, KW, ic_bn, oc_bn)``, where
+  ``w_packed[ob, cb, kh, kw, i, o]`` is the weight from input channel
+  ``cb * ic_bn + i`` to output channel ``ob * oc_bn + o``. With groups, the
+  packed filter is the dense block-diagonal filter: weights between channels
+  of different groups are zero (and a kernel may skip input blocks outside an
+  output block's group; see :func:`group_input_block_ranges`).
+
+Every kernel writes every element of its output, padding lanes included, so
+outputs can come from ``np.empty``. Drivers are parallel over (N x blocks x
+rows): each thread writes whole contiguous rows.
+"""
+
+import numpy as np
+from numba import prange
+
+from ._config import jit
+
+
+@jit(parallel=True)
+def nchw_to_blocked(x, out):
+    """``x: (N, C, H, W)`` -> ``out: (N, C_phys // cb, H, W, cb)``."""
+    batch, channels, height, width = x.shape
+    channel_blocks, cb = out.shape[1], out.shape[4]
+    for task in prange(batch * channel_blocks * height):
+        n = task // (channel_blocks * height)
+        block = (task // height) % channel_blocks
+        h = task % height
+        c0 = block * cb
+        valid = min(cb, channels - c0)
+        row = out[n, block, h]
+        for lane in range(valid):
+            src = x[n, c0 + lane, h]
+            for w in range(width):
+                row[w, lane] = src[w]
+        for lane in range(valid, cb):
+            for w in range(width):
+                row[w, lane] = 0.0
+
+
+@jit(parallel=True)
+def blocked_to_nchw(x, out):
+    """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped."""
+    batch, channels, height, width = out.shape
+    cb = x.shape[4]
+    for task in prange(batch * channels * height):
+        n = task // (channels * height)
+        c = (task // height) % channels
+        h = task % height
+        src = x[n, c // cb, h]
+        lane = c % cb
+        dst = out[n, c, h]
+        for w in range(width):
+            dst[w] = src[w, lane]
+
+
+@jit(parallel=True)
+def nhwc_to_blocked(x, out):
+    """``x: (N, H, W, C)`` -> ``out: (N, C_phys // cb, H, W, cb)``."""
+    batch, height, width, channels = x.shape
+    channel_blocks, cb = out.shape[1], out.shape[4]
+    for task in prange(batch * channel_blocks * height):
+        n = task // (channel_blocks * height)
+        block = (task // height) % channel_blocks
+        h = task % height
+        c0 = block * cb
+        valid = min(cb, channels - c0)
+        row = out[n, block, h]
+        src = x[n, h]
+        for w in range(width):
+            for lane in range(valid):
+                row[w, lane] = src[w, c0 + lane]
+            for lane in range(valid, cb):
+                row[w, lane] = 0.0
+
+
+@jit(parallel=True)
+def blocked_to_nhwc(x, out):
+    """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, H, W, C)``, padding dropped."""
+    batch, height, width, channels = out.shape
+    channel_blocks, cb = x.shape[1], x.shape[4]
+    for task in prange(batch * height):
+        n = task // height
+        h = task % height
+        dst = out[n, h]
+        for block in range(channel_blocks):
+            c0 = block * cb
+            valid = min(cb, channels - c0)
+            src = x[n, block, h]
+            for w in range(width):
+                for lane in range(valid):
+                    dst[w, c0 + lane] = src[w, lane]
+
+
+@jit(parallel=True)
+def pack_filter(w, groups, out):
+    """Pack ``w`` (oihw order, any strides) into ``out: OIhw{ic_bn}i{oc_bn}o``.
+
+    ``out`` has shape ``(O_phys // oc_bn, C_phys // ic_bn, KH, KW, ic_bn, oc_bn)``
+    with ``C = groups * w.shape[1]``. Weights across groups, and padding
+    lanes, are written as zero.
+    """
+    out_channels, group_in, kernel_h, kernel_w = w.shape
+    out_blocks, in_blocks = out.shape[0], out.shape[1]
+    ic_bn, oc_bn = out.shape[4], out.shape[5]
+    group_out = out_channels // groups
+    for task in prange(out_blocks * in_blocks):
+        ob = task // in_blocks
+        ib = task % in_blocks
+        tile = out[ob, ib]
+        for kh in range(kernel_h):
+            for kw in range(kernel_w):
+                for i in range(ic_bn):
+                    c = ib * ic_bn + i
+                    for o in range(oc_bn):
+                        oc = ob * oc_bn + o
+                        value = 0.0
+                        if oc < out_channels:
+                            local_c = c - (oc // group_out) * group_in
+                            if local_c >= 0 and local_c < group_in:
+                                value = w[oc, local_c, kh, kw]
+                        tile[kh, kw, i, o] = value
+
+
+def group_input_block_ranges(in_channels, out_channels, groups, ic_bn, oc_bn):
+    """For each output block, the input blocks ``[begin, end)`` that can hold
+    non-zero weights in a packed grouped filter. Returns two int64 arrays.
+
+    With ``groups == 1`` every output block reads every input block.
+    """
+    out_blocks = -(-out_channels // oc_bn)
+    group_in = in_channels // groups
+    group_out = out_channels // groups
+    begin = np.empty(out_blocks, np.int64)
+    end = np.empty(out_blocks, np.int64)
+    for ob in range(out_blocks):
+        first_oc = ob * oc_bn
+        last_oc = min(first_oc + oc_bn, out_channels) - 1
+        first_c = (first_oc // group_out) * group_in
+        last_c = (last_oc // group_out + 1) * group_in - 1
+        begin[ob] = first_c // ic_bn
+        end[ob] = last_c // ic_bn + 1
+    return begin, end
