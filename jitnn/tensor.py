@@ -1,0 +1,238 @@
+"""Tensor: an immutable float32 value owned by a Context.
+
+A Tensor has a logical shape (what the user sees) and a physical layout (how
+its buffer lies in memory now): plain row-major (``"nchw"`` for a 4-D tensor,
+``"nc"`` for 2-D, ...) or blocked (``"nChw8c"``). A 4-D tensor also knows
+which logical axes it has (``nchw`` or ``nhwc``), so a blocked buffer is read
+back in the right order.
+
+A tensor may be *pending*: produced by an op that has not run yet. Reading it
+(:meth:`Tensor.numpy`, ``np.asarray``, :meth:`Tensor.read_async`,
+``jitnn.read_all``) runs what it needs first. ``repr`` never does.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable
+
+import numba
+import numpy as np
+
+from . import layouts
+from .errors import JitnnTypeError, JitnnValueError
+from .kernels import layout as layout_kernels
+
+if TYPE_CHECKING:
+    from .context import Context
+
+FLOAT32 = np.dtype(np.float32)
+
+#: numpy dtype kinds that convert to float32 by value: bool, ints, floats.
+_NUMERIC_KINDS = "biuf"
+
+
+def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
+    """A new C-contiguous float32 array with the values of ``data``.
+
+    float64 is rounded to the nearest float32; integers and bools convert by
+    value (exact up to 2**24 in magnitude). Complex numbers, objects, strings
+    and ragged nested lists are rejected with a :class:`JitnnTypeError`.
+    """
+    if isinstance(data, np.ndarray):
+        array = data
+    else:
+        try:
+            array = np.asarray(data)
+        except (ValueError, TypeError) as error:  # ragged nested sequences
+            raise JitnnTypeError(
+                f"{op}: expected an array of numbers, got a {type(data).__name__} "
+                f"that numpy cannot make a regular array of ({error})") from None
+    if array.dtype.kind not in _NUMERIC_KINDS:
+        raise JitnnTypeError(
+            f"{op}: expected real numbers (bool, int or float), got dtype "
+            f"{array.dtype} from a {type(data).__name__}")
+    return np.array(array, dtype=np.float32, order="C", copy=True)
+
+
+class Tensor:
+    """An immutable float32 tensor. Make one with ``jitnn.tensor(array)``."""
+
+    __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_producer",
+                 "_lock", "__weakref__")
+
+    def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
+                 data: np.ndarray | None = None,
+                 producer: Callable[[], np.ndarray] | None = None,
+                 axes: str = "nchw"):
+        # Internal: users call ctx.tensor() / jitnn.tensor(); ops pass a producer.
+        self._ctx = ctx
+        self._shape = tuple(int(d) for d in shape)
+        self._axes = axes
+        self._layout = layout
+        self._data = data
+        self._producer = producer
+        self._lock = threading.Lock()
+
+    @classmethod
+    def _from_host(cls, ctx: "Context", data: object) -> "Tensor":
+        if isinstance(data, Tensor):
+            if data._ctx is ctx:
+                return data  # tensors are immutable: sharing is a copy
+            data = data.numpy()
+        array = as_float32_copy(data)
+        return cls(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
+
+    # --- what it is -------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return FLOAT32
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def layout(self) -> str:
+        """Physical layout now: ``"nchw"``, ``"nhwc"``, ``"nChw8c"``, ``"nc"``, ..."""
+        return self._layout
+
+    @property
+    def context(self) -> "Context":
+        return self._ctx
+
+    @property
+    def pending(self) -> bool:
+        """True while the op that produces this tensor has not run yet."""
+        return self._data is None
+
+    def __repr__(self) -> str:
+        state = ", pending" if self._data is None else ""
+        return (f"Tensor(shape={self._shape}, dtype=float32, "
+                f"layout={self._layout}{state})")
+
+    # --- computing ----------------------------------------------------------------
+
+    def _materialize(self) -> np.ndarray:
+        """The physical buffer, running the producer first if needed."""
+        data = self._data
+        if data is not None:
+            return data
+        with self._lock:  # two threads reading one pending tensor compute it once
+            if self._data is None:
+                self._data = self._producer()
+                self._producer = None
+            return self._data
+
+    # --- readback -------------------------------------------------------------------
+
+    def _check_out(self, out: object, op: str) -> np.ndarray:
+        if not isinstance(out, np.ndarray):
+            raise JitnnTypeError(
+                f"{op}: out must be a numpy.ndarray, got {type(out).__name__}")
+        if out.dtype != FLOAT32:
+            raise JitnnTypeError(f"{op}: out must have dtype float32, got {out.dtype}")
+        if out.shape != self._shape:
+            raise JitnnValueError(
+                f"{op}: out has shape {out.shape} but the tensor's shape is {self._shape}")
+        if not out.flags.c_contiguous:
+            raise JitnnValueError(
+                f"{op}: out must be C-contiguous, got strides {out.strides} "
+                f"for shape {out.shape}")
+        if not out.flags.writeable:
+            raise JitnnValueError(f"{op}: out is read-only")
+        return out
+
+    def _read_into(self, out: np.ndarray | None, threads: int | None) -> np.ndarray:
+        """One copy from the physical buffer into ``out`` (allocated if None)."""
+        data = self._materialize()
+        if out is None:
+            out = np.empty(self._shape, FLOAT32)
+        if layouts.block_of(self._layout) is None:
+            np.copyto(out, data)
+            return out
+        kernel = layout_kernels.blocked_to_nchw if self._axes == "nchw" \
+            else layout_kernels.blocked_to_nhwc
+        return self._ctx._reorder(kernel, data, out, threads=threads)
+
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The values in standard (row-major) layout, as an array the caller owns.
+
+        With ``out`` (float32, this shape, C-contiguous, writeable) the values
+        are written into it with one copy and ``out`` is returned.
+        """
+        if out is not None:
+            self._check_out(out, op="numpy")
+        return self._read_into(out, None)
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    async def read_async(self, out: np.ndarray | None = None) -> np.ndarray:
+        """``await t.read_async()``: the readback on a worker thread."""
+        return await self._ctx.read_async(self, out)
+
+
+def tensor(data: object, ctx: "Context | None" = None) -> Tensor:
+    """A Tensor holding a float32 copy of ``data`` (later changes to ``data``
+    never leak in). float64 is rounded to float32, integers and bools convert
+    by value; complex, object, string and ragged input raise ``TypeError``."""
+    from .context import default_context
+    return (ctx or default_context()).tensor(data)
+
+
+def reorder(t: Tensor | np.ndarray, layout: str, *, axes: str | None = None) -> Tensor:
+    """The same values as ``t`` in physical layout ``layout``.
+
+    ``layout`` is a blocked tag (``"nChw8c"``, any block in
+    ``jitnn.layouts.BLOCK_SIZES``) or the plain tag of ``t``'s rank
+    (``"nchw"``/``"nhwc"`` for 4-D). ``axes`` says what the 4 axes of a plain
+    ``t`` mean, ``"nchw"`` (default) or ``"nhwc"``, which decides the channel
+    axis that gets blocked. Counted in ``ctx.stats`` as a reorder.
+    """
+    if not isinstance(t, Tensor):
+        t = tensor(t)
+    ctx = t._ctx
+    block = layouts.block_of(layout)
+    source_block = layouts.block_of(t._layout)
+    if axes is None:
+        axes = t._axes
+    elif axes not in layouts.ACTIVATION_LAYOUTS:
+        raise JitnnValueError(f"reorder: axes must be 'nchw' or 'nhwc', got {axes!r}")
+    elif source_block is not None and axes != t._axes:
+        raise JitnnValueError(
+            f"reorder: the tensor is blocked with axes {t._axes!r}; axes={axes!r} "
+            "cannot reinterpret it")
+    if block is None:
+        plain = layouts.plain_tag(t.ndim)
+        if t.ndim == 4 and layout in layouts.ACTIVATION_LAYOUTS:
+            plain = axes
+        if layout != plain:
+            raise JitnnValueError(
+                f"reorder: a {t.ndim}-D tensor can be laid out as {plain!r} or "
+                f"'nChw{{b}}c' with b in {layouts.BLOCK_SIZES}, got {layout!r}")
+        if source_block is None:
+            return Tensor(ctx, t.shape, plain, data=t._materialize(), axes=axes)
+        return Tensor(ctx, t.shape, plain, data=t.numpy(), axes=axes)
+    layouts.check_block(block, op="reorder")
+    if t.ndim != 4:
+        raise JitnnValueError(
+            f"reorder: blocked layout {layout!r} needs a 4-D tensor, got shape {t.shape}")
+    if source_block == block:
+        return t
+    plain = t._materialize() if source_block is None else t.numpy()
+    nchw = t.shape if axes == "nchw" else (t.shape[0], t.shape[3], t.shape[1], t.shape[2])
+    out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
+    kernel = layout_kernels.nchw_to_blocked if axes == "nchw" else layout_kernels.nhwc_to_blocked
+    ctx._reorder(kernel, plain, out)
+    return Tensor(ctx, t.shape, layout, data=out, axes=axes)

@@ -1,0 +1,26 @@
+"""The command line."""
+
+import subprocess
+import sys
+
+from jitnn import cli
+
+
+def test_info_prints_every_fact(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    for label in ("CPU", "SIMD", "block", "threads", "threading layer", "numba",
+                  "LLVM", "kernel cache", "cache size"):
+        assert label in out, label
+
+
+def test_console_entry_point_runs():
+    result = subprocess.run([sys.executable, "-m", "jitnn.cli", "info"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "block" in result.stdout
+
+
+def test_no_command_prints_help(capsys):
+    assert cli.main([]) == 2
+    assert "info" in capsys.readouterr().out

@@ -1,0 +1,94 @@
+"""Reorder kernels against their numpy spec, for every block size."""
+
+import numpy as np
+import pytest
+
+from jitnn import layouts
+from jitnn.kernels import layout as kernels
+
+BLOCKS = layouts.BLOCK_SIZES
+CHANNELS = (1, 3, 7, 8, 9, 17, 64)
+
+
+def _random(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_nchw_blocked_round_trip(block, channels):
+    x = _random((2, channels, 5, 7), seed=channels)
+    blocked = np.full(layouts.blocked_shape(x.shape, block), np.nan, np.float32)
+    kernels.nchw_to_blocked(x, blocked)
+    expected = layouts.reference_nchw_to_blocked(x, block)
+    np.testing.assert_array_equal(blocked, expected)
+    # padding lanes are zero (the buffer started as NaN)
+    flat = blocked.transpose(0, 1, 4, 2, 3).reshape(2, -1, 5, 7)
+    assert np.all(flat[:, channels:] == 0)
+    back = np.full(x.shape, np.nan, np.float32)
+    kernels.blocked_to_nchw(blocked, back)
+    np.testing.assert_array_equal(back, x)
+    np.testing.assert_array_equal(layouts.reference_blocked_to_nchw(expected, channels), x)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_nhwc_blocked_round_trip(block, channels):
+    x = _random((3, 3, 9, channels), seed=channels + 100)
+    nchw_shape = (3, channels, 3, 9)
+    blocked = np.full(layouts.blocked_shape(nchw_shape, block), np.nan, np.float32)
+    kernels.nhwc_to_blocked(x, blocked)
+    np.testing.assert_array_equal(blocked, layouts.reference_nhwc_to_blocked(x, block))
+    back = np.full(x.shape, np.nan, np.float32)
+    kernels.blocked_to_nhwc(blocked, back)
+    np.testing.assert_array_equal(back, x)
+    np.testing.assert_array_equal(layouts.reference_blocked_to_nhwc(blocked, channels), x)
+
+
+def test_spec_on_a_hand_worked_example():
+    # 1 image, 3 channels, 1x2 pixels, block 2: channels (0, 1) then (2, pad)
+    x = np.arange(6, dtype=np.float32).reshape(1, 3, 1, 2)
+    blocked = layouts.reference_nchw_to_blocked(x, 2)
+    assert blocked.shape == (1, 2, 1, 2, 2)
+    np.testing.assert_array_equal(blocked[0, 0, 0], [[0, 2], [1, 3]])
+    np.testing.assert_array_equal(blocked[0, 1, 0], [[4, 0], [5, 0]])
+
+
+def _spec_filter(out_c, group_in, kh, kw, seed):
+    return _random((out_c, group_in, kh, kw), seed)
+
+
+@pytest.mark.parametrize("layout", layouts.FILTER_LAYOUTS)
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("in_c,out_c,groups", [(3, 17, 1), (9, 7, 1), (8, 16, 2),
+                                                (6, 9, 3), (17, 17, 17), (4, 8, 4)])
+def test_pack_filter_from_every_layout(layout, block, in_c, out_c, groups):
+    oihw = _spec_filter(out_c, in_c // groups, 3, 2, seed=in_c * out_c)
+    # the filter as a caller holds it in `layout`
+    to_layout = {"oihw": (0, 1, 2, 3), "hwio": (2, 3, 1, 0),
+                 "ohwi": (0, 2, 3, 1), "ihwo": (1, 2, 3, 0)}[layout]
+    given = np.ascontiguousarray(oihw.transpose(to_layout))
+    np.testing.assert_array_equal(layouts.filter_as_oihw(given, layout), oihw)
+    expected = layouts.reference_pack_filter(given, layout, groups, block, block)
+    packed = np.full(expected.shape, np.nan, np.float32)
+    kernels.pack_filter(layouts.filter_as_oihw(given, layout), groups, packed)
+    np.testing.assert_array_equal(packed, expected)
+
+
+def test_packed_filter_entries_by_hand():
+    # 2 groups, 2 input and 2 output channels each, 1x1 kernel, block 4
+    w = np.arange(1, 9, dtype=np.float32).reshape(4, 2, 1, 1)
+    packed = layouts.reference_pack_filter(w, "oihw", 2, 4, 4)[0, 0, 0, 0]  # [i, o]
+    expected = np.array([[1, 3, 0, 0], [2, 4, 0, 0], [0, 0, 5, 7], [0, 0, 6, 8]], np.float32)
+    np.testing.assert_array_equal(packed, expected)
+
+
+@pytest.mark.parametrize("in_c,out_c,groups,block", [(17, 17, 17, 8), (6, 9, 3, 4),
+                                                      (64, 64, 1, 8), (12, 6, 2, 4)])
+def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups, block):
+    w = np.ones((out_c, in_c // groups, 1, 1), np.float32)
+    packed = layouts.reference_pack_filter(w, "oihw", groups, block, block)
+    begin, end = kernels.group_input_block_ranges(in_c, out_c, groups, block, block)
+    for ob in range(packed.shape[0]):
+        nonzero = np.nonzero(packed[ob].reshape(packed.shape[1], -1).any(axis=1))[0]
+        assert begin[ob] <= nonzero.min() and nonzero.max() < end[ob]

@@ -1,0 +1,279 @@
+"""Context and Tensor: copy-in, readback (sync, async, parallel), stats, errors."""
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import jitnn
+from jitnn import layouts
+
+
+@pytest.fixture
+def ctx():
+    return jitnn.Context()
+
+
+def _random(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# --- Context ---------------------------------------------------------------------
+
+def test_context_defaults_follow_the_host():
+    ctx = jitnn.Context()
+    assert ctx.block == jitnn.host_block()
+    assert ctx.block in (4, 8, 16)
+    assert ctx.num_threads >= 1
+    assert jitnn.default_context() is jitnn.default_context()
+
+
+@pytest.mark.parametrize("block", layouts.BLOCK_SIZES)
+def test_block_is_overridable(block):
+    assert jitnn.Context(block=block).block == block
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"block": 3}, "block must be one of"),
+    ({"block": "8"}, "block must be one of"),
+    ({"num_threads": 0}, "num_threads must be"),
+    ({"num_threads": 10_000}, "num_threads must be"),
+])
+def test_bad_context_options(kwargs, message):
+    with pytest.raises(jitnn.JitnnValueError, match=message):
+        jitnn.Context(**kwargs)
+
+
+# --- copy-in -----------------------------------------------------------------------
+
+def test_tensor_copies_at_the_call(ctx):
+    a = _random((2, 3, 4, 5))
+    t = ctx.tensor(a)
+    a[...] = 7.0
+    assert not np.any(t.numpy() == 7.0)
+
+
+def test_tensor_attributes(ctx):
+    t = ctx.tensor(np.zeros((2, 3, 4, 5), np.float32))
+    assert t.shape == (2, 3, 4, 5)
+    assert t.dtype == np.float32
+    assert t.ndim == 4 and t.size == 120
+    assert t.layout == "nchw"
+    assert ctx.tensor(np.zeros((3, 4))).layout == "nc"
+    assert repr(t) == "Tensor(shape=(2, 3, 4, 5), dtype=float32, layout=nchw)"
+
+
+@pytest.mark.parametrize("data,expected", [
+    (np.array([1.5, 2.25], np.float64), [1.5, 2.25]),
+    (np.array([1, -2, 3], np.int64), [1, -2, 3]),
+    (np.array([True, False]), [1, 0]),
+    (np.array([0.5], np.float16), [0.5]),
+    ([[1, 2], [3, 4]], [[1, 2], [3, 4]]),
+    (3.0, 3.0),
+])
+def test_numeric_input_converts_to_float32(ctx, data, expected):
+    t = ctx.tensor(data)
+    assert t.dtype == np.float32
+    np.testing.assert_array_equal(t.numpy(), np.asarray(expected, np.float32))
+
+
+def test_float64_is_rounded_to_float32(ctx):
+    value = 0.1  # not representable: float32 rounds it
+    assert ctx.tensor(np.array([value])).numpy()[0] == np.float32(value)
+
+
+@pytest.mark.parametrize("data,what", [
+    (np.array([1 + 2j]), "complex"),
+    (np.array(["a", "b"]), "<U1"),
+    (np.array([object()], dtype=object), "object"),
+    ([[1, 2], [3]], "cannot make a regular array"),
+    ("text", "<U4"),
+    (np.zeros(2, dtype="datetime64[s]"), "datetime64"),
+])
+def test_non_numeric_input_is_rejected(ctx, data, what):
+    with pytest.raises(TypeError, match="tensor: expected") as info:
+        ctx.tensor(data)
+    assert what in str(info.value)
+    assert isinstance(info.value, jitnn.JitnnError)
+
+
+# --- readback ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("block", layouts.BLOCK_SIZES)
+@pytest.mark.parametrize("channels", (1, 3, 7, 8, 9, 17, 64))
+def test_blocked_tensor_reads_back_in_standard_layout(block, channels):
+    ctx = jitnn.Context(block=block)
+    x = _random((3, channels, 5, 7), seed=channels)
+    t = jitnn.reorder(ctx.tensor(x), f"nChw{block}c")
+    assert t.layout == f"nChw{block}c"
+    np.testing.assert_array_equal(t.numpy(), x)
+    np.testing.assert_array_equal(np.asarray(t), x)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    tn = jitnn.reorder(ctx.tensor(nhwc), f"nChw{block}c", axes="nhwc")
+    np.testing.assert_array_equal(tn.numpy(), nhwc)
+    np.testing.assert_array_equal(jitnn.reorder(tn, "nhwc").numpy(), nhwc)
+
+
+def test_numpy_returns_a_fresh_array_each_time(ctx):
+    t = ctx.tensor(_random((2, 3)))
+    first = t.numpy()
+    first[...] = 0
+    assert not np.all(t.numpy() == 0)
+    assert t.numpy() is not t.numpy()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nChw8c"])
+def test_numpy_out_fills_the_callers_array(ctx, layout):
+    x = _random((2, 9, 5, 7))
+    t = jitnn.reorder(ctx.tensor(x), layout)
+    buf = np.full(x.shape, np.nan, np.float32)
+    before = ctx.stats
+    assert t.numpy(out=buf) is buf
+    np.testing.assert_array_equal(buf, x)
+    if layout != "nchw":  # one reorder, straight into buf
+        assert ctx.stats.reorders == before.reorders + 1
+        assert ctx.stats.reorder_bytes == before.reorder_bytes + buf.nbytes
+
+
+@pytest.mark.parametrize("out,error,message", [
+    (np.empty((9, 2, 5, 7), np.float32), ValueError, r"out has shape \(9, 2, 5, 7\) but the tensor's shape is \(2, 9, 5, 7\)"),
+    (np.empty((2, 9, 5, 7), np.float64), TypeError, "out must have dtype float32, got float64"),
+    (np.empty((2, 9, 5, 14), np.float32)[..., ::2], ValueError, "out must be C-contiguous"),
+    (np.empty((2, 9, 7, 5), np.float32).transpose(0, 1, 3, 2), ValueError, "C-contiguous"),
+    ([[0.0]], TypeError, "out must be a numpy.ndarray, got list"),
+])
+def test_bad_out_is_rejected_and_left_untouched(ctx, out, error, message):
+    t = jitnn.reorder(ctx.tensor(_random((2, 9, 5, 7))), "nChw8c")
+    snapshot = np.array(out, copy=True) if isinstance(out, np.ndarray) else None
+    with pytest.raises(error, match=message) as info:
+        t.numpy(out=out)
+    assert isinstance(info.value, jitnn.JitnnError)
+    if snapshot is not None:
+        np.testing.assert_array_equal(out, snapshot)
+
+
+def test_read_only_out_is_rejected(ctx):
+    t = ctx.tensor(_random((2, 3)))
+    buf = np.empty((2, 3), np.float32)
+    buf.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        t.numpy(out=buf)
+
+
+def test_read_async(ctx):
+    x = _random((2, 17, 9, 11))
+    t = jitnn.reorder(ctx.tensor(x), "nChw8c")
+    buf = np.empty(x.shape, np.float32)
+
+    async def main():
+        first, second = await asyncio.gather(t.read_async(), t.read_async(out=buf))
+        return first, second
+
+    first, second = asyncio.run(main())
+    np.testing.assert_array_equal(first, x)
+    assert second is buf
+    np.testing.assert_array_equal(buf, x)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_read_all_equals_single_reads(ctx, count):
+    arrays = [_random((2, 3 + 7 * i, 5, 9), seed=i) for i in range(count)]
+    tensors = [jitnn.reorder(ctx.tensor(a), "nChw8c") for a in arrays]
+    singles = [t.numpy() for t in tensors]
+    together = jitnn.read_all(tensors)
+    assert len(together) == count
+    for single, read, array in zip(singles, together, arrays):
+        np.testing.assert_array_equal(read, single)
+        np.testing.assert_array_equal(read, array)
+    outs = [np.empty(a.shape, np.float32) if i % 2 == 0 else None for i, a in enumerate(arrays)]
+    filled = ctx.read_all(tensors, out=outs)
+    for i, (read, array) in enumerate(zip(filled, arrays)):
+        np.testing.assert_array_equal(read, array)
+        if outs[i] is not None:
+            assert read is outs[i]
+
+
+def test_read_all_mixed_plain_and_blocked(ctx):
+    a, b = _random((4, 5)), _random((1, 9, 3, 3))
+    ta, tb = ctx.tensor(a), jitnn.reorder(ctx.tensor(b), "nChw8c")
+    ra, rb = jitnn.read_all([ta, tb])
+    np.testing.assert_array_equal(ra, a)
+    np.testing.assert_array_equal(rb, b)
+
+
+def test_read_all_validates_everything_before_writing(ctx):
+    a, b = _random((2, 9, 3, 3)), _random((2, 9, 3, 3), seed=1)
+    ta, tb = (jitnn.reorder(ctx.tensor(v), "nChw8c") for v in (a, b))
+    good = np.zeros(a.shape, np.float32)
+    with pytest.raises(ValueError, match=r"read_all \(item 1\): out has shape"):
+        ctx.read_all([ta, tb], out=[good, np.zeros((1, 1), np.float32)])
+    assert np.all(good == 0)
+    with pytest.raises(ValueError, match="out has 1 entries but 2 tensors"):
+        ctx.read_all([ta, tb], out=[good])
+    with pytest.raises(TypeError, match="item 1 should be a jitnn.Tensor, got ndarray"):
+        ctx.read_all([ta, b])
+
+
+def test_stats_count_reorders_and_reset(ctx):
+    ctx.reset_stats()
+    x = _random((1, 9, 4, 4))
+    t = jitnn.reorder(ctx.tensor(x), "nChw8c")
+    t.numpy()
+    stats = ctx.stats
+    assert stats.reorders == 2
+    assert stats.launches == 2
+    assert stats.reorder_bytes == 1 * 16 * 4 * 4 * 4 + x.nbytes
+    ctx.reset_stats()
+    assert ctx.stats == jitnn.Stats()
+
+
+def test_reorder_errors(ctx):
+    t = ctx.tensor(_random((2, 3)))
+    with pytest.raises(ValueError, match="reorder: blocked layout 'nChw8c' needs a 4-D tensor"):
+        jitnn.reorder(t, "nChw8c")
+    with pytest.raises(ValueError, match="block must be one of"):
+        jitnn.reorder(ctx.tensor(_random((1, 3, 2, 2))), "nChw3c")
+    with pytest.raises(ValueError, match="can be laid out as 'nc'"):
+        jitnn.reorder(t, "nchw")
+
+
+def test_a_context_is_usable_from_several_threads(ctx):
+    arrays = [_random((2, 11, 13, 9), seed=i) for i in range(8)]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                t = jitnn.reorder(ctx.tensor(arrays[i]), "nChw8c")
+                results[i] = t.numpy() if i % 2 else ctx.read_all([t, t])[1]
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    ctx.reset_stats()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for i, array in enumerate(arrays):
+        np.testing.assert_array_equal(results[i], array)
+    # every reorder was counted despite the concurrency: 5 in + 5 or 10 out per thread
+    assert ctx.stats.reorders == 8 * 5 + 4 * 5 + 4 * 10
+
+
+def test_pending_tensor_repr_does_not_compute(ctx):
+    calls = []
+
+    def producer():
+        calls.append(1)
+        return np.ones((2, 2), np.float32)
+
+    t = jitnn.Tensor(ctx, (2, 2), "nc", producer=producer)
+    assert "pending" in repr(t) and t.pending
+    assert calls == []
+    np.testing.assert_array_equal(t.numpy(), np.ones((2, 2)))
+    assert calls == [1] and not t.pending
+    t.numpy()
+    assert calls == [1]
