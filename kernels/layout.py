@@ -27,63 +27,145 @@ import numpy as np
 from numba import prange
 
 from ._config import jit
+from .simd import move4, move8, move16, transpose4, transpose8, transpose16
 
 
 @jit(parallel=True)
 def nchw_to_blocked(x, out):
-    """``x: (N, C, H, W)`` -> ``out: (N, C_phys // cb, H, W, cb)``."""
+    """``x: (N, C, H, W)`` -> ``out: (N, C_phys // cb, H, W, cb)``.
+
+    One task per output row ``out[n, block, h]``: full blocks move as
+    ``cb x cb`` register transposes (cb pixels of cb channels at a time), the
+    rest (the row's tail, a partial last block, cb 1 or 32) element by element.
+    """
     batch, channels, height, width = x.shape
     channel_blocks, cb = out.shape[1], out.shape[4]
+    plane = height * width
     for task in prange(batch * channel_blocks * height):
         n = task // (channel_blocks * height)
         block = (task // height) % channel_blocks
         h = task % height
         c0 = block * cb
         valid = min(cb, channels - c0)
+        src_start = ((n * channels + c0) * height + h) * width
+        dst_start = ((n * channel_blocks + block) * height + h) * width * cb
+        done = 0
+        if valid == cb:
+            if cb == 8:
+                while done + 8 <= width:
+                    transpose8(x, src_start + done, plane, out, dst_start + done * 8, 8)
+                    done += 8
+            elif cb == 4:
+                while done + 4 <= width:
+                    transpose4(x, src_start + done, plane, out, dst_start + done * 4, 4)
+                    done += 4
+            elif cb == 16:
+                while done + 16 <= width:
+                    transpose16(x, src_start + done, plane, out, dst_start + done * 16, 16)
+                    done += 16
+        elif cb == 8:
+            # A partial last block (C = 3 for an RGB image): stage its rows in
+            # a zeroed 8 x 8 tile so the missing channels come out as zeros.
+            tile = np.zeros((8, 8), np.float32)
+            while done + 8 <= width:
+                for lane in range(valid):
+                    for j in range(8):
+                        tile[lane, j] = x[n, c0 + lane, h, done + j]
+                transpose8(tile, 0, 8, out, dst_start + done * 8, 8)
+                done += 8
         row = out[n, block, h]
         for lane in range(valid):
             src = x[n, c0 + lane, h]
-            for w in range(width):
+            for w in range(done, width):
                 row[w, lane] = src[w]
         for lane in range(valid, cb):
-            for w in range(width):
+            for w in range(done, width):
                 row[w, lane] = 0.0
 
 
 @jit(parallel=True)
 def blocked_to_nchw(x, out):
-    """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped."""
+    """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped.
+
+    The inverse of :func:`nchw_to_blocked`, one task per input row
+    ``x[n, block, h]``; ``out`` may be the caller's array (one copy, no temp).
+    """
     batch, channels, height, width = out.shape
-    cb = x.shape[4]
-    for task in prange(batch * channels * height):
-        n = task // (channels * height)
-        c = (task // height) % channels
-        h = task % height
-        src = x[n, c // cb, h]
-        lane = c % cb
-        dst = out[n, c, h]
-        for w in range(width):
-            dst[w] = src[w, lane]
-
-
-@jit(parallel=True)
-def nhwc_to_blocked(x, out):
-    """``x: (N, H, W, C)`` -> ``out: (N, C_phys // cb, H, W, cb)``."""
-    batch, height, width, channels = x.shape
-    channel_blocks, cb = out.shape[1], out.shape[4]
+    channel_blocks, cb = x.shape[1], x.shape[4]
+    plane = height * width
     for task in prange(batch * channel_blocks * height):
         n = task // (channel_blocks * height)
         block = (task // height) % channel_blocks
         h = task % height
         c0 = block * cb
         valid = min(cb, channels - c0)
-        row = out[n, block, h]
-        src = x[n, h]
+        src_start = ((n * channel_blocks + block) * height + h) * width * cb
+        dst_start = ((n * channels + c0) * height + h) * width
+        done = 0
+        if valid == cb:
+            if cb == 8:
+                while done + 8 <= width:
+                    transpose8(x, src_start + done * 8, 8, out, dst_start + done, plane)
+                    done += 8
+            elif cb == 4:
+                while done + 4 <= width:
+                    transpose4(x, src_start + done * 4, 4, out, dst_start + done, plane)
+                    done += 4
+            elif cb == 16:
+                while done + 16 <= width:
+                    transpose16(x, src_start + done * 16, 16, out, dst_start + done, plane)
+                    done += 16
+        elif cb == 8:
+            # A partial last block: transpose into a tile, keep the valid rows.
+            tile = np.empty((8, 8), np.float32)
+            while done + 8 <= width:
+                transpose8(x, src_start + done * 8, 8, tile, 0, 8)
+                for lane in range(valid):
+                    for j in range(8):
+                        out[n, c0 + lane, h, done + j] = tile[lane, j]
+                done += 8
+        src = x[n, block, h]
+        for lane in range(valid):
+            dst = out[n, c0 + lane, h]
+            for w in range(done, width):
+                dst[w] = src[w, lane]
+
+
+@jit(parallel=True)
+def nhwc_to_blocked(x, out):
+    """``x: (N, H, W, C)`` -> ``out: (N, C_phys // cb, H, W, cb)``.
+
+    One task per input row ``x[n, h]``, read in order: each pixel's channels
+    are split into runs of cb floats, one vector move each, one output row
+    per block.
+    """
+    batch, height, width, channels = x.shape
+    channel_blocks, cb = out.shape[1], out.shape[4]
+    full_blocks = channels // cb
+    for task in prange(batch * height):
+        n = task // height
+        h = task % height
+        src_row = (n * height + h) * width * channels
         for w in range(width):
-            for lane in range(valid):
-                row[w, lane] = src[w, c0 + lane]
-            for lane in range(valid, cb):
-                row[w, lane] = 0.0
+            src_start = src_row + w * channels
+            for block in range(full_blocks):
+                dst_start = (((n * channel_blocks + block) * height + h) * width + w) * cb
+                if cb == 8:
+                    move8(x, src_start + block * 8, out, dst_start)
+                elif cb == 4:
+                    move4(x, src_start + block * 4, out, dst_start)
+                elif cb == 16:
+                    move16(x, src_start + block * 16, out, dst_start)
+                else:
+                    for lane in range(cb):
+                        out[n, block, h, w, lane] = x[n, h, w, block * cb + lane]
+            if full_blocks < channel_blocks:  # the partial last block, zero-padded
+                c0 = full_blocks * cb
+                for lane in range(cb):
+                    value = np.float32(0.0)
+                    if c0 + lane < channels:
+                        value = x[n, h, w, c0 + lane]
+                    out[n, full_blocks, h, w, lane] = value
 
 
 @jit(parallel=True)
@@ -99,9 +181,21 @@ def blocked_to_nhwc(x, out):
             c0 = block * cb
             valid = min(cb, channels - c0)
             src = x[n, block, h]
-            for w in range(width):
-                for lane in range(valid):
-                    dst[w, c0 + lane] = src[w, lane]
+            src_start = ((n * channel_blocks + block) * height + h) * width * cb
+            dst_start = (n * height + h) * width * channels + c0
+            if valid == 8 and cb == 8:
+                for w in range(width):
+                    move8(x, src_start + w * 8, out, dst_start + w * channels)
+            elif valid == 4 and cb == 4:
+                for w in range(width):
+                    move4(x, src_start + w * 4, out, dst_start + w * channels)
+            elif valid == 16 and cb == 16:
+                for w in range(width):
+                    move16(x, src_start + w * 16, out, dst_start + w * channels)
+            else:
+                for w in range(width):
+                    for lane in range(valid):
+                        dst[w, c0 + lane] = src[w, lane]
 
 
 @jit(parallel=True)
