@@ -204,7 +204,9 @@ def pack_filter(w, groups, out):
 
     ``out`` has shape ``(O_phys // oc_bn, C_phys // ic_bn, KH, KW, ic_bn, oc_bn)``
     with ``C = groups * w.shape[1]``. Weights across groups, and padding
-    lanes, are written as zero.
+    lanes, are written as zero. One task per (output block, input block)
+    tile, written in memory order (the reads gather; packing runs once per
+    filter).
     """
     out_channels, group_in, kernel_h, kernel_w = w.shape
     out_blocks, in_blocks = out.shape[0], out.shape[1]
@@ -213,19 +215,18 @@ def pack_filter(w, groups, out):
     for task in prange(out_blocks * in_blocks):
         ob = task // in_blocks
         ib = task % in_blocks
-        tile = out[ob, ib]
         for kh in range(kernel_h):
             for kw in range(kernel_w):
                 for i in range(ic_bn):
+                    row = out[ob, ib, kh, kw, i]
                     c = ib * ic_bn + i
                     for o in range(oc_bn):
                         oc = ob * oc_bn + o
-                        value = 0.0
-                        if oc < out_channels:
-                            local_c = c - (oc // group_out) * group_in
-                            if local_c >= 0 and local_c < group_in:
-                                value = w[oc, local_c, kh, kw]
-                        tile[kh, kw, i, o] = value
+                        local_c = c - (oc // group_out) * group_in
+                        value = np.float32(0.0)
+                        if oc < out_channels and local_c >= 0 and local_c < group_in:
+                            value = w[oc, local_c, kh, kw]
+                        row[o] = value
 
 
 def group_input_block_ranges(in_channels, out_channels, groups, ic_bn, oc_bn):
