@@ -20,7 +20,7 @@ target (``notes/numba-kernels.md`` in the design documents):
   serialize parallel kernels when it is the one that loaded.
 * **A persistent kernel cache** in a directory tagged with everything that
   changes generated code but is not in numba's own cache key: numba and
-  llvmlite versions, the SLP flag, the fastmath set, and a hash of the kernel
+  llvmlite versions, the SLP and bounds-check flags, the fastmath set, and a hash of the kernel
   sources (numba keys a cached function only on its own file, not on helpers
   it calls in other files). ``JITNN_CACHE_DIR`` overrides the location; when
   no directory is writable, kernels compile without a cache and one warning
@@ -71,6 +71,7 @@ def _settings_tag() -> str:
     settings = hashlib.sha256(flags.encode()).hexdigest()[:8]
     return (f"numba-{numba.__version__}_llvmlite-{llvmlite.__version__}"
             f"_slp{int(numba.config.SLP_VECTORIZE)}_fm-{settings}"
+            f"{'_boundscheck' if numba.config.BOUNDSCHECK else ''}"
             f"_src-{sources.hexdigest()[:12]}")
 
 
