@@ -42,8 +42,10 @@ def host_block() -> int:
 class Stats:
     """A snapshot of a context's counters (see :attr:`Context.stats`).
 
-    ``reorders``: layout conversions run (plain <-> blocked, filter packing);
-    ``reorder_bytes``: bytes those conversions wrote; ``launches``: kernel
+    ``reorders``: activation layout conversions run (plain <-> blocked), the
+    tax a blocked layout pays at its boundaries; ``reorder_bytes``: bytes they
+    wrote; ``filter_packs`` / ``filter_pack_bytes``: filters packed into the
+    kernels' layout (once per filter tensor and block size); ``launches``: kernel
     launches of any kind; ``fused_ops``: ops folded into another op's kernel;
     ``flushes``: times pending work was run for a readback; ``compile_s``:
     seconds of the launches that compiled a kernel or loaded it from the disk
@@ -52,6 +54,8 @@ class Stats:
 
     reorders: int = 0
     reorder_bytes: int = 0
+    filter_packs: int = 0
+    filter_pack_bytes: int = 0
     launches: int = 0
     fused_ops: int = 0
     flushes: int = 0
@@ -117,14 +121,17 @@ class Context:
     def _launch(self, kernel, *args, threads: int | None = None) -> None:
         """Run one kernel with this context's thread count (per calling thread)."""
         numba.set_num_threads(threads or self.num_threads)
-        known = len(kernel.overloads)
+        # A numba dispatcher lists its compiled specializations; a Python
+        # wrapper around several kernels does not, and is not timed here.
+        overloads = getattr(kernel, "overloads", None)
+        known = len(overloads) if overloads is not None else 0
         start = time.perf_counter()
         if self._serialize:
             with self._kernel_lock:
                 kernel(*args)
         else:
             kernel(*args)
-        if len(kernel.overloads) > known:
+        if overloads is not None and len(overloads) > known:
             # This call compiled the kernel (or loaded it from the disk cache).
             self._count(launches=1, compile_s=time.perf_counter() - start)
         else:

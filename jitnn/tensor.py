@@ -59,7 +59,7 @@ class Tensor:
     """An immutable float32 tensor. Make one with ``jitnn.tensor(array)``."""
 
     __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_producer",
-                 "_lock", "__weakref__")
+                 "_lock", "_derived", "__weakref__")
 
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
                  data: np.ndarray | None = None,
@@ -73,6 +73,10 @@ class Tensor:
         self._data = data
         self._producer = producer
         self._lock = threading.Lock()
+        # Forms derived from this value once and reused: a packed filter per
+        # block size, the blocked copy of a plain input. Tensors are immutable,
+        # so these never go stale.
+        self._derived: dict = {}
 
     @classmethod
     def _from_host(cls, ctx: "Context", data: object) -> "Tensor":
@@ -132,6 +136,16 @@ class Tensor:
                 self._data = self._producer()
                 self._producer = None
             return self._data
+
+    def _derive(self, key: tuple, make: Callable[[], object]) -> object:
+        """``make()`` once per key for this tensor, then the stored result."""
+        value = self._derived.get(key)
+        if value is None:
+            with self._lock:
+                value = self._derived.get(key)
+                if value is None:
+                    value = self._derived[key] = make()
+        return value
 
     # --- readback -------------------------------------------------------------------
 
