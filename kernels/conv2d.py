@@ -1,0 +1,862 @@
+"""2-D convolution on blocked ``nChw{cb}c`` tensors, with a fused epilogue.
+
+Computes ``y = act(conv(x, w) + bias + residual)`` with WebNN semantics
+(padding ``[top, bottom, left, right]``, strides, dilations, groups; output
+size ``floor((in - ((k - 1) * d + 1) + pad_begin + pad_end) / s) + 1``).
+
+Buffers (float32, C-contiguous; ``cb`` is the channel block: 1, 4, 8, 16 or
+32, and ``ic_bn = oc_bn = cb``; ``C_phys = ceil(C / cb) * cb``, same for O):
+
+* input, blocked:    ``x: (N, C_phys // cb, H, W, cb)``; padding lanes zero
+* input, plain (first-layer path only): ``x: (N, C, H, W)``
+* output:            ``y: (N, O_phys // cb, OH, OW, cb)``; every element is
+  written (so ``y`` may come from ``np.empty``) and its padding lanes are zero
+  whatever the activation does to 0
+* bias:              ``bias: (O_phys,)``, padding lanes zero
+* residual:          ``residual: (N, O_phys // cb, OH, OW, cb)`` like ``y``;
+  it may be ``y`` itself (accumulate in place), never a partial overlap
+* packed filters, one layout per path (:func:`pack_conv2d_filter` picks):
+
+  ============ ===================================================== =========
+  path         packed filter                                         when
+  ============ ===================================================== =========
+  direct       ``(O_phys//cb, C_phys//cb, KH, KW, cb, cb)``           default
+               (``OIhw{cb}i{cb}o``, ``layout.pack_filter``; groups
+               packed block-diagonal)
+  1x1          same as direct with ``KH = KW = 1``                    1x1
+  depthwise    ``(O_phys//cb, KH, KW, cb)``: ``[ob, kh, kw, o]`` is   groups==C>1
+               the weight of output channel ``ob*cb + o``
+  first_layer  ``(O_phys//cb, 1, KH, KW, C, cb)`` (``OIhw{C}i{cb}o``,  plain
+               one input "block" holding all C channels)              input
+  ============ ===================================================== =========
+
+Paths: direct (any kernel, strides, dilations, padding, groups), 1x1 (the
+same kernel: with one tap it is a GEMM over pixels), first_layer (plain nchw
+input read in place: C lanes of stride H*W instead of a blocked input) and
+depthwise (its own kernel, vectorized over the channel block).
+
+How it is fast (see the design notes on Numba kernels):
+
+* **Register tile.** A tile computes ``P`` output pixels for ``B`` output
+  blocks: ``P x B x cb`` accumulators, 6 x 2 x 8 = 12 ymm registers for
+  cb 8 on AVX2, plus 2 weight vectors and 1 broadcast = 15 of 16
+  (:func:`conv_tile_shape`). The accumulators live in a fixed-size stack array
+  indexed only by constant-trip loops, so LLVM keeps them in registers and
+  the SLP vectorizer packs them. ``cb`` (and the lanes per input block ``ci``)
+  are compile-time constants: one driver per block size, built by a factory,
+  whose helpers ask for literals with ``numba.literally``.
+* **No wraparound checks.** Flat 1-D buffers are indexed with
+  ``np.uint64(offset)``: numba adds ``if i < 0: i += n`` to every signed index
+  it cannot prove non-negative, which breaks vectorization.
+* **Borders without a padded copy.** Interior output pixels (every tap inside
+  the input) are numbered row-major over their rectangle and tiled P at a
+  time across row ends; they read the input in place. Border pixels (rows and
+  columns where a tap falls in the padding) go through the same loop on a
+  small zero-padded copy of just their taps. Depthwise tiles run along rows;
+  its border columns are done one pixel at a time with clipped taps.
+* **Epilogue in registers.** Accumulators start from bias (+ residual);
+  relu/clamp (a min/max) is applied before the single store, which writes
+  padding lanes as zero. Other activations (leaky_relu, sigmoid, tanh,
+  hard_swish, gelu) run right after the store, on the tile still in L1, on
+  the real lanes only.
+* **Few calls.** A numba call with array arguments updates reference counts
+  atomically (cache-line traffic between threads), so one call runs many tiles.
+* **Parallel** over (batch x output-block groups x chunks of about one output
+  row of pixels). When all weights fit in L2 a task runs every group for its
+  pixels, so a tile's input stays in L1 across groups. Grouped convolutions
+  read only the input blocks of their groups
+  (``layout.group_input_block_ranges``; a tile's B blocks read the union).
+* **Aligned weights.** Packed filters start on a 64-byte boundary
+  (:func:`aligned_empty`); callers should allocate x and y the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import literally, prange
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from ._config import jit
+from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
+                       activate)
+from .layout import group_input_block_ranges, pack_filter
+
+BLOCK_SIZES = (1, 4, 8, 16, 32)
+PATHS = ("direct", "1x1", "depthwise", "first_layer")
+
+_ZERO = np.float32(0.0)
+#: stack-array size: the largest tile (P * B * cb) over every block size
+_TILE_ELEMENTS = 96
+_MAX_LANES = 32
+_MAX_TILE_PIXELS = 16
+
+
+# --- fixed-size stack arrays (register tiles) ------------------------------
+
+@intrinsic
+def _stack_empty(typingctx, size, dtype):
+    """``_stack_empty(96, np.float32)``: pointer to uninitialized elements in
+    the caller's stack frame; wrap it with ``numba.carray``. ``size`` must be a
+    compile-time constant so the alloca has a fixed type that SROA can split
+    into scalars (and the SLP vectorizer into registers)."""
+    if not isinstance(size, types.IntegerLiteral):
+        return None
+    count = size.literal_value
+    element = dtype.dtype
+
+    def codegen(context, builder, signature, args):
+        llvm_element = context.get_data_type(element)
+        slot = cgutils.alloca_once(builder, ir.ArrayType(llvm_element, count))
+        return builder.bitcast(slot, llvm_element.as_pointer())
+
+    return types.CPointer(element)(size, dtype), codegen
+
+
+# --- tile shapes -----------------------------------------------------------
+
+def conv_tile_shape(cb: int) -> tuple[int, int]:
+    """``(P, B)``: output pixels x output-channel blocks of the direct tile.
+
+    ``P * B * cb / 8`` ymm accumulators must leave room for B weight vectors
+    and one broadcast in 16 registers: cb 8 -> 6 x 2 (12 + 2 + 1), cb 16 ->
+    6 x 1 (12 + 2 + 1), cb 32 -> 3 x 1 (12 + 4 + 1); cb 4 uses 12 xmm.
+    """
+    if cb >= 32:
+        return 3, 1
+    if cb >= 16:
+        return 6, 1
+    return 6, 2
+
+
+def depthwise_tile_pixels(cb: int) -> int:
+    """Output pixels per depthwise tile: 12 vector accumulators for cb <= 8."""
+    return max(1, min(12, _TILE_ELEMENTS // cb))
+
+
+# --- epilogue helpers --------------------------------------------------------
+
+@jit()
+def _activate_pixels(yf, start, npix, stride, lanes, act, p0, p1):
+    """Apply activation ``act`` in place to ``npix`` pixels of ``lanes``
+    channels starting at flat offset ``start``, ``stride`` apart.
+
+    One loop per activation so each loop body holds a single activation
+    (``activate`` is called with a constant code and folds to it)."""
+    if act == LEAKY_RELU:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], LEAKY_RELU, p0, p1)
+    elif act == SIGMOID:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], SIGMOID, p0, p1)
+    elif act == TANH:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], TANH, p0, p1)
+    elif act == HARD_SWISH:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], HARD_SWISH, p0, p1)
+    elif act == GELU:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], GELU, p0, p1)
+    elif act != NONE:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], act, p0, p1)
+
+
+@jit()
+def _clip_range(start, step, count, size):
+    """``[first, end)`` of ``k`` in ``range(count)`` with ``0 <= start + k*step < size``
+    (``step > 0``): the kernel taps that land inside the input."""
+    first = 0
+    if start < 0:
+        first = (-start + step - 1) // step
+    last = size - 1 - start
+    end = last // step + 1 if last >= 0 else 0
+    end = min(end, count)
+    if end < first:
+        end = first
+    return first, end
+
+
+# --- direct / 1x1 / first-layer ---------------------------------------------
+#
+# ``geom`` (a tuple of ints) describes the convolution for these kernels:
+#   N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+#   x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1
+# Input addressing is by element strides so one loop reads both input kinds:
+# blocked input has CB blocks of ci = cb lanes (x_lane 1, x_px cb); plain nchw
+# input (first layer) is one "block" of ci = C lanes (x_lane H*W, x_px 1).
+#
+# Output pixels are split in two regions. Interior pixels (rows [r0, r1),
+# columns [c0, c1)) see every kernel tap inside the input; they are numbered
+# row-major over that rectangle, and a tile takes P consecutive ones (it may
+# wrap to the next row, so no work is lost on row ends) and reads the input
+# directly. Border pixels (the rest: rows above and below, then columns left
+# and right) go through the same loop on a zero-padded copy of their taps.
+
+
+@jit()
+def _border_pixel(j, OH, OW, r0, r1, c0, c1):
+    """(oh, ow) of border pixel number ``j``: rows [0, r0), rows [r1, OH),
+    then columns [0, c0) and [c1, OW) of rows [r0, r1)."""
+    top = r0 * OW
+    if j < top:
+        return j // OW, j % OW
+    j -= top
+    bottom = (OH - r1) * OW
+    if j < bottom:
+        return r1 + j // OW, j % OW
+    j -= bottom
+    left = (r1 - r0) * c0
+    if j < left:
+        return r0 + j // c0, j % c0
+    j -= left
+    right = OW - c1
+    return r0 + j // right, c1 + j % right
+
+
+@jit()
+def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
+    """Copy what a border tile reads from input blocks ``ib0 .. ib1-1`` into
+    ``buf``: ``buf[((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci + i]`` is
+    lane ``i`` of tap ``(kh, kw)`` of pixel ``p`` (input row ``ihs[p] + kh*dh``,
+    column ``iws[p] + kw*dw``), zero where the tap falls in the padding."""
+    literally(ci)
+    literally(P)
+    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+     x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
+    for ib in range(ib0, ib1):
+        xbase = n * x_n + ib * x_ib
+        for kh in range(KH):
+            for p in range(P):
+                ih = ihs[p] + kh * dh
+                row_ok = ih >= 0 and ih < H
+                for kw in range(KW):
+                    iw = iws[p] + kw * dw
+                    d = ((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci
+                    if row_ok and iw >= 0 and iw < W:
+                        s = xbase + ih * x_row + iw * x_px
+                        for i in range(ci):
+                            buf[np.uint64(d + i)] = xf[np.uint64(s + i * x_lane)]
+                    else:
+                        for i in range(ci):
+                            buf[np.uint64(d + i)] = _ZERO
+
+
+@jit()
+def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1,
+                k_start, k_end, interior, has_res, clamp, lo, hi, post, act, p0, p1,
+                cb, ci, P, B):
+    """Output pixels ``k_start .. k_end-1`` of the interior (``interior``) or
+    border region, for output-block groups ``og0 .. og1-1`` (group ``og`` is
+    blocks ``og*B .. og*B+B-1``), tile by tile: P pixels x B blocks.
+
+    One call runs many tiles: every call of a numba function with array
+    arguments costs atomic reference-count updates, shared between threads.
+    """
+    literally(cb)
+    literally(ci)
+    literally(P)
+    literally(B)
+    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+     x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
+    # per pixel of a tile: output offset (block 0), kernel window origin, and
+    # the input offset it reads from (xb, kept in registers)
+    yos = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    ihs = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    iws = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    xb = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    acc = numba.carray(_stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+
+    y_ob = OH * OW * cb                  # between output blocks
+    # packed weight strides: (OB, CB, KH, KW, ci, cb)
+    w_kw = ci * cb
+    w_kh = KW * w_kw
+    w_ib = KH * w_kh
+    w_ob = CB * w_ib
+    # input blocks any group of this call reads (ranges grow with ob)
+    u0 = ib_begin[og0 * B]
+    u1 = ib_end[min(og1 * B, OB) - 1]
+    if interior:
+        src = xf
+        s_ib, s_kh, s_kw, s_lane = x_ib, dh * x_row, dw * x_px, x_lane
+    else:
+        src = buf                        # patch of blocks u0 .. u1-1
+        s_ib, s_kh, s_kw, s_lane = KH * KW * P * ci, KW * P * ci, P * ci, 1
+
+    k0 = k_start
+    while k0 < k_end:
+        nvalid = min(P, k_end - k0)
+        # the tile's pixels; those past nvalid repeat the last one
+        if interior:
+            width = c1 - c0
+            row = k0 // width
+            oh = r0 + row
+            ow = c0 + k0 - row * width
+        for p in range(P):
+            if not interior:
+                oh, ow = _border_pixel(k0 + min(p, nvalid - 1), OH, OW, r0, r1, c0, c1)
+            ihs[p] = oh * sh - pt
+            iws[p] = ow * sw - pl
+            yos[p] = ((n * OB * OH + oh) * OW + ow) * cb
+            if interior and p + 1 < nvalid:
+                ow += 1
+                if ow == c1:
+                    ow = c0
+                    oh += 1
+        if interior:
+            for p in range(P):
+                xb[p] = n * x_n + ihs[p] * x_row + iws[p] * x_px
+        else:
+            _fill_patch(buf, xf, geom, n, u0, u1, ihs, iws, ci, P)
+            for p in range(P):
+                xb[p] = p * ci - u0 * s_ib
+
+        for og in range(og0, og1):
+            ob0 = og * B
+            last = min(B, OB - ob0) - 1  # blocks past the last one re-read it
+            # accumulators start from bias (+ residual)
+            for p in range(P):
+                for b in range(B):
+                    bo = (ob0 + min(b, last)) * cb
+                    yo = yos[p] + (ob0 + min(b, last)) * y_ob
+                    for o in range(cb):
+                        v = bias[np.uint64(bo + o)]
+                        r = resf[np.uint64(yo + o)]     # resf is yf without a residual
+                        if has_res:
+                            v += r
+                        acc[(p * B + b) * cb + o] = v
+
+            # the hot loop: per input lane, B weight vectors and P broadcasts
+            wob = ob0 * w_ob
+            for ib in range(ib_begin[ob0], ib_end[ob0 + last]):
+                for kh in range(KH):
+                    for kw in range(KW):
+                        toff = ib * s_ib + kh * s_kh + kw * s_kw
+                        wo = wob + ib * w_ib + kh * w_kh + kw * w_kw
+                        for i in range(ci):
+                            xi = toff + i * s_lane
+                            wi = wo + i * cb
+                            for p in range(P):
+                                xv = src[np.uint64(xb[p] + xi)]
+                                for b in range(B):
+                                    wb = wi + min(b, last) * w_ob
+                                    for o in range(cb):
+                                        acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
+
+            # the store: relu/clamp in registers, padding lanes zero
+            for p in range(P):
+                if p < nvalid:
+                    for b in range(B):
+                        if b <= last:
+                            lim = O - (ob0 + b) * cb
+                            yo = yos[p] + (ob0 + b) * y_ob
+                            for o in range(cb):
+                                v = acc[(p * B + b) * cb + o]
+                                if clamp:
+                                    v = min(max(v, lo), hi)
+                                yf[np.uint64(yo + o)] = v if o < lim else _ZERO
+            if post:
+                for p in range(nvalid):
+                    for b in range(last + 1):
+                        lanes = min(cb, O - (ob0 + b) * cb)
+                        _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
+                                         act, p0, p1)
+        k0 += P
+
+
+def _make_conv_driver(cb: int, ci: int):
+    """The parallel driver for block ``cb`` reading ``ci`` lanes per input
+    block (cb, or C for plain input). cb, ci, P, B are compile-time constants
+    captured as ints, so the numba cache keeps one entry per (cb, ci)."""
+    P, B = conv_tile_shape(cb)
+
+    def conv_driver(xf, wf, bias, resf, yf, geom, ib_begin, ib_end, chunk, og_inner,
+                    has_res, clamp, lo, hi, post, act, p0, p1):
+        (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+         x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
+        OG = (OB + B - 1) // B
+        inner = (r1 - r0) * (c1 - c0)
+        border = OH * OW - inner
+        inner_chunks = (inner + chunk - 1) // chunk
+        nchunks = inner_chunks + (border + chunk - 1) // chunk
+        # og_inner (all weights fit in L2): a task takes a chunk of pixels for
+        # every output-block group, tile by tile, so the tile's input stays in
+        # L1 across the groups; otherwise a task takes one group's chunk and
+        # consecutive tasks share that group's weights.
+        per_task = OG if og_inner else 1
+        tasks_per_image = (OG // per_task) * nchunks
+        for task in prange(N * tasks_per_image):
+            n = task // tasks_per_image
+            c = task % nchunks
+            og0 = ((task // nchunks) % (OG // per_task)) * per_task
+            interior = c < inner_chunks
+            if interior:
+                start = c * chunk
+                end = min(inner, start + chunk)
+            else:
+                start = (c - inner_chunks) * chunk
+                end = min(border, start + chunk)
+            buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
+            _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0,
+                        og0 + per_task, start, end, interior, has_res, clamp, lo, hi, post,
+                        act, p0, p1, cb, ci, P, B)
+
+    conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}"
+    return jit(parallel=True)(conv_driver)
+
+
+# --- depthwise -------------------------------------------------------------
+#
+# geom: N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m
+# Tiles run along one output row, so the P pixels of a tile have affine input
+# addresses (one base register serves them all).
+
+
+@jit()
+def _dw_fill_patch(buf, xf, geom, lane_off, n, ob, ih0, kh0, kh1, iw0, span, cb):
+    """Gather input rows ``ih0 + kh*dh`` (kh in [kh0, kh1)), columns
+    ``iw0 .. iw0+span-1`` into ``buf[(kh * span + s) * cb + o]``, zero outside
+    the input: lane ``o`` is the input channel at offset ``lane_off[o]`` (the
+    one output lane ``o`` of block ``ob`` reads, for a multiplier > 1)."""
+    literally(cb)
+    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m) = geom
+    xn = n * CB * H * W * cb
+    for kh in range(kh0, kh1):
+        row = xn + (ih0 + kh * dh) * W * cb
+        for s in range(span):
+            iw = iw0 + s
+            d = (kh * span + s) * cb
+            if iw >= 0 and iw < W:
+                px = row + iw * cb
+                for o in range(cb):
+                    buf[np.uint64(d + o)] = xf[np.uint64(px + lane_off[o])]
+            else:
+                for o in range(cb):
+                    buf[np.uint64(d + o)] = _ZERO
+
+
+@jit()
+def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_end, owa, owb,
+             has_res, clamp, lo, hi, post, act, p0, p1, cb, P):
+    """Depthwise output rows ``oh_start .. oh_end-1`` of block ``ob``,
+    vectorized over the block's lanes.
+
+    With multiplier 1, columns ``[owa, owb)`` (all taps inside the input) run
+    in tiles of ``P`` pixels that read ``xf`` directly (the last tile of a row
+    is moved back to end at ``owb``: it recomputes a few pixels rather than
+    run partly empty), and the border columns one pixel at a time with the
+    taps clipped. With a multiplier > 1 each lane comes from another input
+    channel, so every tile reads a gathered, zero-padded patch instead.
+    """
+    literally(cb)
+    literally(P)
+    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m) = geom
+    acc = numba.carray(_stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+    one = numba.carray(_stack_empty(_MAX_LANES, np.float32), _MAX_LANES)  # single pixels
+    span = (P - 1) * sw + (KW - 1) * dw + 1
+    xps = sw * cb
+    s_kw = dw * cb
+    bo = ob * cb
+    lim = O - bo
+    plane = H * W * cb
+    tiled = m == 1 and owb - owa >= P
+    for oh in range(oh_start, oh_end):
+        kh0, kh1 = _clip_range(oh * sh - pt, dh, KH, H)
+        ih0 = oh * sh - pt
+        yrow = ((n * OB + ob) * OH + oh) * OW * cb
+        xrow = (n * CB + ob) * plane + ih0 * W * cb
+
+        # single pixels: the border columns (and a too narrow interior)
+        if m == 1:
+            ow = 0
+            while ow < OW:
+                if tiled and ow == owa:
+                    ow = owb                  # the tiles below take [owa, owb)
+                    continue
+                yo = yrow + ow * cb
+                for o in range(cb):
+                    one[o] = _ZERO
+                iw0 = ow * sw - pl
+                kw0, kw1 = _clip_range(iw0, dw, KW, W)
+                for kh in range(kh0, kh1):
+                    for kw in range(kw0, kw1):
+                        xo = xrow + kh * dh * W * cb + (iw0 + kw * dw) * cb
+                        wo = ((ob * KH + kh) * KW + kw) * cb
+                        for o in range(cb):
+                            one[o] += xf[np.uint64(xo + o)] * wf[np.uint64(wo + o)]
+                for o in range(cb):
+                    v = one[o] + bias[np.uint64(bo + o)]
+                    r = resf[np.uint64(yo + o)]
+                    if has_res:
+                        v += r
+                    if clamp:
+                        v = min(max(v, lo), hi)
+                    yf[np.uint64(yo + o)] = v if o < lim else _ZERO
+                if post:
+                    _activate_pixels(yf, yo, 1, cb, min(cb, lim), act, p0, p1)
+                ow += 1
+            if not tiled:
+                continue
+            first, end = owa, owb
+        else:
+            first, end = 0, OW
+
+        # tiles of P pixels
+        ow0 = first
+        while ow0 < end:
+            if m == 1:
+                ow0 = min(ow0, end - P)       # whole tiles only: overlap the last one
+            nvalid = min(P, end - ow0)
+            iw0 = ow0 * sw - pl
+            ypix = yrow + ow0 * cb
+            for p in range(P):
+                yo = ypix + min(p, nvalid - 1) * cb
+                for o in range(cb):
+                    v = bias[np.uint64(bo + o)]
+                    r = resf[np.uint64(yo + o)]
+                    if has_res:
+                        v += r
+                    acc[p * cb + o] = v
+            if m == 1:
+                src = xf
+                base = xrow + iw0 * cb
+                s_kh = dh * W * cb
+            else:
+                _dw_fill_patch(buf, xf, geom, lane_off, n, ob, ih0, kh0, kh1, iw0, span, cb)
+                src = buf
+                base = 0
+                s_kh = span * cb
+            for kh in range(kh0, kh1):
+                for kw in range(KW):
+                    xo = base + kh * s_kh + kw * s_kw
+                    wo = ((ob * KH + kh) * KW + kw) * cb
+                    for p in range(P):
+                        for o in range(cb):
+                            acc[p * cb + o] += (src[np.uint64(xo + p * xps + o)]
+                                                * wf[np.uint64(wo + o)])
+            for p in range(P):
+                if p < nvalid:
+                    yo = ypix + p * cb
+                    for o in range(cb):
+                        v = acc[p * cb + o]
+                        if clamp:
+                            v = min(max(v, lo), hi)
+                        yf[np.uint64(yo + o)] = v if o < lim else _ZERO
+            if post:
+                _activate_pixels(yf, ypix, nvalid, cb, min(cb, lim), act, p0, p1)
+            ow0 += P
+
+
+def _make_depthwise_driver(cb: int):
+    P = depthwise_tile_pixels(cb)
+
+    def depthwise_driver(xf, wf, bias, resf, yf, geom, has_res, clamp, lo, hi, post,
+                         act, p0, p1):
+        (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m) = geom
+        # output columns [owa, owb) whose kw taps all land inside the input
+        owa, owb = _clip_range(-pl, sw, OW, W - (KW - 1) * dw)
+        span = (P - 1) * sw + (KW - 1) * dw + 1
+        # a task takes a few output rows of one block
+        rows = min(OH, max(1, 2048 // (OW * cb)))
+        row_chunks = (OH + rows - 1) // rows
+        for task in prange(N * OB * row_chunks):
+            rc = task % row_chunks
+            ob = (task // row_chunks) % OB
+            n = task // (OB * row_chunks)
+            buf = np.empty(KH * span * cb, np.float32)
+            lane_off = np.empty(cb, np.int64)
+            for o in range(cb):
+                # input channel of output lane o (padding lanes: any readable one)
+                c = min((ob * cb + o) // m, C - 1)
+                lane_off[o] = (c // cb) * H * W * cb + c % cb
+            _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, rc * rows,
+                     min(OH, rc * rows + rows), owa, owb, has_res, clamp, lo, hi, post,
+                     act, p0, p1, cb, P)
+
+    depthwise_driver.__qualname__ = f"depthwise_driver_cb{cb}"
+    return jit(parallel=True)(depthwise_driver)
+
+
+_conv_drivers: dict = {}
+_depthwise_drivers: dict = {}
+
+
+def conv_driver(cb: int, ci: int):
+    """The compiled direct/1x1/first-layer driver for block ``cb`` and ``ci``
+    lanes per input block (made once)."""
+    key = (cb, ci)
+    driver = _conv_drivers.get(key)
+    if driver is None:
+        driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci))
+    return driver
+
+
+def depthwise_driver(cb: int):
+    """The compiled depthwise driver for block ``cb`` (made once)."""
+    driver = _depthwise_drivers.get(cb)
+    if driver is None:
+        driver = _depthwise_drivers.setdefault(cb, _make_depthwise_driver(cb))
+    return driver
+
+
+# --- the Python API -------------------------------------------------------
+
+@dataclass(frozen=True)
+class PackedConv2dFilter:
+    """A filter packed once for one block size, with what the kernels need.
+
+    ``weights`` has the layout of ``path`` (see the module docstring);
+    ``ib_begin``/``ib_end`` (direct, 1x1, first_layer) give each output block
+    the input blocks ``[begin, end)`` it reads.
+    """
+    path: str
+    block: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel: tuple[int, int]
+    weights: np.ndarray
+    ib_begin: np.ndarray
+    ib_end: np.ndarray
+
+    @property
+    def out_blocks(self) -> int:
+        return -(-self.out_channels // self.block)
+
+    @property
+    def multiplier(self) -> int:
+        """Output channels per input channel (depthwise)."""
+        return self.out_channels // self.in_channels
+
+
+def _blocks(channels: int, block: int) -> int:
+    return -(-channels // block)
+
+
+def aligned_empty(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
+    """``np.empty`` whose data starts on an ``alignment``-byte boundary.
+
+    Packed weights are read as whole vectors: at an address 16 mod 32 (what
+    a large ``np.empty`` often returns) every other ymm load splits a cache
+    line, which cost up to 20 % of the direct conv's speed here.
+    """
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    raw = np.empty(count * dtype.itemsize + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def pack_conv2d_filter(w_oihw, in_channels: int, groups: int, block: int,
+                       input_is_plain: bool = False) -> PackedConv2dFilter:
+    """Choose the path for this filter and pack it.
+
+    ``w_oihw``: ``(O, in_channels // groups, KH, KW)``, any strides (hwio, ohwi
+    and ihwo filters come in as transposed views); cast to float32.
+    ``input_is_plain``: the input will be plain ``nchw`` (the first-layer path,
+    meant for ``in_channels < block``; it accepts any C). Otherwise depthwise
+    when ``groups == in_channels > 1``, 1x1 for 1x1 kernels, else direct.
+    """
+    w = np.asarray(w_oihw)
+    if w.ndim != 4:
+        raise ValueError(f"conv2d filter must be 4-D oihw, got shape {w.shape}")
+    if block not in BLOCK_SIZES:
+        raise ValueError(f"block must be one of {BLOCK_SIZES}, got {block}")
+    out_channels, group_in, kh, kw = (int(s) for s in w.shape)
+    if groups < 1 or in_channels % groups or out_channels % groups:
+        raise ValueError(f"groups={groups} must divide in_channels={in_channels} "
+                         f"and out_channels={out_channels}")
+    if group_in != in_channels // groups:
+        raise ValueError(f"filter {w.shape} expects {group_in * groups} input channels "
+                         f"with groups={groups}, the input has {in_channels}")
+    if min(out_channels, kh, kw) < 1:
+        raise ValueError(f"conv2d filter has an empty dimension: {w.shape}")
+    if w.dtype != np.float32:
+        w = w.astype(np.float32)
+    ob = _blocks(out_channels, block)
+    if input_is_plain:
+        path = "first_layer"
+        packed = aligned_empty((ob, 1, kh, kw, in_channels, block))
+        pack_filter(w, groups, packed)
+        begin, end = np.zeros(ob, np.int64), np.ones(ob, np.int64)
+    elif groups == in_channels and groups > 1:
+        path = "depthwise"
+        padded = np.zeros((ob * block, kh, kw), np.float32)
+        padded[:out_channels] = w[:, 0]
+        packed = aligned_empty((ob, kh, kw, block))
+        packed[...] = padded.reshape(ob, block, kh, kw).transpose(0, 2, 3, 1)
+        begin = end = np.zeros(0, np.int64)
+    else:
+        path = "1x1" if kh == kw == 1 else "direct"
+        packed = aligned_empty((ob, _blocks(in_channels, block), kh, kw, block, block))
+        pack_filter(w, groups, packed)
+        begin, end = group_input_block_ranges(in_channels, out_channels, groups, block, block)
+    return PackedConv2dFilter(path, block, in_channels, out_channels, groups, (kh, kw),
+                              packed, begin, end)
+
+
+def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
+                       pad_begin: int, pad_end: int) -> int:
+    """WebNN's output size (may be < 1 for impossible geometry)."""
+    return (size - ((kernel - 1) * dilation + 1) + pad_begin + pad_end) // stride + 1
+
+
+def _pair(value, name):
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2:
+        raise ValueError(f"conv2d: {name} must be an int or a pair, got {value}")
+    return value
+
+
+def _check_buffer(name, array, shape):
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
+        raise ValueError(f"conv2d: {name} must be a float32 numpy array, "
+                         f"got {getattr(array, 'dtype', type(array))}")
+    if array.shape != tuple(shape):
+        raise ValueError(f"conv2d: {name} has shape {array.shape}, expected {tuple(shape)}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"conv2d: {name} must be C-contiguous")
+
+
+# activations that are a min/max, applied to the accumulators
+_INF = np.float32(np.inf)
+
+
+def _epilogue_args(activation, param0, param1):
+    act = int(activation)
+    if not 0 <= act <= GELU:
+        raise ValueError(f"conv2d: unknown activation code {activation}")
+    p0, p1 = np.float32(param0), np.float32(param1)
+    if act == RELU:
+        return True, np.float32(0.0), _INF, False, act, p0, p1
+    if act == CLAMP:
+        return True, p0, p1, False, act, p0, p1
+    return False, -_INF, _INF, act != NONE, act, p0, p1
+
+
+# Weights of one output-block group that fit comfortably in L2 (512 KiB here):
+# then the tasks of one output row share the input rows instead.
+_L2_WEIGHT_BYTES = 256 * 1024
+
+
+def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
+                   padding=(0, 0, 0, 0), bias=None, residual=None, activation=NONE,
+                   param0=0.0, param1=0.0):
+    """``out = act(conv(x, w) + bias + residual)``, writing every element of ``out``.
+
+    ``x``: ``(N, C_phys//cb, H, W, cb)``, or ``(N, C, H, W)`` for the
+    first_layer path. ``out``: ``(N, O_phys//cb, OH, OW, cb)``. ``bias``:
+    ``(O_phys,)`` or ``(O,)`` float32, or None. ``residual``: like ``out`` (may
+    be ``out`` itself), or None. ``activation``: a code from
+    :mod:`kernels.epilogue` with its two parameters. ``padding`` is
+    ``[top, bottom, left, right]``. Raises ValueError on any mismatch (the
+    kernels themselves do not check bounds). Returns ``out``.
+    """
+    cb = packed.block
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    pad = tuple(int(p) for p in padding)
+    if len(pad) != 4:
+        raise ValueError(f"conv2d: padding must be [top, bottom, left, right], got {padding}")
+    if min(sh, sw, dh, dw) < 1 or min(pad) < 0:
+        raise ValueError(f"conv2d: strides {strides} and dilations {dilations} must be >= 1 "
+                         f"and padding {padding} >= 0")
+    pt, pb, pl, pr = pad
+    C, O = packed.in_channels, packed.out_channels
+    KH, KW = packed.kernel
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"conv2d: x must be a numpy array, got {type(x)}")
+    if packed.path == "first_layer":
+        if x.ndim != 4:
+            raise ValueError(f"conv2d: first-layer input must be nchw, got shape {x.shape}")
+        N, _, H, W = x.shape
+        _check_buffer("x", x, (N, C, H, W))
+    else:
+        if x.ndim != 5:
+            raise ValueError(f"conv2d: input must be blocked (N, C/cb, H, W, cb), got {x.shape}")
+        N, _, H, W, _ = x.shape
+        _check_buffer("x", x, (N, _blocks(C, cb), H, W, cb))
+    OH = conv2d_output_size(H, KH, sh, dh, pt, pb)
+    OW = conv2d_output_size(W, KW, sw, dw, pl, pr)
+    if OH < 1 or OW < 1:
+        raise ValueError(f"conv2d: output would be {OH}x{OW} for input {H}x{W}, kernel "
+                         f"{KH}x{KW}, strides {(sh, sw)}, dilations {(dh, dw)}, padding {pad}")
+    OB = packed.out_blocks
+    _check_buffer("out", out, (N, OB, OH, OW, cb))
+    if np.may_share_memory(x, out):
+        raise ValueError("conv2d: out must not overlap x")
+    if bias is None:
+        bias = np.zeros(OB * cb, np.float32)
+    else:
+        if not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.ndim != 1:
+            raise ValueError("conv2d: bias must be a 1-D float32 array")
+        if bias.shape[0] == O and O != OB * cb:
+            bias = np.concatenate([bias, np.zeros(OB * cb - O, np.float32)])
+        _check_buffer("bias", bias, (OB * cb,))
+    has_res = residual is not None
+    if has_res:
+        _check_buffer("residual", residual, out.shape)
+        if residual is not out and np.may_share_memory(residual, out) and not (
+                residual.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
+            raise ValueError("conv2d: residual must be out itself or not overlap it")
+    resf = (residual if has_res else out).reshape(-1)
+    clamp, lo, hi, post, act, p0, p1 = _epilogue_args(activation, param0, param1)
+    xf, wf, yf = x.reshape(-1), packed.weights.reshape(-1), out.reshape(-1)
+
+    if packed.path == "depthwise":
+        geom = (N, _blocks(C, cb), H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C,
+                packed.multiplier)
+        depthwise_driver(cb)(xf, wf, bias, resf, yf, geom, has_res, clamp, lo, hi, post,
+                             act, p0, p1)
+        return out
+
+    P, B = conv_tile_shape(cb)
+    if packed.path == "first_layer":
+        CB, ci = 1, C
+        x_n, x_ib, x_row, x_px, x_lane = C * H * W, 0, W, 1, H * W
+    else:
+        CB, ci = _blocks(C, cb), cb
+        x_n, x_ib, x_row, x_px, x_lane = CB * H * W * cb, H * W * cb, W * cb, cb, 1
+    # interior: output rows/columns whose taps all land inside the input
+    r0, r1 = _clip_range.py_func(-pt, sh, OH, H - (KH - 1) * dh)
+    c0, c1 = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
+    geom = (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+            x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1)
+    # tasks take about one output row of pixels, whole tiles
+    chunk = P * max(1, -(-OW // P))
+    og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
+    conv_driver(cb, ci)(xf, wf, bias, resf, yf, geom, packed.ib_begin, packed.ib_end, chunk,
+                        og_inner, has_res, clamp, lo, hi, post, act, p0, p1)
+    return out
+
+
+def conv2d_flops(packed: PackedConv2dFilter, batch: int, out_h: int, out_w: int) -> int:
+    """Multiply-adds x 2 of the logical convolution (for GFLOP/s figures)."""
+    KH, KW = packed.kernel
+    group_in = packed.in_channels // packed.groups
+    return 2 * batch * packed.out_channels * out_h * out_w * group_in * KH * KW

@@ -1,0 +1,361 @@
+"""conv2d kernels (kernels/conv2d.py) against the float64 numpy reference.
+
+Each case packs a random filter, runs ``conv2d_forward`` on blocked input (or
+plain nchw for the first-layer path) into an output filled with NaN, converts
+back with the layout kernels and compares with ``conv_reference``. Every case
+also checks that every element was written and that padding lanes are zero.
+
+Compile time dominates: the kernels specialize on the block size (and on C
+for the first-layer path), so the default run uses blocks 4, 8, 16 and a few
+first-layer channel counts; blocks 1 and 32 are in the slow set.
+"""
+
+import numba
+import numpy as np
+import pytest
+
+from tests.conv_reference import conv2d_reference
+from jitnn.kernels import conv2d as K
+from jitnn.kernels import layout
+from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
+                                    TANH)
+
+ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.75),
+               (CLAMP, 0.25, 6.0),  # min > 0: padding lanes must still be 0
+               (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
+               (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
+
+
+def _random(shape, rng):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _to_blocked(x, block):
+    n, c, h, w = x.shape
+    out = np.empty((n, -(-c // block), h, w, block), np.float32)
+    layout.nchw_to_blocked(np.ascontiguousarray(x), out)
+    return out
+
+
+def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(1, 1),
+             padding=(0, 0, 0, 0), groups=1, block=8, activation=(NONE, 0.0, 0.0),
+             bias=True, residual=False, plain=False, seed=0, filter_view=None,
+             residual_in_place=False):
+    """Run one convolution through the kernels and check it; returns the
+    packed filter (so callers can check the path)."""
+    rng = np.random.default_rng(seed)
+    kh, kw = kernel
+    x = _random((n, c, h, w), rng)
+    w_oihw = _random((o, c // groups, kh, kw), rng)
+    if filter_view is not None:        # e.g. an hwio array passed as an oihw view
+        w_oihw = filter_view(w_oihw)
+    b = _random((o,), rng) if bias else None
+    packed = K.pack_conv2d_filter(w_oihw, c, groups, block, input_is_plain=plain)
+    oh = K.conv2d_output_size(h, kh, strides[0], dilations[0], padding[0], padding[1])
+    ow = K.conv2d_output_size(w, kw, strides[1], dilations[1], padding[2], padding[3])
+    r = _random((n, o, oh, ow), rng) if residual else None
+    xin = x if plain else _to_blocked(x, block)
+    ob = -(-o // block)
+    bias_phys = None
+    if b is not None:
+        bias_phys = np.zeros(ob * block, np.float32)
+        bias_phys[:o] = b
+    if residual_in_place:
+        out = _to_blocked(r, block)
+        res = out
+    else:
+        out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
+        res = _to_blocked(r, block) if residual else None
+    code, p0, p1 = activation
+    K.conv2d_forward(xin, packed, out, strides, dilations, padding, bias_phys, res,
+                     code, p0, p1)
+
+    assert not np.isnan(out).any(), "some output element was not written"
+    lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
+    assert np.all(lanes[:, o:] == 0), "padding lanes must be zero"
+    got = np.empty((n, o, oh, ow), np.float32)
+    layout.blocked_to_nchw(out, got)
+
+    expected = conv2d_reference(x, w_oihw, b, r, strides, dilations, padding, groups,
+                                code, p0, p1)
+    # float32 rounding grows with the sum of |terms|; activations are 1-Lipschitz-ish
+    scale = conv2d_reference(np.abs(x), np.abs(w_oihw), None if b is None else np.abs(b),
+                             None if r is None else np.abs(r), strides, dilations, padding,
+                             groups)
+    atol = 4e-7 * (1.0 + scale.max()) * 4
+    np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+    return packed
+
+
+# --- geometry, block 8 -------------------------------------------------------
+
+GEOMETRY = [
+    # (n, c, o, h, w, kernel, strides, dilations, padding, groups)
+    (1, 8, 8, 7, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (3, 3, 17, 9, 7, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (1, 1, 9, 11, 13, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1),
+    (1, 7, 16, 13, 11, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+    (1, 9, 7, 9, 11, (3, 2), (1, 2), (1, 1), (1, 0, 0, 1), 1),
+    (3, 17, 9, 11, 9, (3, 3), (3, 3), (1, 1), (2, 1, 1, 2), 1),
+    (1, 16, 3, 15, 13, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1),
+    (1, 8, 8, 13, 11, (2, 3), (2, 1), (2, 2), (1, 3, 2, 0), 1),
+    (1, 9, 8, 11, 11, (1, 1), (3, 3), (1, 1), (0, 0, 0, 0), 1),        # stride > kernel
+    (1, 64, 64, 9, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (1, 64, 17, 7, 5, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (3, 17, 64, 5, 7, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+    (1, 16, 16, 6, 5, (1, 1), (1, 1), (1, 1), (1, 0, 2, 1), 1),        # 1x1 with padding
+    (1, 3, 8, 5, 5, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), 1),          # one output pixel
+    (1, 7, 9, 3, 4, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1),          # no interior pixel
+    (1, 8, 8, 9, 9, (3, 3), (4, 4), (1, 1), (0, 2, 1, 0), 1),          # stride > kernel
+    # groups
+    (1, 16, 16, 9, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+    (1, 12, 24, 9, 11, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 3),       # 4 ch per group
+    (3, 18, 9, 7, 9, (3, 2), (2, 1), (1, 1), (0, 1, 1, 0), 9),         # 2 in, 1 out per group
+    (1, 64, 64, 7, 7, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 4),
+    (1, 9, 27, 7, 9, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 3),
+]
+
+
+@pytest.mark.parametrize("case", GEOMETRY, ids=lambda c: "x".join(map(str, c[1:3])) + f"_k{c[5][0]}{c[5][1]}_s{c[6][0]}{c[6][1]}_d{c[7][0]}_g{c[9]}")
+def test_geometry_block8(case):
+    n, c, o, h, w, kernel, strides, dilations, padding, groups = case
+    packed = run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block=8,
+                      activation=(RELU, 0.0, 0.0), seed=c * 100 + o)
+    expected_path = "1x1" if kernel == (1, 1) else "direct"
+    if groups == c and groups > 1:
+        expected_path = "depthwise"
+    assert packed.path == expected_path
+
+
+DEPTHWISE = [
+    # (n, c, multiplier, h, w, kernel, strides, dilations, padding)
+    (1, 8, 1, 9, 11, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (3, 17, 1, 30, 29, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),     # tiles + border pixels
+    (1, 16, 1, 13, 30, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0)),
+    (1, 9, 1, 9, 20, (5, 5), (1, 1), (2, 2), (2, 2, 3, 1)),
+    (1, 7, 1, 5, 8, (3, 2), (1, 3), (1, 1), (1, 1, 1, 1)),
+    (1, 3, 1, 16, 31, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+    (1, 8, 2, 9, 11, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),       # multiplier 2
+    (3, 9, 2, 13, 14, (3, 3), (2, 2), (1, 1), (0, 2, 1, 1)),
+    (1, 3, 3, 7, 9, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),        # multiplier 3
+    (1, 64, 1, 4, 3, (3, 3), (2, 2), (1, 1), (2, 2, 2, 2)),       # no interior
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: f"c{c[1]}m{c[2]}_{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}_s{c[6][0]}_d{c[7][0]}")
+def test_depthwise_block8(case):
+    n, c, m, h, w, kernel, strides, dilations, padding = case
+    packed = run_case(n, c, c * m, h, w, kernel, strides, dilations, padding, groups=c,
+                      block=8, activation=(CLAMP, -1.0, 1.0), residual=True, seed=c + m)
+    assert packed.path == "depthwise"
+    assert packed.multiplier == m
+
+
+FIRST_LAYER = [
+    # (n, c, o, h, w, kernel, strides, dilations, padding, groups)
+    (1, 3, 64, 31, 29, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),  # ResNet stem, small
+    (3, 3, 17, 11, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (1, 3, 9, 12, 13, (3, 2), (3, 1), (2, 1), (0, 2, 1, 1), 1),
+    (1, 3, 6, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 3),     # grouped, plain input
+    (1, 1, 8, 9, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1),     # grayscale
+]
+
+
+@pytest.mark.parametrize("case", FIRST_LAYER, ids=lambda c: f"c{c[1]}o{c[2]}_k{c[5][0]}{c[5][1]}_s{c[6][0]}")
+def test_first_layer_block8(case):
+    n, c, o, h, w, kernel, strides, dilations, padding, groups = case
+    packed = run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block=8,
+                      activation=(RELU, 0.0, 0.0), residual=True, plain=True, seed=o)
+    assert packed.path == "first_layer"
+    assert packed.weights.shape == (-(-o // 8), 1) + kernel + (c, 8)
+
+
+# --- every activation, with and without bias and residual, every block -----
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("bias, residual", [(False, False), (True, False), (True, True),
+                                            (False, True)])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: f"act{a[0]}_{a[1]}")
+def test_epilogue_direct(block, bias, residual, activation):
+    run_case(1, 9, 19, 7, 9, (3, 3), (1, 1), (1, 1), (1, 0, 1, 2), 1, block, activation,
+             bias, residual, seed=block)
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: f"act{a[0]}_{a[1]}")
+def test_epilogue_depthwise_and_first_layer(block, activation):
+    run_case(1, 19, 19, 7, 15, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 19, block, activation,
+             bias=True, residual=True, seed=block)
+    run_case(1, 5, 10, 7, 15, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 5, block, activation,
+             bias=True, residual=False, seed=block)
+    run_case(1, 3, 9, 9, 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, block, activation,
+             bias=True, residual=True, plain=True, seed=block)
+
+
+# --- block sizes 4 and 16 on a spread of geometry --------------------------
+
+BLOCK_GEOMETRY = [
+    (3, 7, 17, 9, 11, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (1, 17, 9, 11, 7, (5, 5), (2, 2), (2, 2), (4, 3, 2, 4), 1),
+    (1, 64, 64, 7, 9, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (1, 16, 16, 9, 9, (3, 2), (3, 2), (1, 1), (0, 0, 1, 0), 1),
+    (1, 24, 24, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 3),
+    (1, 9, 18, 9, 10, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 9),   # depthwise x2
+    (3, 17, 17, 11, 13, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 17),
+]
+
+
+@pytest.mark.parametrize("block", [4, 16])
+@pytest.mark.parametrize("case", BLOCK_GEOMETRY, ids=lambda c: f"c{c[1]}o{c[2]}_k{c[5][0]}{c[5][1]}_g{c[9]}")
+def test_geometry_blocks_4_16(block, case):
+    n, c, o, h, w, kernel, strides, dilations, padding, groups = case
+    run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block,
+             (LEAKY_RELU, 0.2, 0.0), residual=True, seed=block + c)
+
+
+# --- the API ----------------------------------------------------------------
+
+def test_residual_may_be_the_output():
+    run_case(1, 16, 24, 9, 9, (3, 3), padding=(1, 1, 1, 1), residual=True,
+             residual_in_place=True, activation=(RELU, 0.0, 0.0))
+    run_case(1, 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), groups=16, residual=True,
+             residual_in_place=True, activation=(SIGMOID, 0.0, 0.0))
+
+
+@pytest.mark.parametrize("name, view", [
+    ("hwio", lambda w: np.ascontiguousarray(w.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)),
+    ("ohwi", lambda w: np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)),
+    ("ihwo", lambda w: np.ascontiguousarray(w.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)),
+])
+def test_filter_views(name, view):
+    run_case(1, 9, 17, 7, 8, (3, 2), padding=(1, 1, 0, 1), filter_view=view)
+    run_case(1, 9, 18, 7, 8, (3, 3), padding=(1, 1, 1, 1), groups=9, filter_view=view)
+    run_case(1, 3, 8, 7, 8, (3, 3), padding=(1, 1, 1, 1), plain=True, filter_view=view)
+
+
+def test_bias_of_logical_length_is_accepted():
+    rng = np.random.default_rng(1)
+    x = _to_blocked(_random((1, 5, 6, 6), rng), 8)
+    w = _random((5, 5, 3, 3), rng)
+    b = _random((5,), rng)
+    packed = K.pack_conv2d_filter(w, 5, 1, 8)
+    out = np.empty((1, 1, 4, 4, 8), np.float32)
+    K.conv2d_forward(x, packed, out, bias=b)
+    got = np.empty((1, 5, 4, 4), np.float32)
+    layout.blocked_to_nchw(out, got)
+    plain = np.empty((1, 5, 6, 6), np.float32)
+    layout.blocked_to_nchw(x, plain)
+    np.testing.assert_allclose(got, conv2d_reference(plain, w, b), atol=1e-4)
+
+
+def test_parallel_matches_serial():
+    rng = np.random.default_rng(2)
+    x = _to_blocked(_random((2, 24, 13, 17), rng), 8)
+    packed = K.pack_conv2d_filter(_random((40, 24, 3, 3), rng), 24, 1, 8)
+    outs = []
+    saved = numba.get_num_threads()
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            out = np.empty((2, 5, 13, 17, 8), np.float32)
+            K.conv2d_forward(x, packed, out, padding=(1, 1, 1, 1), activation=RELU)
+            outs.append(out)
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_wrapper_rejects_bad_buffers():
+    rng = np.random.default_rng(3)
+    x = _to_blocked(_random((1, 8, 6, 6), rng), 8)
+    packed = K.pack_conv2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 8)
+    out = np.empty((1, 1, 4, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="out has shape"):
+        K.conv2d_forward(x, packed, np.empty((1, 1, 6, 6, 8), np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        K.conv2d_forward(x.astype(np.float64), packed, out)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.conv2d_forward(np.asfortranarray(x), packed, out)
+    with pytest.raises(ValueError, match="x has shape"):
+        K.conv2d_forward(_to_blocked(_random((1, 9, 6, 6), rng), 8), packed, out)
+    with pytest.raises(ValueError, match="residual"):
+        K.conv2d_forward(x, packed, out, residual=np.empty((1, 1, 4, 5, 8), np.float32))
+    with pytest.raises(ValueError, match="bias"):
+        K.conv2d_forward(x, packed, out, bias=np.zeros(7, np.float32))
+    with pytest.raises(ValueError, match="output would be"):
+        K.conv2d_forward(x, packed, np.empty((1, 1, 0, 0, 8), np.float32),
+                         dilations=(4, 4))
+    with pytest.raises(ValueError, match="activation"):
+        K.conv2d_forward(x, packed, out, activation=99)
+    with pytest.raises(ValueError, match="overlap"):
+        K.conv2d_forward(x, packed, x.reshape(-1)[:128].reshape(1, 1, 4, 4, 8))
+    with pytest.raises(ValueError, match="groups"):
+        K.pack_conv2d_filter(_random((8, 3, 3, 3), rng), 8, 3, 8)
+    with pytest.raises(ValueError, match="input channels"):
+        K.pack_conv2d_filter(_random((8, 4, 3, 3), rng), 8, 1, 8)
+    with pytest.raises(ValueError, match="block"):
+        K.pack_conv2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 6)
+
+
+# --- generated code -----------------------------------------------------------
+
+def _fresh_asm(monkeypatch, name, run):
+    """Compile kernel ``name`` in this process (not from the cache, which
+    keeps no assembly) by running ``run`` with fresh dispatchers, and return
+    the assembly of every specialization that ran."""
+    from jitnn.kernels._config import jit
+    fresh = jit(cache=False)(getattr(K, name).py_func)
+    monkeypatch.setattr(K, name, fresh)
+    monkeypatch.setattr(K, "jit", lambda parallel=False, cache=True:
+                        jit(parallel=parallel, cache=False))
+    monkeypatch.setattr(K, "_conv_drivers", {})
+    monkeypatch.setattr(K, "_depthwise_drivers", {})
+    run()
+    return fresh.inspect_asm()
+
+
+def _check_packed_fma(asms):
+    assert asms
+    for signature, asm in asms.items():
+        packed = [line for line in asm.splitlines()
+                  if "vfmadd" in line and "ps" in line.split()[0] and "%ymm" in line]
+        scalar = [line for line in asm.splitlines()
+                  if "vfmadd" in line and line.split()[0].endswith("ss")]
+        assert len(packed) >= 12, f"{signature}: packed ymm FMAs missing"
+        assert not scalar, f"{signature}: scalar FMA in the kernel: {scalar[:3]}"
+
+
+@pytest.mark.parametrize("kind", ["direct", "first_layer"])
+def test_conv_tiles_use_packed_fma(monkeypatch, kind):
+    plain = kind == "first_layer"
+    asms = _fresh_asm(monkeypatch, "_conv_tiles", lambda: run_case(
+        1, 3 if plain else 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), plain=plain))
+    _check_packed_fma(asms)
+
+
+def test_depthwise_rows_use_packed_fma(monkeypatch):
+    asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
+        1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16))
+    _check_packed_fma(asms)
+
+
+# --- slow: blocks 1 and 32, bigger shapes --------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [1, 32])
+@pytest.mark.parametrize("case", BLOCK_GEOMETRY[:6], ids=lambda c: f"c{c[1]}o{c[2]}_g{c[9]}")
+def test_geometry_blocks_1_32(block, case):
+    n, c, o, h, w, kernel, strides, dilations, padding, groups = case
+    run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block,
+             (HARD_SWISH, 0.0, 0.0), residual=True, seed=block)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_resnet_shapes(block):
+    run_case(1, 64, 64, 56, 56, (3, 3), padding=(1, 1, 1, 1), block=block,
+             activation=(RELU, 0.0, 0.0), residual=True)
+    run_case(1, 256, 64, 28, 28, (1, 1), block=block)
+    run_case(3, 3, 64, 64, 64, (7, 7), (2, 2), padding=(3, 3, 3, 3), block=block, plain=True)
+    run_case(1, 144, 144, 28, 28, (3, 3), padding=(1, 1, 1, 1), groups=144, block=block)
+    run_case(1, 512, 512, 7, 7, (3, 3), padding=(1, 1, 1, 1), block=block)
