@@ -314,6 +314,11 @@ def _fresh_asm(monkeypatch, name, run):
     return fresh.inspect_asm()
 
 
+# bounds checks (NUMBA_BOUNDSCHECK=1) put a branch on every load: no vectors
+needs_release_build = pytest.mark.skipif(
+    bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
+
+
 def _check_packed_fma(asms):
     assert asms
     for signature, asm in asms.items():
@@ -325,6 +330,7 @@ def _check_packed_fma(asms):
         assert not scalar, f"{signature}: scalar FMA in the kernel: {scalar[:3]}"
 
 
+@needs_release_build
 @pytest.mark.parametrize("kind", ["direct", "first_layer"])
 def test_conv_tiles_use_packed_fma(monkeypatch, kind):
     plain = kind == "first_layer"
@@ -333,6 +339,7 @@ def test_conv_tiles_use_packed_fma(monkeypatch, kind):
     _check_packed_fma(asms)
 
 
+@needs_release_build
 def test_depthwise_rows_use_packed_fma(monkeypatch):
     asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
         1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16))
