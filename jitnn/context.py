@@ -118,7 +118,7 @@ class Context:
 
     # --- running kernels ---------------------------------------------------------
 
-    def _launch(self, kernel, *args, threads: int | None = None) -> None:
+    def _launch(self, kernel, *args, threads: int | None = None, **options) -> None:
         """Run one kernel with this context's thread count (per calling thread)."""
         numba.set_num_threads(threads or self.num_threads)
         # A numba dispatcher lists its compiled specializations; a Python
@@ -128,9 +128,9 @@ class Context:
         start = time.perf_counter()
         if self._serialize:
             with self._kernel_lock:
-                kernel(*args)
+                kernel(*args, **options)
         else:
-            kernel(*args)
+            kernel(*args, **options)
         if overloads is not None and len(overloads) > known:
             # This call compiled the kernel (or loaded it from the disk cache).
             self._count(launches=1, compile_s=time.perf_counter() - start)

@@ -1,0 +1,7 @@
+"""The ops: one module per op family, each with its shape inference and
+validation, its numpy reference (the spec, plain NCHW, float64) and its
+lowering to a kernel."""
+
+from .conv2d import conv2d
+
+__all__ = ["conv2d"]
