@@ -1,0 +1,399 @@
+"""The matmul kernels (kernels/matmul.py) against a float64 numpy reference.
+
+Every path is forced in turn (direct, serial packed, parallel packed) by
+lowering the size thresholds, so small shapes exercise the edge handling of
+each. Every call goes through the checked wrappers, which pin the argument
+types: the whole file compiles only a handful of kernels.
+
+Tolerance: a K-term float32 dot product has an error below about
+``K * eps * sum_k |a_ik| |b_kj|`` (recursive summation; FMA only helps), so
+each element is checked against that bound (times a small factor, plus the
+epilogue's few roundings), computed from the operands' magnitudes. An
+indexing bug gives errors of the order of the values themselves, far above it.
+"""
+
+import re
+
+import numba
+import numpy as np
+import pytest
+
+from jitnn.kernels import matmul as mm
+from jitnn.kernels._config import jit
+from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
+                                    SIGMOID, TANH, activation_reference)
+
+EPS = float(np.finfo(np.float32).eps)
+ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.7),
+               (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
+               (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
+
+
+def _random(rng, shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _reference(a, b, a_t=False, b_t=False, alpha=1.0, beta=1.0, c=None, bias=None,
+               residual=None, act=NONE, p0=0.0, p1=0.0):
+    """``act(alpha * A @ B + beta * c + bias + residual)`` in float64 and an
+    elementwise error bound for the float32 kernels."""
+    A = np.asarray(a.T if a_t else a, np.float64)
+    B = np.asarray(b.T if b_t else b, np.float64)
+    K = A.shape[1]
+    value = alpha * (A @ B)
+    size = abs(alpha) * (np.abs(A) @ np.abs(B))
+    for term, weight in ((c, beta), (bias, 1.0), (residual, 1.0)):
+        if term is not None:
+            term = np.asarray(term, np.float64)
+            value = value + weight * term
+            size = size + abs(weight) * np.abs(term)
+    bound = (2 * K + 8) * EPS * size
+    if act != NONE:
+        value = activation_reference(value, act, p0, p1)
+        # activations change errors by at most their slope (<= 1.5 for hard_swish)
+        # and add a few roundings of their own
+        bound = 1.5 * bound + 8 * EPS * (1 + np.abs(value))
+    return value, bound + 1e-30
+
+
+def _check(got, want, bound, what=""):
+    assert np.all(np.isfinite(got)), f"{what}: non-finite output (unwritten elements?)"
+    error = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert np.all(error <= bound), (
+        f"{what}: error {error[worst]:.3g} > bound {bound[worst]:.3g} at {worst} "
+        f"(got {got[worst]}, want {want[worst]})")
+
+
+@pytest.fixture(params=["direct", "serial", "parallel"])
+def path(request, monkeypatch):
+    """Force one path for every size: returns the ``threads`` to pass."""
+    if request.param == "direct":
+        monkeypatch.setattr(mm, "DIRECT_MAX_MACS", 1 << 62)
+        return 1
+    monkeypatch.setattr(mm, "DIRECT_MAX_MACS", 0)
+    monkeypatch.setattr(mm, "DIRECT_MAX_ROWS", 0)
+    if request.param == "serial":
+        return 1
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    return 2
+
+
+# --- shapes -------------------------------------------------------------------
+
+def test_every_shape_up_to_17(path):
+    """Every M, N, K in 1..17 (and K = 0), all four transpose combinations:
+    edge tiles of every size, in rows and columns, on each path."""
+    rng = np.random.default_rng(17)
+    for a_t in (False, True):
+        for b_t in (False, True):
+            for M in range(1, 18):
+                for N in range(1, 18):
+                    for K in range(0, 18):
+                        a = _random(rng, (K, M) if a_t else (M, K))
+                        b = _random(rng, (N, K) if b_t else (K, N))
+                        out = np.full((M, N), np.nan, np.float32)
+                        mm.gemm(a, b, out, a_transpose=a_t, b_transpose=b_t,
+                                threads=path)
+                        want, bound = _reference(a, b, a_t, b_t)
+                        _check(out, want, bound, f"{M}x{N}x{K} a_t={a_t} b_t={b_t}")
+
+
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (True, True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_irregular_large(a_t, b_t, threads):
+    """1823 x 781 x 517 (M x K x N): several row and K-blocks, edges everywhere."""
+    rng = np.random.default_rng(1)
+    M, K, N = 1823, 781, 517
+    a = _random(rng, (K, M) if a_t else (M, K))
+    b = _random(rng, (N, K) if b_t else (K, N))
+    out = np.full((M, N), np.nan, np.float32)
+    mm.gemm(a, b, out, a_transpose=a_t, b_transpose=b_t, threads=threads)
+    _check(out, *_reference(a, b, a_t, b_t))
+
+
+@pytest.mark.parametrize("M", [1, 8])
+@pytest.mark.parametrize("b_t", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_skinny(M, b_t, threads):
+    """A fully connected layer: M x 2048 @ 2048 x 1000, B as given (the direct
+    path: one-row product, or few rows) and pre-packed (the packed path)."""
+    rng = np.random.default_rng(M)
+    a = _random(rng, (M, 2048))
+    b = _random(rng, (1000, 2048) if b_t else (2048, 1000))
+    want, bound = _reference(a, b, False, b_t)
+    out = np.full((M, 1000), np.nan, np.float32)
+    mm.gemm(a, b, out, b_transpose=b_t, threads=threads)
+    _check(out, want, bound, "as given")
+    packed = mm.pack_b(b, b_transpose=b_t, threads=threads)
+    out[:] = np.nan
+    mm.gemm(a, packed, out, threads=threads)
+    _check(out, want, bound, "pre-packed")
+
+
+def test_fortran_ordered_operands_are_read_as_transposes():
+    rng = np.random.default_rng(2)
+    a, b = _random(rng, (40, 30)), _random(rng, (50, 40))
+    out = np.empty((30, 50), np.float32)
+    mm.gemm(a.T, b.T, out)  # F-contiguous views: read through the flags, no copy
+    _check(out, *_reference(a, b, True, True))
+    mm.gemm(a, b, out, a_transpose=True, b_transpose=True)
+    _check(out, *_reference(a, b, True, True))
+
+
+# --- the epilogue ---------------------------------------------------------------
+
+C_SHAPES = [None, (), (1,), "N", (1, "N"), ("M", 1), ("M", "N")]
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 9), (37, 45, 300)], ids=["tiny", "two-K-blocks"])
+def test_alpha_beta_c_broadcasts(path, shape):
+    """Every broadcast form of C, with alpha and beta; plus bias and residual."""
+    M, N, K = shape
+    rng = np.random.default_rng(3)
+    a, b = _random(rng, (M, K)), _random(rng, (K, N))
+    for c_shape in C_SHAPES:
+        for alpha, beta in ((1.0, 1.0), (2.5, -0.5), (-1.0, 0.0)):
+            c = None
+            if c_shape is not None:
+                dims = tuple({"M": M, "N": N}.get(d, d) for d in c_shape)
+                c = _random(rng, dims) if dims else np.float32(rng.standard_normal())
+            out = np.full((M, N), np.nan, np.float32)
+            mm.gemm(a, b, out, alpha=alpha, beta=beta, c=c, threads=path)
+            _check(out, *_reference(a, b, alpha=alpha, beta=beta, c=c),
+                   f"c {c_shape} alpha {alpha} beta {beta}")
+    bias, residual, c = _random(rng, (N,)), _random(rng, (M, N)), _random(rng, (M, 1))
+    out = np.full((M, N), np.nan, np.float32)
+    mm.gemm(a, b, out, alpha=0.5, beta=2.0, c=c, bias=bias, residual=residual,
+            threads=path)
+    _check(out, *_reference(a, b, alpha=0.5, beta=2.0, c=c, bias=bias,
+                            residual=residual), "c + bias + residual")
+
+
+@pytest.mark.parametrize("act,p0,p1", ACTIVATIONS)
+def test_every_activation(path, act, p0, p1):
+    rng = np.random.default_rng(4)
+    for M, N, K in ((5, 7, 9), (1, 70, 300), (37, 45, 300)):
+        a, b = _random(rng, (M, K)), _random(rng, (K, N))
+        bias = _random(rng, (N,))
+        out = np.full((M, N), np.nan, np.float32)
+        mm.gemm(a, b, out, bias=bias, activation=act, param0=p0, param1=p1,
+                threads=path)
+        _check(out, *_reference(a, b, bias=bias, act=act, p0=p0, p1=p1),
+               f"{M}x{N}x{K} activation {act}")
+
+
+def test_activation_by_name():
+    rng = np.random.default_rng(5)
+    a, b = _random(rng, (9, 11)), _random(rng, (11, 13))
+    out = np.empty((9, 13), np.float32)
+    mm.gemm(a, b, out, activation="relu")
+    _check(out, *_reference(a, b, act=RELU))
+
+
+def test_k_zero_gives_the_epilogue_of_zero():
+    rng = np.random.default_rng(6)
+    a, b = np.empty((4, 0), np.float32), np.empty((0, 5), np.float32)
+    c, bias = _random(rng, (4, 5)), _random(rng, (5,))
+    out = np.full((4, 5), np.nan, np.float32)
+    mm.gemm(a, b, out, beta=0.5, c=c, bias=bias, activation=RELU)
+    np.testing.assert_allclose(out, np.maximum(0.5 * c + bias, 0), rtol=1e-6)
+    out[:] = np.nan
+    mm.gemm(a, mm.pack_b(b), out)
+    assert np.all(out == 0)
+
+
+# --- pre-packed B ---------------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_b_is_reused(threads, monkeypatch):
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    rng = np.random.default_rng(7)
+    w = _random(rng, (300, 70))  # (N, K): a weight matrix, used transposed
+    packed = mm.pack_b(w, b_transpose=True, threads=threads)
+    assert packed.shape == (1, 70, 300)
+    w_then = w.copy()
+    w[:] = 0  # a PackedB is a snapshot
+    for M in (1, 3, 13, 50):
+        a = _random(rng, (M, 70))
+        out = np.full((M, 300), np.nan, np.float32)
+        mm.gemm(a, packed, out, bias=np.ones(300, np.float32), threads=threads)
+        _check(out, *_reference(a, w_then, b_t=True, bias=np.ones(300)), f"M={M}")
+
+
+# --- batches ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_attention_shapes(threads):
+    """12 x 128 x 64 @ 12 x 64 x 128, then scores @ values with B transposed."""
+    rng = np.random.default_rng(8)
+    q, k = _random(rng, (12, 128, 64)), _random(rng, (12, 64, 128))
+    out = np.full((12, 128, 128), np.nan, np.float32)
+    mm.batched_matmul(q, k, out, threads=threads)
+    for g in range(12):
+        _check(out[g], *_reference(q[g], k[g]), f"product {g}")
+    v = _random(rng, (12, 64, 128))  # (G, N, K): B = v[g].T
+    out2 = np.full((12, 128, 64), np.nan, np.float32)
+    mm.batched_matmul(out, v, out2, b_transpose=True, alpha=0.125, threads=threads)
+    for g in range(12):
+        _check(out2[g], *_reference(out[g], v[g], b_t=True, alpha=0.125), f"product {g}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batched_broadcast_by_index_maps(threads, monkeypatch):
+    """(2, 1) x (1, 3) batch dims broadcast to 6 products through index maps;
+    C per product, residual shared, bias, activation, A transposed."""
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    rng = np.random.default_rng(9)
+    M, K, N = 19, 23, 35
+    a = _random(rng, (2, K, M))
+    b = _random(rng, (3, K, N))
+    a_index = np.repeat(np.arange(2), 3)
+    b_index = np.tile(np.arange(3), 2)
+    c, residual, bias = _random(rng, (6, M, 1)), _random(rng, (M, N)), _random(rng, (N,))
+    out = np.full((6, M, N), np.nan, np.float32)
+    mm.batched_matmul(a, b, out, a_index, b_index, c=c, beta=-1.0, residual=residual,
+                      bias=bias, activation=TANH, a_transpose=True, threads=threads)
+    for g in range(6):
+        want, bound = _reference(a[a_index[g]], b[b_index[g]], a_t=True, beta=-1.0,
+                                 c=c[g], bias=bias, residual=residual, act=TANH)
+        _check(out[g], want, bound, f"product {g}")
+    packed = mm.pack_b(b)  # a batch of packed matrices
+    out[:] = np.nan
+    mm.batched_matmul(a, packed, out, a_index, b_index, a_transpose=True,
+                      threads=threads)
+    for g in range(6):
+        _check(out[g], *_reference(a[a_index[g]], b[b_index[g]], a_t=True),
+               f"packed product {g}")
+
+
+def test_batched_default_index_maps():
+    rng = np.random.default_rng(10)
+    a, b = _random(rng, (1, 6, 5)), _random(rng, (4, 5, 7))
+    out = np.full((4, 6, 7), np.nan, np.float32)
+    mm.batched_matmul(a, b, out)  # one A for four Bs
+    for g in range(4):
+        _check(out[g], *_reference(a[0], b[g]))
+
+
+# --- checks in the wrappers ---------------------------------------------------------
+
+def test_errors_name_what_was_expected():
+    a, b = np.zeros((3, 4), np.float32), np.zeros((5, 6), np.float32)
+    out = np.zeros((3, 6), np.float32)
+    with pytest.raises(ValueError, match=r"inner dimensions differ: A is \(3, 4\), B is \(5, 6\)"):
+        mm.gemm(a, b, out)
+    b = np.zeros((4, 6), np.float32)
+    with pytest.raises(ValueError, match="float32"):
+        mm.gemm(a.astype(np.float64), b, out)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        mm.gemm(np.zeros((3, 8), np.float32)[:, ::2], b, out)
+    with pytest.raises(ValueError, match=r"out has shape \(3, 5\), expected \(3, 6\)"):
+        mm.gemm(a, b, np.zeros((3, 5), np.float32))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mm.gemm(a, b, out, c=np.zeros((2, 6), np.float32))
+    with pytest.raises(ValueError, match=r"bias must have shape \(6,\)"):
+        mm.gemm(a, b, out, bias=np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="unknown activation"):
+        mm.gemm(a, b, out, activation=99)
+    with pytest.raises(ValueError, match="a_index has values outside"):
+        mm.batched_matmul(a[None], b[None], out[None], a_index=np.array([1]))
+    with pytest.raises(ValueError, match="needs batched_matmul"):
+        mm.gemm(a, mm.pack_b(np.zeros((2, 4, 6), np.float32)), out)
+
+
+@pytest.mark.parametrize("size", [4, 100])  # the direct path and the packed path
+def test_out_must_not_overlap_an_input(size):
+    buffer = np.ones((size, 2 * size), np.float32)
+    a, out = buffer[:, :size], buffer[:, size:]
+    a = np.ascontiguousarray(a)
+    square = np.ones((size, size), np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        mm.gemm(square, square, square)
+    with pytest.raises(ValueError, match="overlaps"):
+        mm.gemm(a, square, out := np.zeros((size, size), np.float32), residual=out)
+    with pytest.raises(ValueError, match="overlaps"):
+        mm.batched_matmul(square[None], square[None], square[None])
+
+
+def test_plan_blocks_gives_every_thread_work():
+    assert mm.plan_blocks(1, 1024, 1024, 1) == (-(-171 // (mm.MC // mm.MR)), 1)
+    m_blocks, n_blocks = mm.plan_blocks(1, 256, 256, 2)
+    assert m_blocks * n_blocks >= 2 * mm._TASKS_PER_THREAD or m_blocks == -(-256 // mm.MR)
+    assert mm.plan_blocks(1, 1, 1000, 2)[0] == 1  # one row: split the columns
+
+
+# --- generated code -------------------------------------------------------------------
+
+def _fma_loops(asm):
+    """(packed FMAs on vector registers, scalar FMAs) of each loop in ``asm``:
+    each stretch between labels that jumps back to its own label."""
+    reg = "zmm" if mm.VEC == 16 else "ymm"
+    blocks, label, body = [], None, []
+    for line in asm.splitlines():
+        match = re.match(r"^(\.?L\w+):", line)
+        if match:
+            blocks.append((label, body))
+            label, body = match.group(1), []
+        else:
+            body.append(line)
+    blocks.append((label, body))
+    loops = []
+    for label, body in blocks:
+        jumps = [line.split()[-1] for line in body if re.match(r"\s+j\w+\s", line)]
+        if label and label in jumps:
+            text = "\n".join(body)
+            loops.append((len(re.findall(rf"vfmadd\d+ps\s[^\n]*%{reg}", text)),
+                          len(re.findall(r"vfmadd\d+ss", text))))
+    return loops
+
+
+def _fresh_asm(kernel, *args):
+    """Assembly of ``kernel`` compiled now (numba disables inspection of
+    code loaded from the cache)."""
+    fresh = jit(cache=False)(kernel.py_func)
+    fresh(*args)
+    return fresh.inspect_asm(fresh.signatures[0])
+
+
+needs_fast_code = pytest.mark.skipif(
+    bool(numba.config.BOUNDSCHECK), reason="bounds checks keep the tiles scalar")
+
+
+@needs_fast_code
+def test_micro_kernels_use_packed_fma():
+    """Each register tile's inner loop: MR x NR / VEC packed FMAs on vector
+    registers (12 ymm on AVX2) and no scalar FMA."""
+    kc = 64
+    out = np.zeros((2 * mm.MR, 2 * mm.NR), np.float32)
+    tiles = mm.MR * mm.NR // mm.VEC
+    f32 = np.float32
+    asm = _fresh_asm(mm._macro_kernel, kc, np.ones(2 * kc * mm.MR, f32),
+                     np.ones(2 * kc * mm.NR, f32), out, 0, 2, 0, 2, True, True, f32(1),
+                     f32(1), np.ones((1, 1), f32), np.ones(2 * mm.NR, f32),
+                     np.zeros((0, 0), f32), RELU, f32(0), f32(0))
+    block = np.ones(kc * mm._DIRECT_W, np.float32)
+    direct = _fresh_asm(mm._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
+                        block, out, 0, mm.NR, False)
+    row = _fresh_asm(mm._row_kernel, kc, np.ones(kc * mm.MR, np.float32),
+                     np.ones(4 * kc * mm.NR, np.float32), 0, 4, out[:1], 0, False)
+    for name, asm, want in (("packed", asm, tiles), ("direct", direct, tiles),
+                            ("one-row", row, 4 * mm.NR // mm.VEC)):
+        loops = _fma_loops(asm)
+        hot = [loop for loop in loops if loop[0] >= want]
+        assert hot, f"{name} tile: no loop with {want} packed FMAs; loops: {loops}"
+        assert all(scalar == 0 for _, scalar in hot), f"{name} tile: scalar FMA in {hot}"
+
+
+@pytest.mark.slow
+@needs_fast_code
+def test_drivers_keep_the_tile_vectorized():
+    """The same check on the deployed drivers, where the tiles are inlined
+    (LLVM's choices depend on context; ~20 s of compiling)."""
+    a = np.ones((1, 20, 20), np.float32)
+    out = np.empty((1, 20, 20), np.float32)
+    args = (a, False, a, False, mm._NOT_PACKED, mm._FIRST, mm._FIRST, out, False, mm.KC,
+            1, 1, 1.0, 1.0, mm._NO_ADDEND, mm._NO_BIAS, mm._NO_ADDEND, 0, 0.0, 0.0)
+    tiles = mm.MR * mm.NR // mm.VEC
+    loops = _fma_loops(_fresh_asm(mm.gemm_serial, *args))
+    assert any(packed >= tiles and scalar == 0 for packed, scalar in loops), loops
