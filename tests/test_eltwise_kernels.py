@@ -1,0 +1,333 @@
+"""Elementwise kernels (kernels/eltwise.py) against their numpy references.
+
+Inputs are blocked with zero padding lanes; outputs start as NaN so an
+element the kernel forgets to write fails the test, and every output's
+padding lanes must be exactly zero (also where the op makes 0 into something
+else: sigmoid, clamp with min > 0, a bias, 0 / 0).
+"""
+
+import numpy as np
+import pytest
+
+from jitnn import layouts
+from jitnn.kernels import eltwise as E
+from jitnn.kernels.epilogue import ACTIVATIONS
+
+BLOCKS = (4, 8, 16)
+CHANNELS = (1, 3, 7, 8, 9, 17, 64)
+OPS = tuple(E.BINARY_OPS)
+# activation name -> (param0, param1); clamp with min > 0 makes padding non-zero
+ACTIVATION_PARAMS = {"none": (0, 0), "relu": (0, 0), "clamp": (0.25, 1.5),
+                     "leaky_relu": (0.1, 0), "sigmoid": (0, 0), "tanh": (0, 0),
+                     "hard_swish": (0, 0), "gelu": (0, 0)}
+assert set(ACTIVATION_PARAMS) == set(ACTIVATIONS)
+
+
+def _random(shape, seed, low=-3.0, high=3.0):
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+def _divisor(shape, seed):
+    """Values away from zero (|v| in [0.5, 2]) with random signs."""
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(0.5, 2.0, shape) * rng.choice([-1, 1], shape)).astype(np.float32)
+
+
+def _blocked(x, cb):
+    return layouts.reference_nchw_to_blocked(x, cb)
+
+
+def _nan_like(x):
+    return np.full(x.shape, np.nan, np.float32)
+
+
+def _check(out, expected, channels, rtol=1e-5, atol=1e-5):
+    """``out`` (blocked) equals ``expected`` (NCHW) and its padding lanes are 0."""
+    assert not np.isnan(out).any(), "NaN in the output (unwritten element or padding lane)"
+    n, blocks, h, w, cb = out.shape
+    full = out.transpose(0, 1, 4, 2, 3).reshape(n, blocks * cb, h, w)
+    assert np.all(full[:, channels:] == 0), "padding lanes are not zero"
+    np.testing.assert_allclose(full[:, :channels], expected, rtol=rtol, atol=atol)
+
+
+# --- unary activations ----------------------------------------------------------
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_unary_blocked(activation, channels, cb):
+    x = _random((2, channels, 5, 7), seed=channels)
+    p0, p1 = ACTIVATION_PARAMS[activation]
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_unary(_blocked(x, cb), out, channels, activation, p0, p1)
+    _check(out, E.unary_reference(x, activation, p0, p1), channels)
+
+
+def test_unary_in_place_and_sigmoid_padding():
+    x = _random((3, 5, 9, 11), seed=1)
+    xb = _blocked(x, 8)
+    E.eltwise_unary(xb, xb, 5, "sigmoid")          # sigmoid(0) = 0.5 must not reach padding
+    _check(xb, E.unary_reference(x, "sigmoid"), 5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "clamp", "gelu"])
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 1000), (2, 3, 40, 41)])
+def test_unary_plain(activation, shape):
+    x = _random(shape, seed=len(shape))
+    p0, p1 = ACTIVATION_PARAMS[activation]
+    out = _nan_like(x)
+    E.eltwise_unary_plain(x, out, activation, p0, p1)
+    np.testing.assert_allclose(out, E.unary_reference(x, activation, p0, p1),
+                               rtol=1e-5, atol=1e-6)
+
+
+# --- binary ops -------------------------------------------------------------------
+
+def _operands(kind, x, cb, seed, divisor):
+    """(blocked operand for the kernel, plain operand for the reference)."""
+    n, c, h, w = x.shape
+    make = _divisor if divisor else _random
+    c_phys = layouts.padded_channels(c, cb)
+    if kind == "tensor":
+        y = make(x.shape, seed)
+        return _blocked(y, cb), y
+    if kind in ("channel", "channel_phys"):
+        v = make((c,), seed)
+        if kind == "channel_phys":
+            return np.concatenate([v, np.zeros(c_phys - c, np.float32)]), v
+        return v, v
+    if kind in ("nc", "nc_phys", "nc_pooled"):
+        v = make((n, c), seed)
+        if kind == "nc":
+            return v, v
+        pooled = _blocked(v.reshape(n, c, 1, 1), cb)         # (N, C_phys//cb, 1, 1, cb)
+        return (pooled if kind == "nc_pooled" else pooled.reshape(n, c_phys)), v
+    value = float(make((), seed))
+    return value, value
+
+
+KINDS = ("tensor", "channel", "channel_phys", "nc", "nc_phys", "nc_pooled", "scalar")
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", (3, 8, 17))
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("op", OPS)
+def test_binary_blocked(op, kind, channels, cb):
+    x = _random((2, channels, 5, 7), seed=channels)
+    y, y_plain = _operands(kind, x, cb, seed=channels + 1, divisor=op == "div")
+    for reverse in (False, True):
+        if reverse and op == "div":
+            x = _divisor(x.shape, seed=channels)
+        out = _nan_like(_blocked(x, cb))
+        E.eltwise_binary(_blocked(x, cb), y, out, channels, op, reverse=reverse)
+        y_ref = np.asarray(y_plain)                  # broadcastable against NCHW
+        if kind.startswith("channel"):
+            y_ref = y_ref.reshape(1, -1, 1, 1)
+        elif kind.startswith("nc"):
+            y_ref = y_ref.reshape(*y_ref.shape, 1, 1)
+        expected = (E.binary_reference(op, y_ref, x) if reverse
+                    else E.binary_reference(op, x, y_ref))
+        _check(out, expected, channels)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_binary_with_fused_activation(activation):
+    channels, cb = 9, 8
+    x = _random((2, channels, 6, 5), seed=3)
+    v = _random((channels,), seed=4)
+    p0, p1 = ACTIVATION_PARAMS[activation]
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_binary(_blocked(x, cb), v, out, channels, "add", activation, p0, p1)
+    expected = E.unary_reference(x + v.reshape(1, -1, 1, 1).astype(np.float64), activation,
+                                 p0, p1)
+    _check(out, expected, channels)
+
+
+@pytest.mark.parametrize("kind", ["tensor", "channel", "scalar"])
+def test_division_leaves_no_nan_in_padding(kind):
+    """0 / 0 in the padding lanes (x and a zero-padded divisor) must store 0."""
+    x = _random((2, 3, 4, 5), seed=5)
+    y, y_plain = _operands(kind, x, 8, seed=6, divisor=True)
+    for reverse in (False, True):
+        out = _nan_like(_blocked(x, 8))
+        operand = 0.0 if kind == "scalar" else y     # x / 0 everywhere for the scalar
+        E.eltwise_binary(_blocked(x, 8), operand, out, 3, "div", reverse=reverse)
+        full = out.transpose(0, 1, 4, 2, 3).reshape(2, 8, 4, 5)
+        assert np.all(full[:, 3:] == 0)
+
+
+def test_binary_same_shape_operand_is_out():
+    x, y = _random((2, 5, 3, 4), 7), _random((2, 5, 3, 4), 8)
+    xb, yb = _blocked(x, 4), _blocked(y, 4)
+    E.eltwise_binary(xb, yb, yb, 5, "sub", "relu")       # residual-style, in place into y
+    _check(yb, np.maximum(x.astype(np.float64) - y, 0), 5)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 7, 11), (2, 3, 40, 41)])
+def test_binary_plain(shape):
+    x, y = _random(shape, 9), _divisor(shape, 10)
+    for op in OPS:
+        out = _nan_like(x)
+        E.eltwise_binary_plain(x, y, out, op, "leaky_relu", 0.2)
+        expected = E.unary_reference(E.binary_reference(op, x, y), "leaky_relu", 0.2)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    out = _nan_like(x)
+    E.eltwise_binary_plain(x, 2.5, out, "sub", reverse=True)
+    np.testing.assert_allclose(out, 2.5 - x.astype(np.float64), rtol=1e-6, atol=1e-6)
+
+
+def test_plain_nchw_per_channel_as_block_one():
+    """A plain NCHW tensor is blocked with cb = 1: per-channel broadcast on it."""
+    x, v = _random((2, 5, 6, 7), 11), _random((5,), 12)
+    out = _nan_like(x)
+    E.eltwise_binary(x[..., None], v, out[..., None], 5, "mul")
+    np.testing.assert_allclose(out, x.astype(np.float64) * v.reshape(1, -1, 1, 1), rtol=1e-6)
+
+
+# --- batch normalization -----------------------------------------------------------
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_batch_normalization(channels, cb):
+    rng = np.random.default_rng(channels)
+    x = _random((2, channels, 5, 7), seed=channels)
+    mean, scale, bias = (rng.standard_normal(channels).astype(np.float32) for _ in range(3))
+    variance = rng.uniform(0.1, 2.0, channels).astype(np.float32)
+    a, b = E.batch_norm_fold(mean, variance, scale, bias, epsilon=1e-3)
+    assert a.dtype == b.dtype == np.float32 and a.shape == b.shape == (channels,)
+    reference = E.batch_normalization_reference(x, mean, variance, scale, bias, 1e-3)
+    for activation, (p0, p1) in [("none", (0, 0)), ("relu", (0, 0)), ("clamp", (0.5, 6))]:
+        out = _nan_like(_blocked(x, cb))
+        E.batch_normalization(_blocked(x, cb), a, b, out, channels, activation, p0, p1)
+        _check(out, E.unary_reference(reference, activation, p0, p1), channels,
+               rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_fold_defaults_and_conv_folding():
+    """The fold is exact algebra: x * a + b, with scale 1 and bias 0 by default,
+    and folding into a 1x1 conv (w' = w * a, bias' = bias * a + b) agrees."""
+    rng = np.random.default_rng(0)
+    mean, variance = rng.standard_normal(4), rng.uniform(0.5, 2.0, 4)
+    a, b = E.batch_norm_fold(mean, variance)
+    x = rng.standard_normal((1, 4, 3, 3))
+    np.testing.assert_allclose(x * a.reshape(1, 4, 1, 1) + b.reshape(1, 4, 1, 1),
+                               E.batch_normalization_reference(x, mean, variance), rtol=1e-5,
+                               atol=1e-6)
+    w, conv_bias = rng.standard_normal((4, 4)), rng.standard_normal(4)   # 1x1 conv
+    conv = np.einsum("oc,nchw->nohw", w, x) + conv_bias.reshape(1, 4, 1, 1)
+    folded = (np.einsum("oc,nchw->nohw", w * a[:, None], x)
+              + (conv_bias * a + b).reshape(1, 4, 1, 1))
+    np.testing.assert_allclose(folded, E.batch_normalization_reference(conv, mean, variance),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="one length"):
+        E.batch_norm_fold(mean, variance[:3])
+
+
+# --- fused chains ---------------------------------------------------------------------
+
+def _chain_case(rng, x, cb, seed):
+    """A random chain: (kernel steps, reference steps, operand blocked arrays)."""
+    n, c, h, w = x.shape
+    steps, reference = [], []
+    for i in range(rng.integers(2, 7)):
+        choice = rng.integers(0, 4)
+        if choice == 0:
+            name = rng.choice(sorted(ACTIVATIONS))
+            p0, p1 = ACTIVATION_PARAMS[name]
+            steps.append(E.activation_step(name, p0, p1))
+            reference.append(E.activation_step(name, p0, p1))
+        elif choice == 1:
+            kind = rng.choice(KINDS)
+            op = rng.choice(["add", "sub", "mul", "maximum", "minimum"])
+            y, y_plain = _operands(kind, x, cb, seed=seed + i, divisor=False)
+            reverse = bool(rng.integers(0, 2))
+            steps.append(E.binary_step(op, y, reverse))
+            reference.append(E.binary_step(op, y_plain, reverse))
+        elif choice == 2:
+            y, y_plain = _operands("channel", x, cb, seed=seed + i, divisor=True)
+            steps.append(E.binary_step("div", y))
+            reference.append(E.binary_step("div", y_plain))
+        else:
+            scale, bias = _random((c,), seed + i), _random((c,), seed + 100 + i)
+            steps.append(E.affine_step(scale, bias))
+            reference.append(E.affine_step(scale, bias))
+    return steps, reference
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", (1, 7, 17, 64))
+def test_chain_against_composed_references(channels, cb):
+    rng = np.random.default_rng(channels * 10 + cb)
+    for trial in range(4):
+        x = _random((2, channels, 5, 3), seed=trial)
+        steps, reference = _chain_case(rng, x, cb, seed=trial * 50)
+        out = _nan_like(_blocked(x, cb))
+        E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+        _check(out, E.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+
+
+def test_chain_bottleneck_tail_in_place():
+    """bn -> add residual -> relu, in place into the residual, one pass."""
+    channels, cb = 17, 8
+    x, res = _random((2, channels, 9, 7), 1), _random((2, channels, 9, 7), 2)
+    a, b = _random((channels,), 3), _random((channels,), 4)
+    resb = _blocked(res, cb)
+    steps = [E.affine_step(a, b), E.binary_step("add", resb), E.activation_step("relu")]
+    E.eltwise_chain(_blocked(x, cb), steps, resb, channels)
+    reference = [E.affine_step(a, b), E.binary_step("add", res), E.activation_step("relu")]
+    _check(resb, E.eltwise_chain_reference(x, reference), channels)
+
+
+def test_chain_four_tensor_operands_and_empty_chain():
+    channels, cb = 9, 16
+    x = _random((1, channels, 4, 6), 0)
+    ys = [_random(x.shape, i + 1) for i in range(4)]
+    steps = [E.binary_step(op, _blocked(y, cb)) for op, y in zip(OPS, ys)]
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+    reference = [E.binary_step(op, y) for op, y in zip(OPS, ys)]
+    _check(out, E.eltwise_chain_reference(x, reference), channels)
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_chain(_blocked(x, cb), [], out, channels)          # a copy
+    _check(out, x, channels, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cb", (8, 16))
+def test_parallel_path_and_plane_chunks(cb):
+    """Large enough for the parallel driver; planes longer than a task's chunk
+    and not a multiple of the span."""
+    channels = 17
+    x = _random((2, channels, 43, 41), 0)
+    v = _random((channels,), 1)
+    y = _random(x.shape, 2)
+    steps = [E.binary_step("mul", v), E.binary_step("add", _blocked(y, cb)),
+             E.activation_step("sigmoid")]
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+    reference = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
+    _check(out, E.eltwise_chain_reference(x, reference), channels)
+
+
+# --- validation ------------------------------------------------------------------------
+
+def test_errors():
+    x = _blocked(_random((1, 5, 3, 3), 0), 4)
+    out = np.empty_like(x)
+    with pytest.raises(ValueError, match="channels do not fit"):
+        E.eltwise_unary(x, out, 9, "relu")
+    with pytest.raises(ValueError, match="unknown activation"):
+        E.eltwise_unary(x, out, 5, "swish")
+    with pytest.raises(ValueError, match="unknown binary op"):
+        E.eltwise_binary(x, 1.0, out, 5, "pow")
+    with pytest.raises(ValueError, match=r"has shape \(6,\)"):
+        E.eltwise_binary(x, np.ones(6, np.float32), out, 5, "add")
+    with pytest.raises(ValueError, match="float32"):
+        E.eltwise_binary(x, x.astype(np.float64), out, 5, "add")
+    with pytest.raises(ValueError, match="partially overlaps"):
+        shared = np.zeros(x.size + 1, np.float32)       # out is x shifted by one float
+        E.eltwise_unary(shared[1:].reshape(x.shape), shared[:-1].reshape(x.shape), 5, "relu")
+    with pytest.raises(ValueError, match="at most"):
+        E.eltwise_chain(x, [E.activation_step("relu")] * (E.MAX_STEPS + 1), out, 5)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        E.eltwise_unary(x, np.empty(x.shape[::-1], np.float32).T, 5, "relu")
