@@ -1,0 +1,349 @@
+"""Pooling on blocked tensors: max_pool2d, average_pool2d, global_average_pool2d.
+
+Buffers (float32, C-contiguous; ``cb`` is the channel block, one of 1, 4, 8,
+16, 32; ``C_phys = ceil(C / cb) * cb``; lanes past ``C`` are padding):
+
+* input:  ``x: (N, C_phys // cb, H, W, cb)``; padding lanes zero
+* output: ``out: (N, C_phys // cb, OH, OW, cb)``, every element written (``out``
+  may come from ``np.empty``); padding lanes come out zero because the max and
+  the average of zeros are zero
+* global average pooling: ``out: (N, C_phys // cb, 1, 1, cb)`` (its memory is
+  also ``(N, C_phys)``, the per-(n, c) operand of ``eltwise``)
+
+Geometry follows WebNN and ONNX: window ``(KH, KW)``, strides ``(sh, sw)``,
+dilations ``(dh, dw)``, padding ``[top, bottom, left, right]``. Tap ``kh`` of
+output row ``oh`` reads input row ``oh * sh - top + kh * dh`` (columns alike).
+The caller gives the output size, so it may use ceil rounding
+(:func:`pool_output_size` computes both roundings); then the last window can
+reach past the explicit padding. No padded copy of the input is made: each
+window is clipped to the input.
+
+* max: the maximum over the taps inside the input (padding never wins, as if
+  it were -inf).
+* average: the sum over the taps inside the input, divided by the number of
+  taps inside the input (``count_include_pad=False``), or by the number of taps
+  inside the explicitly padded input ``[-top, H + bottom) x [-left, W + right)``
+  (``count_include_pad=True``); taps past the explicit padding (ceil rounding)
+  never count, as in ONNX and PyTorch.
+* a window with no tap inside the input (only possible with output sizes
+  beyond :func:`pool_output_size`'s) gives 0.
+
+How it is fast. The tap ranges and divisors of every output row and column
+are computed once per call (``rows``, ``cols`` tables), so the kernel never
+divides integers or tests borders per tap. The channel block is the vector:
+lanes are processed in groups of ``G`` (8 = one AVX2 register, or 4, or 1 for
+cb 1), accumulators live in a fixed-size stack array (registers), indexed
+only by constant-trip loops. Interior output pixels (whose windows span the
+whole kernel width) go 4 at a time through one flat list of tap offsets, so
+4 independent max/add chains hide the instruction latency; border pixels
+loop over their clipped window one at a time. One compiled kernel serves
+every block size (the group width picks one of three compiled variants at
+run time). Parallel over contiguous ranges of output rows
+``(n, channel block, oh)``, one range per thread.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ._config import jit
+from .stack import stack_empty
+
+_NEG_INF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+#: below this many output elements run serially
+_PARALLEL_MIN = 16384
+
+
+# --- the row kernels --------------------------------------------------------
+#
+# rows: int64 (3, OH) = [first kh, end kh, divisor rows] per output row,
+# cols: int64 (3, OW) = [first kw, end kw, divisor columns] per output column;
+# geom: (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1),
+# where output columns [c0, c1) see the whole window width ("interior").
+
+#: output pixels per interior tile: 4 independent accumulators hide the
+#: latency of vmaxps/vaddps (a single chain would wait ~3 cycles per tap)
+_TILE = 4
+
+
+def _make_pool_rows(G: int):
+    """The kernel for output rows ``[first, last)`` with ``G`` lanes per vector
+    (a compile-time constant: the ``range(G)`` loops unroll into one vector
+    operation). Captures only the int ``G``, so numba's cache keeps it."""
+
+    def pool_rows(xf, outf, geom, rows, cols, offsets, first, last):
+        CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1 = geom
+        acc = numba.carray(stack_empty(32, np.float32), (_TILE, 8))
+        for task in range(first, last):
+            oh = task % OH
+            plane = task // OH                 # n * CB + channel block
+            kh0, kh1 = rows[0, oh], rows[1, oh]
+            ih0 = oh * sh - pt
+            # flat offsets of the window's taps inside the input rows, for an
+            # interior output pixel (relative to tap (0, 0) of its window)
+            taps = 0
+            for kh in range(kh0, kh1):
+                for kw in range(KW):
+                    offsets[taps] = (kh * dh * W + kw * dw) * cb
+                    taps += 1
+            ow = 0
+            while ow < OW:
+                o = (task * OW + ow) * cb      # task * OW == (plane * OH + oh) * OW
+                origin = ((plane * H + ih0) * W + ow * sw - pl) * cb
+                if c0 <= ow and ow + _TILE <= c1 and taps > 0:
+                    # _TILE interior pixels: one pass over the taps
+                    for g in range(0, cb, G):
+                        for t in range(_TILE):
+                            for lane in range(G):
+                                acc[t, lane] = _NEG_INF if is_max else _ZERO
+                        for k in range(taps):
+                            p = origin + offsets[k] + g
+                            if is_max:
+                                for t in range(_TILE):
+                                    for lane in range(G):
+                                        acc[t, lane] = max(
+                                            acc[t, lane], xf[np.uint64(p + t * sw * cb + lane)])
+                            else:
+                                for t in range(_TILE):
+                                    for lane in range(G):
+                                        acc[t, lane] += xf[np.uint64(p + t * sw * cb + lane)]
+                        for t in range(_TILE):
+                            divisor = np.float32(1.0 if is_max
+                                                 else rows[2, oh] * cols[2, ow + t])
+                            for lane in range(G):
+                                outf[np.uint64(o + t * cb + g + lane)] = acc[t, lane] / divisor
+                    ow += _TILE
+                    continue
+                # one pixel, its window clipped to the input (border, tail)
+                kw0, kw1 = cols[0, ow], cols[1, ow]
+                empty = kh0 >= kh1 or kw0 >= kw1
+                divisor = np.float32(1.0 if is_max else rows[2, oh] * cols[2, ow])
+                for g in range(0, cb, G):
+                    for lane in range(G):
+                        acc[0, lane] = _NEG_INF if is_max else _ZERO
+                    for kh in range(kh0, kh1):
+                        row = origin + kh * dh * W * cb + g
+                        for kw in range(kw0, kw1):
+                            p = row + kw * dw * cb
+                            if is_max:
+                                for lane in range(G):
+                                    acc[0, lane] = max(acc[0, lane], xf[np.uint64(p + lane)])
+                            else:
+                                for lane in range(G):
+                                    acc[0, lane] += xf[np.uint64(p + lane)]
+                    for lane in range(G):
+                        outf[np.uint64(o + g + lane)] = _ZERO if empty else acc[0, lane] / divisor
+                ow += 1
+
+    pool_rows.__name__ = pool_rows.__qualname__ = f"pool_rows_g{G}"
+    return jit()(pool_rows)
+
+
+_pool_rows_g8 = _make_pool_rows(8)
+_pool_rows_g4 = _make_pool_rows(4)
+_pool_rows_g1 = _make_pool_rows(1)
+
+
+@jit()
+def _pool_range(xf, outf, geom, rows, cols, first, last):
+    """Output rows ``[first, last)`` with the widest lane group that divides cb."""
+    cb = geom[3]
+    offsets = np.empty(geom[6] * geom[7], np.int64)     # KH * KW tap offsets
+    if cb % 8 == 0:
+        _pool_rows_g8(xf, outf, geom, rows, cols, offsets, first, last)
+    elif cb % 4 == 0:
+        _pool_rows_g4(xf, outf, geom, rows, cols, offsets, first, last)
+    else:
+        _pool_rows_g1(xf, outf, geom, rows, cols, offsets, first, last)
+
+
+@jit(parallel=True)
+def _pool_parallel(xf, outf, geom, rows, cols, tasks, groups):
+    """``groups`` contiguous ranges of the ``tasks`` output rows, in parallel."""
+    for g in prange(groups):
+        _pool_range(xf, outf, geom, rows, cols, g * tasks // groups, (g + 1) * tasks // groups)
+
+
+# --- geometry (Python) --------------------------------------------------------
+
+def pool_output_size(size, kernel, stride=1, dilation=1, pad_begin=0, pad_end=0,
+                     rounding="floor", ceil_drops_window_in_padding=True):
+    """Output length of a pooling window along one axis (WebNN and ONNX).
+
+    ``floor((size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)) / stride) + 1``,
+    or with ``ceil`` instead of ``floor`` for ``rounding="ceil"``. With ceil
+    rounding, ONNX and PyTorch drop a last window that would start inside the
+    end padding (``(out - 1) * stride >= size + pad_begin``);
+    ``ceil_drops_window_in_padding=False`` keeps it (the plain ceil formula).
+    May return a value < 1 for impossible geometry: the caller reports it.
+    """
+    if rounding not in ("floor", "ceil"):
+        raise ValueError(f"pool: rounding must be 'floor' or 'ceil', got {rounding!r}")
+    span = size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)
+    if span < 0:
+        return span // stride + 1                 # < 1: the window does not fit
+    if rounding == "floor":
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if ceil_drops_window_in_padding and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
+@jit()
+def _tap_table(out_size, size, kernel, stride, dilation, pad_begin, pad_end,
+               count_include_pad):
+    """int64 ``(3, out_size)``: the first and end tap inside the input for each
+    output position, and the number of taps the average divides by. (Jitted:
+    the same loops in numpy calls would cost tens of microseconds per op.)"""
+    table = np.zeros((3, out_size), np.int64)
+    for o in range(out_size):
+        start = o * stride - pad_begin              # input index of tap 0
+        first, end, padded = kernel, kernel, 0
+        for k in range(kernel):
+            i = start + k * dilation
+            if 0 <= i < size:
+                first = min(first, k)
+                end = k + 1                         # inside taps are contiguous
+            if -pad_begin <= i < size + pad_end:
+                padded += 1
+        if first == kernel:                         # no tap inside: an empty range
+            first = end = 0
+        table[0, o] = first
+        table[1, o] = end
+        table[2, o] = padded if count_include_pad else end - first
+    return table
+
+
+def _pair(value, name):
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2:
+        raise ValueError(f"pool: {name} must be an int or a pair, got {value}")
+    return value
+
+
+def _padding(padding):
+    if isinstance(padding, (int, np.integer)):
+        return (int(padding),) * 4
+    padding = tuple(int(p) for p in padding)
+    if len(padding) == 2:                       # (h, w)
+        return padding[0], padding[0], padding[1], padding[1]
+    if len(padding) != 4:
+        raise ValueError(f"pool: padding must be an int, (h, w) or [top, bottom, left, "
+                         f"right], got {padding}")
+    return padding
+
+
+def _check_array(what, a, ndim=5):
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise ValueError(f"pool: {what} must be a float32 numpy array, "
+                         f"got {getattr(a, 'dtype', type(a))}")
+    if a.ndim != ndim:
+        raise ValueError(f"pool: {what} must be blocked (N, C_phys // cb, H, W, cb), "
+                         f"got shape {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"pool: {what} must be C-contiguous")
+
+
+def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_pad):
+    _check_array("x", x)
+    _check_array("out", out)
+    N, CB, H, W, cb = x.shape
+    KH, KW = _pair(kernel, "kernel")
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    pt, pb, pl, pr = _padding(padding)
+    if min(KH, KW, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0:
+        raise ValueError(f"pool: kernel {(KH, KW)}, strides {(sh, sw)} and dilations "
+                         f"{(dh, dw)} must be >= 1 and padding {(pt, pb, pl, pr)} >= 0")
+    if out.shape[:2] != (N, CB) or out.shape[4] != cb or min(out.shape[2:4]) < 1:
+        raise ValueError(f"pool: out has shape {out.shape}, expected "
+                         f"({N}, {CB}, OH, OW, {cb}) with OH, OW >= 1 for x {x.shape}")
+    if np.may_share_memory(x, out):
+        raise ValueError("pool: out must not overlap x")
+    OH, OW = out.shape[2], out.shape[3]
+    rows = _tap_table(OH, H, KH, sh, dh, pt, pb, count_include_pad)
+    cols = _tap_table(OW, W, KW, sw, dw, pl, pr, count_include_pad)
+    interior = np.flatnonzero((cols[0] == 0) & (cols[1] == KW))   # a contiguous range
+    c0, c1 = (int(interior[0]), int(interior[-1]) + 1) if interior.size else (0, 0)
+    geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, int(is_max), c0, c1)
+    xf, outf = x.reshape(-1), out.reshape(-1)
+    tasks = N * CB * OH
+    if out.size < _PARALLEL_MIN or tasks == 1:
+        _pool_range(xf, outf, geom, rows, cols, 0, tasks)
+    else:
+        _pool_parallel(xf, outf, geom, rows, cols, tasks, min(tasks, numba.get_num_threads()))
+    return out
+
+
+def max_pool2d(x, out, kernel, strides=1, dilations=1, padding=0):
+    """Max pooling: ``out[n, c, oh, ow]`` = the max of the window's taps inside
+    the input. ``x: (N, C_phys // cb, H, W, cb)``, ``out: (N, C_phys // cb, OH,
+    OW, cb)`` with the caller's OH, OW (see :func:`pool_output_size`).
+    ``kernel``, ``strides``, ``dilations``: an int or ``(h, w)``; ``padding``:
+    an int, ``(h, w)`` or ``[top, bottom, left, right]``. Returns ``out``."""
+    return _pool2d(x, out, kernel, strides, dilations, padding, True, False)
+
+
+def average_pool2d(x, out, kernel, strides=1, dilations=1, padding=0,
+                   count_include_pad=False):
+    """Average pooling (arguments as :func:`max_pool2d`). The divisor counts
+    the taps inside the input, or with ``count_include_pad`` the taps inside
+    the explicitly padded input (never those past it). Returns ``out``."""
+    return _pool2d(x, out, kernel, strides, dilations, padding, False, count_include_pad)
+
+
+def global_average_pool2d(x, out):
+    """``out: (N, C_phys // cb, 1, 1, cb)`` = the mean over H, W of
+    ``x: (N, C_phys // cb, H, W, cb)`` (an average pool with the whole plane
+    as window)."""
+    _check_array("x", x)
+    return _pool2d(x, out, x.shape[2:4], 1, 1, 0, False, False)
+
+
+# --- the spec: numpy references on plain NCHW (float64) ---------------------------
+
+def pool2d_reference(x, kind, out_size, kernel, strides=1, dilations=1, padding=0,
+                     count_include_pad=False):
+    """Max (``kind="max"``) or average (``"average"``) pooling of NCHW ``x`` with
+    output size ``out_size = (OH, OW)``, in float64, by looping over windows:
+    a tap counts if it lies inside the input; for ``count_include_pad`` the
+    average divides by the taps inside ``[-top, H + bottom) x [-left, W + right)``.
+    Windows with no tap inside the input give 0."""
+    x = np.asarray(x, np.float64)
+    N, C, H, W = x.shape
+    KH, KW = _pair(kernel, "kernel")
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    pt, pb, pl, pr = _padding(padding)
+    OH, OW = out_size
+    out = np.zeros((N, C, OH, OW))
+    for oh in range(OH):
+        for ow in range(OW):
+            ihs = [oh * sh - pt + kh * dh for kh in range(KH)]
+            iws = [ow * sw - pl + kw * dw for kw in range(KW)]
+            inside_h = [i for i in ihs if 0 <= i < H]
+            inside_w = [i for i in iws if 0 <= i < W]
+            if not inside_h or not inside_w:
+                continue
+            window = x[:, :, inside_h][:, :, :, inside_w]
+            if kind == "max":
+                out[:, :, oh, ow] = window.max(axis=(2, 3))
+            else:
+                if count_include_pad:
+                    count = (sum(-pt <= i < H + pb for i in ihs)
+                             * sum(-pl <= i < W + pr for i in iws))
+                else:
+                    count = len(inside_h) * len(inside_w)
+                out[:, :, oh, ow] = window.sum(axis=(2, 3)) / count
+    return out
+
+
+def global_average_pool2d_reference(x):
+    """``(N, C, H, W)`` -> ``(N, C, 1, 1)``: the mean over H and W, in float64."""
+    return np.asarray(x, np.float64).mean(axis=(2, 3), keepdims=True)

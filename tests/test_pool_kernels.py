@@ -1,0 +1,169 @@
+"""Pooling kernels (kernels/pool.py) against their numpy references.
+
+Outputs start as NaN so an element the kernel forgets fails the test, and
+the padding lanes of every output must be exactly zero.
+"""
+
+import numpy as np
+import pytest
+
+from jitnn import layouts
+from jitnn.kernels import pool as P
+
+BLOCKS = (4, 8, 16)
+CHANNELS = (1, 3, 7, 8, 9, 16, 17, 64)
+KINDS = ("max", "average", "average_include_pad")
+
+# (kernel, strides, dilations, padding [t, b, l, r], rounding)
+GEOMETRIES = [
+    ((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), "floor"),
+    ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "ceil"),
+    ((2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "ceil"),     # last window past the input
+    ((3, 2), (3, 2), (1, 1), (0, 2, 1, 0), "ceil"),     # asymmetric padding, stride 3
+    ((3, 3), (1, 2), (2, 1), (2, 0, 0, 1), "floor"),    # dilation 2
+    ((2, 3), (3, 3), (2, 2), (1, 2, 2, 1), "ceil"),
+    ((1, 1), (2, 3), (1, 1), (0, 0, 0, 0), "floor"),
+    ((5, 4), (1, 1), (1, 1), (2, 2, 1, 2), "floor"),    # window larger than the border
+]
+
+
+def _random(shape, seed):
+    return np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
+
+
+def _output_size(shape, geometry):
+    (kh, kw), (sh, sw), (dh, dw), (pt, pb, pl, pr), rounding = geometry
+    return (P.pool_output_size(shape[2], kh, sh, dh, pt, pb, rounding),
+            P.pool_output_size(shape[3], kw, sw, dw, pl, pr, rounding))
+
+
+def _run(kind, x, cb, geometry, out_size=None):
+    """Pool NCHW ``x`` blocked at ``cb``; returns (blocked result, reference)."""
+    kernel, strides, dilations, padding, _ = geometry
+    oh, ow = out_size or _output_size(x.shape, geometry)
+    xb = layouts.reference_nchw_to_blocked(x, cb)
+    out = np.full((x.shape[0], xb.shape[1], oh, ow, cb), np.nan, np.float32)
+    if kind == "max":
+        P.max_pool2d(xb, out, kernel, strides, dilations, padding)
+    else:
+        P.average_pool2d(xb, out, kernel, strides, dilations, padding,
+                         count_include_pad=kind == "average_include_pad")
+    reference = P.pool2d_reference(x, "max" if kind == "max" else "average", (oh, ow), kernel,
+                                   strides, dilations, padding,
+                                   count_include_pad=kind == "average_include_pad")
+    return out, reference
+
+
+def _check(out, expected, channels):
+    assert not np.isnan(out).any(), "NaN in the output (an element was not written)"
+    n, blocks, h, w, cb = out.shape
+    full = out.transpose(0, 1, 4, 2, 3).reshape(n, blocks * cb, h, w)
+    assert np.all(full[:, channels:] == 0), "padding lanes are not zero"
+    np.testing.assert_allclose(full[:, :channels], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", (3, 17))
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
+def test_pool_geometries(geometry, kind, channels, cb):
+    x = _random((2, channels, 11, 13), seed=channels)
+    out, reference = _run(kind, x, cb, geometry)
+    _check(out, reference, channels)
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_pool_channels(kind, channels, cb):
+    x = _random((2, channels, 9, 7), seed=channels + 1)
+    out, reference = _run(kind, x, cb, GEOMETRIES[1])
+    _check(out, reference, channels)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_windows_partly_and_wholly_outside(kind):
+    """An output larger than pool_output_size's: the last windows reach past the
+    padding (partly outside) and then lie wholly outside (they give 0)."""
+    x = _random((2, 9, 5, 6), seed=3)
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 0, 0, 1), "ceil")
+    oh, ow = _output_size(x.shape, geometry)
+    out, reference = _run(kind, x, 8, geometry, out_size=(oh + 2, ow + 2))
+    assert np.all(reference[:, :, -1, :] == 0) and np.all(reference[:, :, :, -1] == 0)
+    _check(out, reference, 9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_parallel_path(kind):
+    x = _random((2, 17, 40, 41), seed=4)
+    out, reference = _run(kind, x, 8, GEOMETRIES[0])
+    assert out.size >= P._PARALLEL_MIN
+    _check(out, reference, 17)
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_global_average_pool(channels, cb):
+    x = _random((2, channels, 7, 9), seed=channels)
+    xb = layouts.reference_nchw_to_blocked(x, cb)
+    out = np.full((2, xb.shape[1], 1, 1, cb), np.nan, np.float32)
+    P.global_average_pool2d(xb, out)
+    _check(out, P.global_average_pool2d_reference(x), channels)
+
+
+def test_max_ignores_padding_for_negative_inputs():
+    """Padding never wins a max: an all-negative input stays negative."""
+    x = -np.abs(_random((1, 3, 4, 4), seed=5)) - 1
+    out, reference = _run("max", x, 4, GEOMETRIES[0])
+    assert np.all(reference < 0)
+    _check(out, reference, 3)
+
+
+def test_pool_output_size():
+    # floor((5 + 0 - 2) / 2) + 1 = 2; ceil -> 3 (the third window starts inside)
+    assert P.pool_output_size(5, 2, 2) == 2
+    assert P.pool_output_size(5, 2, 2, rounding="ceil") == 3
+    # 4 + pad_end 1: ceil((4 + 1 - 2) / 2) + 1 = 3, but the third window would
+    # start at 4 = in the end padding: ONNX / PyTorch drop it
+    assert P.pool_output_size(4, 2, 2, pad_end=1, rounding="ceil") == 2
+    assert P.pool_output_size(4, 2, 2, pad_end=1, rounding="ceil",
+                              ceil_drops_window_in_padding=False) == 3
+    # dilation: effective window (3 - 1) * 2 + 1 = 5
+    assert P.pool_output_size(9, 3, 1, 2) == 5
+    assert P.pool_output_size(112, 3, 2, 1, 1, 1) == 56
+    assert P.pool_output_size(3, 5, 1) < 1             # the window does not fit
+    with pytest.raises(ValueError, match="rounding"):
+        P.pool_output_size(5, 2, 2, rounding="round")
+
+
+def test_against_pytorch():
+    """An independent oracle for ceil rounding and count_include_pad."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    x = _random((2, 5, 10, 11), seed=6)
+    tx = torch.from_numpy(x)
+    for kernel, stride, pad in [(3, 2, 1), (2, 2, 0), (3, 3, 1), (4, 3, 2)]:
+        geometry = ((kernel,) * 2, (stride,) * 2, (1, 1), (pad,) * 4, "ceil")
+        for kind in KINDS:
+            out, _ = _run(kind, x, 8, geometry)
+            if kind == "max":
+                expected = F.max_pool2d(tx, kernel, stride, pad, ceil_mode=True)
+            else:
+                expected = F.avg_pool2d(tx, kernel, stride, pad, ceil_mode=True,
+                                        count_include_pad=kind == "average_include_pad")
+            assert out.shape[2:4] == tuple(expected.shape[2:])
+            _check(out, expected.numpy(), 5)
+
+
+def test_errors():
+    x = layouts.reference_nchw_to_blocked(_random((1, 5, 6, 6), 0), 4)
+    with pytest.raises(ValueError, match="out has shape"):
+        P.max_pool2d(x, np.empty((1, 2, 3, 3, 8), np.float32), 2, 2)
+    with pytest.raises(ValueError, match="must not overlap"):
+        P.max_pool2d(x, x.reshape(-1)[:72].reshape(1, 2, 3, 3, 4), 2, 2)
+    with pytest.raises(ValueError, match=">= 0"):
+        P.max_pool2d(x, np.empty((1, 2, 3, 3, 4), np.float32), 2, 2, padding=-1)
+    with pytest.raises(ValueError, match="padding must be"):
+        P.average_pool2d(x, np.empty((1, 2, 3, 3, 4), np.float32), 2, 2, padding=(1, 2, 3))
+    with pytest.raises(ValueError, match="float32"):
+        P.global_average_pool2d(x.astype(np.float64), np.empty((1, 2, 1, 1, 4)))
