@@ -76,15 +76,13 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import literally, prange
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from ._config import jit
 from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
+from .stack import stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
@@ -94,27 +92,6 @@ _ZERO = np.float32(0.0)
 _TILE_ELEMENTS = 96
 _MAX_LANES = 32
 _MAX_TILE_PIXELS = 16
-
-
-# --- fixed-size stack arrays (register tiles) ------------------------------
-
-@intrinsic
-def _stack_empty(typingctx, size, dtype):
-    """``_stack_empty(96, np.float32)``: pointer to uninitialized elements in
-    the caller's stack frame; wrap it with ``numba.carray``. ``size`` must be a
-    compile-time constant so the alloca has a fixed type that SROA can split
-    into scalars (and the SLP vectorizer into registers)."""
-    if not isinstance(size, types.IntegerLiteral):
-        return None
-    count = size.literal_value
-    element = dtype.dtype
-
-    def codegen(context, builder, signature, args):
-        llvm_element = context.get_data_type(element)
-        slot = cgutils.alloca_once(builder, ir.ArrayType(llvm_element, count))
-        return builder.bitcast(slot, llvm_element.as_pointer())
-
-    return types.CPointer(element)(size, dtype), codegen
 
 
 # --- tile shapes -----------------------------------------------------------
@@ -288,11 +265,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
      x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
     # per pixel of a tile: output offset (block 0), kernel window origin, and
     # the input offset it reads from (xb, kept in registers)
-    yos = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
-    ihs = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
-    iws = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
-    xb = numba.carray(_stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
-    acc = numba.carray(_stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+    yos = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    ihs = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    iws = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    xb = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
 
     y_ob = OH * OW * cb                  # between output blocks
     # packed weight strides: (OB, CB, KH, KW, ci, cb)
@@ -520,8 +497,8 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
     literally(cb)
     literally(P)
     (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m) = geom
-    acc = numba.carray(_stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
-    one = numba.carray(_stack_empty(_MAX_LANES, np.float32), _MAX_LANES)  # single pixels
+    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+    one = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)  # single pixels
     span = (P - 1) * sw + (KW - 1) * dw + 1
     xps = sw * cb
     s_kw = dw * cb
