@@ -1,0 +1,144 @@
+"""Concatenation along channels of blocked tensors into a blocked output.
+
+Buffers (float32, C-contiguous; ``cb`` is the channel block, one of 1, 4, 8,
+16, 32, the same for every tensor; ``ceil(C / cb) * cb`` physical channels):
+
+* inputs: ``x_i: (N, ceil(C_i / cb), H, W, cb)``, padding lanes zero
+* output: ``out: (N, ceil(C / cb), H, W, cb)`` with ``C = sum(C_i)``; input
+  ``i``'s channels land at ``[offset_i, offset_i + C_i)``, ``offset_i =
+  C_0 + ... + C_(i-1)``; every element is written and the padding lanes are zero
+
+Two paths, chosen per input:
+
+* **aligned** (``offset_i % cb == 0``): output block ``offset_i / cb + k`` is
+  input block ``k``, so each of its rows (``W * cb`` floats) is one contiguous
+  copy. Concats of channel counts that are multiples of the block (GoogLeNet,
+  SqueezeNet, DenseNet at cb 8) take only this path.
+* **shifted** (otherwise, e.g. C = 3 and 5 at cb = 8: the second input starts
+  at lane 3): each output lane of a block gathers from the input lane it comes
+  from, ``W`` floats ``cb`` apart.
+
+Inputs are copied one after the other, in order, each in parallel over rows
+``(n, output block, h)``. An aligned input whose last block is partial copies
+its zero padding lanes too; the lanes it so overwrites belong to the next
+input (which is then shifted, and copied afterwards) or are the output's
+padding lanes, which must be zero. The last input's call also zeroes the
+output's padding lanes when it is shifted.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ._config import jit
+
+_ZERO = np.float32(0.0)
+#: below this many copied elements run serially
+_PARALLEL_MIN = 32768
+
+
+@jit()
+def _copy_rows(xf, outf, geom, first, last):
+    """Copy one input's rows ``[first, last)`` (tasks ``(n, output block, h)``).
+
+    ``geom``: ``(CBx, CBo, H, W, cb, offset, channels, fill_end, ob0, nob)``:
+    the input's and output's channel blocks, the input's channel offset and
+    count, the end of the output channels this call writes (``offset +
+    channels``, or the output's physical channel count for the last input, whose
+    call zeroes the padding lanes), and the output blocks ``[ob0, ob0 + nob)``
+    it touches.
+    """
+    CBx, CBo, H, W, cb, offset, channels, fill_end, ob0, nob = geom
+    row = W * cb
+    shift = offset % cb
+    for task in range(first, last):
+        h = task % H
+        ob = ob0 + (task // H) % nob
+        n = task // (H * nob)
+        o = ((n * CBo + ob) * H + h) * row
+        if shift == 0:                  # aligned: a whole row, one contiguous copy
+            xo = ((n * CBx + ob - ob0) * H + h) * row
+            for j in range(row):
+                outf[np.uint64(o + j)] = xf[np.uint64(xo + j)]
+            continue
+        # shifted: output lanes of this block that come from this input
+        for c in range(max(offset, ob * cb), min(fill_end, ob * cb + cb)):
+            lane = c - ob * cb
+            if c < offset + channels:
+                source = c - offset
+                xo = ((n * CBx + source // cb) * H + h) * row + source % cb
+                for w in range(W):
+                    outf[np.uint64(o + w * cb + lane)] = xf[np.uint64(xo + w * cb)]
+            else:                       # the output's padding lanes
+                for w in range(W):
+                    outf[np.uint64(o + w * cb + lane)] = _ZERO
+
+
+@jit(parallel=True)
+def _copy_rows_parallel(xf, outf, geom, tasks, groups):
+    """``groups`` contiguous ranges of the ``tasks`` rows, in parallel."""
+    for g in prange(groups):
+        _copy_rows(xf, outf, geom, g * tasks // groups, (g + 1) * tasks // groups)
+
+
+def concat_offsets(channels):
+    """The channel offset of each input: ``[0, C_0, C_0 + C_1, ...]``."""
+    return [int(v) for v in np.cumsum([0] + [int(c) for c in channels])[:-1]]
+
+
+def concat_is_aligned(channels, cb):
+    """True when every input starts on a block boundary (only the fast path runs)."""
+    return all(offset % cb == 0 for offset in concat_offsets(channels))
+
+
+def _check_array(what, a):
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        raise ValueError(f"concat: {what} must be a float32 numpy array, "
+                         f"got {getattr(a, 'dtype', type(a))}")
+    if a.ndim != 5:
+        raise ValueError(f"concat: {what} must be blocked (N, C_phys // cb, H, W, cb), "
+                         f"got shape {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"concat: {what} must be C-contiguous")
+
+
+def concat_channels(inputs, channels, out):
+    """Concatenate blocked ``inputs`` (with ``channels[i]`` logical channels
+    each) along the channel axis into blocked ``out``. Returns ``out``."""
+    if len(inputs) != len(channels) or not inputs:
+        raise ValueError(f"concat: {len(inputs)} inputs but {len(channels)} channel counts")
+    _check_array("out", out)
+    N, CBo, H, W, cb = out.shape
+    total = sum(int(c) for c in channels)
+    if -(-total // cb) != CBo:
+        raise ValueError(f"concat: the inputs have {total} channels, which need "
+                         f"{-(-total // cb)} blocks of {cb}, but out has shape {out.shape}")
+    for i, (x, c) in enumerate(zip(inputs, channels)):
+        _check_array(f"input {i}", x)
+        expected = (N, -(-int(c) // cb), H, W, cb)
+        if int(c) < 1 or x.shape != expected:
+            raise ValueError(f"concat: input {i} has shape {x.shape}, expected {expected} "
+                             f"for {c} channels and out {out.shape}")
+        if np.may_share_memory(x, out):
+            raise ValueError(f"concat: input {i} overlaps out")
+    outf = out.reshape(-1)
+    for i, (x, offset) in enumerate(zip(inputs, concat_offsets(channels))):
+        c = int(channels[i])
+        fill_end = CBo * cb if i == len(inputs) - 1 else offset + c
+        ob0 = offset // cb
+        nob = -(-fill_end // cb) - ob0
+        geom = (x.shape[1], CBo, H, W, cb, offset, c, fill_end, ob0, nob)
+        tasks = N * nob * H
+        if tasks * W * cb < _PARALLEL_MIN or tasks == 1:
+            _copy_rows(x.reshape(-1), outf, geom, 0, tasks)
+        else:
+            _copy_rows_parallel(x.reshape(-1), outf, geom, tasks,
+                                min(tasks, numba.get_num_threads()))
+    return out
+
+
+def concat_reference(inputs):
+    """The spec: ``np.concatenate`` of NCHW inputs along axis 1."""
+    return np.concatenate([np.asarray(x) for x in inputs], axis=1)

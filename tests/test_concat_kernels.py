@@ -1,0 +1,77 @@
+"""Channel concatenation of blocked tensors (kernels/concat.py) against
+``np.concatenate``; the output starts as NaN and its padding lanes must be 0."""
+
+import numpy as np
+import pytest
+
+from jitnn import layouts
+from jitnn.kernels import concat as K
+
+BLOCKS = (4, 8, 16)
+CHANNEL_LISTS = [
+    (8, 16),            # aligned at cb 4 and 8
+    (16, 32, 16),       # aligned at every tested block
+    (3, 5),             # the second input starts at lane 3
+    (7, 9, 1),          # three shifted inputs
+    (8, 3, 17),         # aligned, then shifted (the first copies whole blocks)
+    (1, 1),
+    (17, 64, 9),
+    (64, 3),
+]
+
+
+def _random(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _concat(xs, cb):
+    channels = [x.shape[1] for x in xs]
+    n, _, h, w = xs[0].shape
+    out = np.full((n, -(-sum(channels) // cb), h, w, cb), np.nan, np.float32)
+    K.concat_channels([layouts.reference_nchw_to_blocked(x, cb) for x in xs], channels, out)
+    return out
+
+
+def _check(out, expected):
+    assert not np.isnan(out).any(), "NaN in the output (an element was not written)"
+    n, blocks, h, w, cb = out.shape
+    channels = expected.shape[1]
+    full = out.transpose(0, 1, 4, 2, 3).reshape(n, blocks * cb, h, w)
+    assert np.all(full[:, channels:] == 0), "padding lanes are not zero"
+    np.testing.assert_array_equal(full[:, :channels], expected)
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", CHANNEL_LISTS, ids=str)
+def test_concat(channels, cb):
+    xs = [_random((2, c, 5, 7), seed=i) for i, c in enumerate(channels)]
+    _check(_concat(xs, cb), K.concat_reference(xs))
+
+
+def test_aligned_detection():
+    assert K.concat_offsets([3, 5, 8]) == [0, 3, 8]
+    assert K.concat_is_aligned([8, 16, 5], 8)
+    assert not K.concat_is_aligned([3, 5], 8)
+    assert K.concat_is_aligned([3, 5], 1)
+
+
+@pytest.mark.parametrize("channels", [(24, 40), (13, 22, 7)], ids=str)
+def test_parallel_path(channels):
+    xs = [_random((2, c, 23, 29), seed=i) for i, c in enumerate(channels)]
+    out = _concat(xs, 8)
+    assert out.size >= K._PARALLEL_MIN
+    _check(out, K.concat_reference(xs))
+
+
+def test_errors():
+    a = layouts.reference_nchw_to_blocked(_random((1, 3, 4, 4), 0), 8)
+    b = layouts.reference_nchw_to_blocked(_random((1, 5, 4, 4), 1), 8)
+    out = np.empty((1, 1, 4, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="2 inputs but 1"):
+        K.concat_channels([a, b], [3], out)
+    with pytest.raises(ValueError, match="need 2 blocks"):
+        K.concat_channels([a, b], [3, 13], out)
+    with pytest.raises(ValueError, match="input 1 has shape"):
+        K.concat_channels([a, b[:, :, :3].copy()], [3, 5], out)
+    with pytest.raises(ValueError, match="overlaps out"):
+        K.concat_channels([out, b], [3, 5], out)
