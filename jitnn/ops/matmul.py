@@ -1,0 +1,156 @@
+"""matmul and gemm, with WebNN's semantics (and numpy's for 1-D operands).
+
+``matmul(a, b)``: operands of rank >= 2 multiply their last two dimensions and
+broadcast the others as numpy does (``(12, 1, 128, 64) @ (3, 64, 128)`` gives
+``(12, 3, 128, 128)``). Like ``numpy.matmul``, a 1-D ``a`` is a row vector and
+a 1-D ``b`` a column vector, and that dimension is dropped from the result
+(WebNN itself asks for rank >= 2).
+
+``gemm(a, b, c, alpha, beta, a_transpose, b_transpose)``: rank-2 ``a`` and
+``b``, ``alpha * A @ B + beta * C`` with ``C`` broadcast to ``[M, N]``.
+
+Both return a pending, plain-layout Tensor. A Tensor right operand is packed
+into the kernel's panel layout once (per transpose flag) and reused by every
+later call: pass the same weight Tensor to benefit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import layouts
+from ..errors import JitnnValueError
+from ..kernels import matmul as mm
+from ..tensor import Tensor
+from ._common import as_tensor, context_of, parse_activation
+
+
+def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The spec: numpy's matmul in float64."""
+    return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def gemm_reference(a, b, c=None, *, alpha=1.0, beta=1.0, a_transpose=False,
+                   b_transpose=False) -> np.ndarray:
+    """The spec: ``alpha * op(A) @ op(B) + beta * C`` in float64."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    out = alpha * ((a64.T if a_transpose else a64) @ (b64.T if b_transpose else b64))
+    if c is not None:
+        out = out + beta * np.asarray(c, np.float64)
+    return out
+
+
+def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
+    def pack():
+        packed = mm.pack_b(b._materialize(), b_transpose=transpose, threads=ctx.num_threads)
+        ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes, launches=1)
+        return packed
+    return b._derive(("matmul_b", transpose), pack)
+
+
+def _worth_packing(m: int, n: int, k: int) -> bool:
+    # Tiny products take the kernel's direct path, which reads B as it is.
+    return m * n * k > mm.DIRECT_MAX_MACS
+
+
+def matmul(a, b, *, activation=None) -> Tensor:
+    """``a @ b`` with numpy's broadcasting of batch dimensions (see the module
+    docstring). ``activation`` is fused into the kernel (same names as conv2d)."""
+    op = "matmul"
+    ctx = context_of(op, a, b)
+    a = as_tensor(ctx, a, op, "a")
+    b = as_tensor(ctx, b, op, "b")
+    for name, t in (("a", a), ("b", b)):
+        if t.ndim < 1:
+            raise JitnnValueError(f"{op}: {name} must have rank >= 1, got a scalar")
+        if layouts.block_of(t.layout) is not None:
+            raise JitnnValueError(f"{op}: {name} is blocked ({t.layout}); matmul reads plain tensors")
+    code, p0, p1 = parse_activation(op, activation)
+    a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+    b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+    m, k = a_shape[-2:]
+    kb, n = b_shape[-2:]
+    if k != kb:
+        raise JitnnValueError(
+            f"{op}: inner dimensions differ: a {a.shape} has {k} columns, b {b.shape} has {kb} rows")
+    try:
+        batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    except ValueError:
+        raise JitnnValueError(
+            f"{op}: batch dimensions {a_shape[:-2]} of a {a.shape} and {b_shape[:-2]} of "
+            f"b {b.shape} do not broadcast") from None
+    out_shape = tuple(batch) + (m, n)
+    if a.ndim == 1:
+        out_shape = out_shape[:-2] + (n,)
+    if b.ndim == 1:
+        out_shape = out_shape[:-1]
+    groups = int(np.prod(batch, dtype=np.int64))
+    a_count = int(np.prod(a_shape[:-2], dtype=np.int64))
+    b_count = int(np.prod(b_shape[:-2], dtype=np.int64))
+    # product g reads matrix a_index[g] of a's flattened batch (same for b)
+    a_index = np.broadcast_to(np.arange(a_count).reshape(a_shape[:-2]), batch).ravel()
+    b_index = np.broadcast_to(np.arange(b_count).reshape(b_shape[:-2]), batch).ravel()
+    pack = _worth_packing(m, n, k) and groups > 0
+
+    def produce() -> np.ndarray:
+        out = np.empty((groups, m, n), np.float32)
+        a3 = a._materialize().reshape(a_count, m, k)
+        b3 = _packed_b(ctx, b, False) if pack and b_count == 1 else None
+        if b3 is None:
+            b3 = b._materialize().reshape(b_count, k, n)
+        if out.size:
+            ctx._launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
+                        activation=code, param0=p0, param1=p1)
+        return out.reshape(out_shape)
+
+    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce)
+
+
+def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bool = False,
+         b_transpose: bool = False, activation=None) -> Tensor:
+    """``alpha * op(a) @ op(b) + beta * c`` (WebNN gemm); ``a`` and ``b`` rank 2,
+    ``c`` broadcast to ``[M, N]`` (a scalar, ``[N]``, ``[M, 1]``, ``[1, N]`` or
+    ``[M, N]``). ``activation`` is fused into the kernel's epilogue."""
+    op = "gemm"
+    ctx = context_of(op, a, b, c)
+    a = as_tensor(ctx, a, op, "a")
+    b = as_tensor(ctx, b, op, "b")
+    for name, t in (("a", a), ("b", b)):
+        if t.ndim != 2:
+            raise JitnnValueError(f"{op}: {name} must have rank 2, got shape {t.shape}")
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise JitnnValueError(f"{op}: {name} must be a number, got {value!r}")
+    code, p0, p1 = parse_activation(op, activation)
+    m, k = a.shape[::-1] if a_transpose else a.shape
+    kb, n = b.shape[::-1] if b_transpose else b.shape
+    if k != kb:
+        raise JitnnValueError(
+            f"{op}: inner dimensions differ: A is ({m}, {k}) and B is ({kb}, {n}) "
+            f"(a {a.shape}{', transposed' if a_transpose else ''}; "
+            f"b {b.shape}{', transposed' if b_transpose else ''})")
+    c_t = None
+    if c is not None:
+        c_t = as_tensor(ctx, c, op, "c")
+        try:
+            if c_t.ndim > 2 or np.broadcast_shapes(c_t.shape, (m, n)) != (m, n):
+                raise ValueError
+        except ValueError:
+            raise JitnnValueError(
+                f"{op}: c {c_t.shape} does not broadcast to the output shape ({m}, {n})") from None
+    pack = _worth_packing(m, n, k)
+
+    def produce() -> np.ndarray:
+        out = np.empty((m, n), np.float32)
+        if out.size == 0:
+            return out
+        right = _packed_b(ctx, b, b_transpose) if pack else b._materialize()
+        left = a._materialize()
+        c_array = c_t._materialize() if c_t is not None else None
+        ctx._launch(mm.gemm, left, right, out,
+                    alpha=float(alpha), beta=float(beta), c=c_array, activation=code,
+                    param0=p0, param1=p1, a_transpose=a_transpose,
+                    b_transpose=b_transpose and not pack)
+        return out
+
+    return Tensor(ctx, (m, n), "nc", producer=produce)

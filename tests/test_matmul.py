@@ -1,0 +1,169 @@
+"""The public matmul and gemm ops: numpy/WebNN semantics, validation, oracles.
+
+The kernels are tested exhaustively in test_matmul_kernels.py; this file tests
+the ops around them against float64 numpy.
+"""
+
+import numpy as np
+import pytest
+
+import jitnn
+from jitnn.ops.matmul import gemm_reference, matmul_reference
+from tests.wpt import arguments, float32_cases
+
+
+def _random(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _close(got, want, k):
+    tol = 2e-6 * max(1, k)
+    np.testing.assert_allclose(got, want, rtol=max(tol, 1e-5), atol=max(tol, 1e-5))
+
+
+@pytest.mark.parametrize("case", float32_cases("wpt_matmul.json"), ids=lambda c: c[0])
+def test_webnn_conformance(case):
+    _, arrays, operator, want = case
+    (a, b), options = arguments(operator, arrays)
+    got = jitnn.matmul(a, b, **options).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((5, 7), (7, 3)), ((1, 1), (1, 1)), ((17, 16), (16, 15)),
+    ((12, 1, 33, 20), (3, 20, 17)), ((2, 3, 4), (4, 5)), ((4, 5), (2, 5, 6)),
+    ((12, 128, 64), (12, 64, 128)), ((1, 2048), (2048, 1000)), ((8, 2048), (2048, 1000)),
+    ((7,), (7, 4)), ((3, 7), (7,)), ((7,), (7,)), ((2, 3, 7), (7,)), ((7,), (2, 7, 3)),
+    ((0, 4), (4, 3)), ((3, 0), (0, 2)),
+])
+def test_matmul_matches_numpy(a_shape, b_shape):
+    a, b = _random(a_shape, 1), _random(b_shape, 2)
+    got = jitnn.matmul(a, b).numpy()
+    want = matmul_reference(a, b)
+    assert got.shape == want.shape
+    _close(got, want, a_shape[-1])
+
+
+@pytest.mark.parametrize("activation", ["relu", ("clamp", -0.5, 0.5), "sigmoid", "gelu"])
+def test_matmul_fused_activation(activation):
+    from jitnn.kernels.epilogue import activation_reference
+    from jitnn.ops._common import parse_activation
+    a, b = _random((33, 40), 3), _random((40, 29), 4)
+    got = jitnn.matmul(a, b, activation=activation).numpy()
+    want = activation_reference(matmul_reference(a, b), *parse_activation("t", activation))
+    _close(got, want, 40)
+
+
+@pytest.mark.parametrize("c_shape", [None, (), (1,), (23,), (31, 1), (1, 23), (31, 23)])
+@pytest.mark.parametrize("a_transpose,b_transpose", [(False, False), (True, False),
+                                                     (False, True), (True, True)])
+def test_gemm_options(c_shape, a_transpose, b_transpose):
+    m, k, n = 31, 19, 23
+    a = _random((k, m) if a_transpose else (m, k), 5)
+    b = _random((n, k) if b_transpose else (k, n), 6)
+    c = None if c_shape is None else _random(c_shape, 7)
+    kwargs = dict(alpha=0.75, beta=-1.5, a_transpose=a_transpose, b_transpose=b_transpose)
+    got = jitnn.gemm(a, b, c, **kwargs).numpy()
+    _close(got, gemm_reference(a, b, c, **kwargs), k)
+
+
+def test_gemm_large_uses_packed_weights_once():
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((300, 200), 8))
+    ctx.reset_stats()
+    for seed in range(3):
+        x = _random((64, 300), seed)
+        _close(jitnn.gemm(ctx.tensor(x), w, b_transpose=False).numpy(),
+               gemm_reference(x, np.asarray(w)), 300)
+    assert ctx.stats.filter_packs == 1
+
+
+def test_matmul_chain_stays_lazy_until_read():
+    ctx = jitnn.Context()
+    a, b, c = (ctx.tensor(_random((16, 16), s)) for s in range(3))
+    ctx.reset_stats()
+    y = jitnn.matmul(jitnn.matmul(a, b), c)
+    assert y.pending and ctx.stats.launches == 0
+    _close(y.numpy(), matmul_reference(matmul_reference(np.asarray(a), np.asarray(b)),
+                                       np.asarray(c)), 256)
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda: jitnn.matmul(np.ones((2, 3)), np.ones((4, 5))), ValueError,
+     r"matmul: inner dimensions differ: a \(2, 3\) has 3 columns, b \(4, 5\) has 4 rows"),
+    (lambda: jitnn.matmul(np.ones((2, 2, 3)), np.ones((3, 3, 4))), ValueError,
+     r"batch dimensions \(2,\) of a \(2, 2, 3\) and \(3,\) of b \(3, 3, 4\) do not broadcast"),
+    (lambda: jitnn.matmul(np.float32(2.0), np.ones((2, 2))), ValueError, "rank >= 1"),
+    (lambda: jitnn.gemm(np.ones((2, 3)), np.ones((4, 5))), ValueError,
+     r"gemm: inner dimensions differ: A is \(2, 3\) and B is \(4, 5\) \(a \(2, 3\); b \(4, 5\)\)"),
+    (lambda: jitnn.gemm(np.ones((3, 2)), np.ones((4, 5)), a_transpose=True), ValueError,
+     r"A is \(2, 3\) and B is \(4, 5\) \(a \(3, 2\), transposed; b \(4, 5\)\)"),
+    (lambda: jitnn.gemm(np.ones((2, 3, 1)), np.ones((3, 5))), ValueError, "a must have rank 2"),
+    (lambda: jitnn.gemm(np.ones((2, 3)), np.ones((3, 5)), np.ones((3, 5))), ValueError,
+     r"c \(3, 5\) does not broadcast to the output shape \(2, 5\)"),
+    (lambda: jitnn.gemm(np.ones((2, 3)), np.ones((3, 5)), alpha="2"), ValueError,
+     "alpha must be a number"),
+    (lambda: jitnn.matmul(np.ones((2, 3), complex), np.ones((3, 5))), TypeError,
+     "matmul: a: expected real numbers"),
+])
+def test_errors(call, error, message):
+    with pytest.raises(error, match=message) as info:
+        call()
+    assert isinstance(info.value, jitnn.JitnnError)
+
+
+# --- ONNX's oracles ----------------------------------------------------------------
+
+def _node_cases(op_type):
+    pytest.importorskip("onnx", reason="onnx provides its node test cases (test extra)")
+    from tests.onnx_cases import node_cases
+    return node_cases(op_type)
+
+
+@pytest.mark.parametrize("case", _node_cases("Gemm"), ids=lambda c: c[0])
+def test_onnx_gemm_node_cases(case):
+    from tests.onnx_cases import attributes
+    _, node, inputs, (want,) = case
+    attrs = attributes(node)
+    c = inputs[2] if len(inputs) > 2 else None
+    got = jitnn.gemm(inputs[0], inputs[1], c, alpha=attrs.get("alpha", 1.0),
+                     beta=attrs.get("beta", 1.0), a_transpose=bool(attrs.get("transA", 0)),
+                     b_transpose=bool(attrs.get("transB", 0))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", _node_cases("MatMul"), ids=lambda c: c[0])
+def test_onnx_matmul_node_cases(case):
+    _, _, (a, b), (want,) = case
+    got = jitnn.matmul(a, b).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _linear_cases():
+    pytest.importorskip("onnx", reason="onnx provides the PyTorch-generated cases (test extra)")
+    from tests.onnx_cases import pytorch_converted
+    return pytorch_converted("test_Linear")
+
+
+@pytest.mark.parametrize("case", _linear_cases(), ids=lambda c: c[0])
+def test_pytorch_generated_linear_cases_from_onnx(case):
+    from tests.onnx_cases import attributes, initializers
+    _, model, inputs, (want,) = case
+    values = {**initializers(model), **dict(zip([i.name for i in model.graph.input], inputs))}
+    for node in model.graph.node:  # Gemm, or Transpose + MatMul
+        attrs = attributes(node)
+        args = [values[name] for name in node.input]
+        if node.op_type == "Gemm":
+            result = jitnn.gemm(*args[:2], args[2] if len(args) > 2 else None,
+                                alpha=attrs.get("alpha", 1.0), beta=attrs.get("beta", 1.0),
+                                a_transpose=bool(attrs.get("transA", 0)),
+                                b_transpose=bool(attrs.get("transB", 0)))
+        elif node.op_type == "Transpose":
+            result = np.transpose(args[0], attrs.get("perm"))
+        else:
+            assert node.op_type == "MatMul"
+            result = jitnn.matmul(*args)
+        values[node.output[0]] = np.asarray(result)
+    np.testing.assert_allclose(values[model.graph.output[0].name], want, rtol=1e-5, atol=1e-5)
