@@ -95,6 +95,7 @@ _PARALLEL_MIN = 32768
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
+_NO_VECTORS = np.zeros(1, np.float32)       # `vectors` of a program without lane operands
 
 
 # --- pointers -----------------------------------------------------------------
@@ -431,16 +432,17 @@ def eltwise_chain(x, steps, out, channels):
     if len(steps) > MAX_STEPS:
         raise ValueError(f"eltwise: {len(steps)} steps, at most {MAX_STEPS} per pass")
 
-    program = np.zeros((len(steps), 7), np.int64)
-    params = np.zeros((len(steps), 2), np.float32)
+    rows, params = [], []         # the program's rows and activation parameters
     pieces, used = [], 0          # lane operands, concatenated into `vectors`
     tensors = []
     for s, step in enumerate(steps):
         kind = step[0]
         if kind == "activation":
-            program[s, :2] = STEP_ACTIVATION, _activation_code(step[1])
-            params[s] = step[2], step[3]
-        elif kind == "binary":
+            rows.append((STEP_ACTIVATION, _activation_code(step[1]), 0, 0, 0, 0, 0))
+            params.append((step[2], step[3]))
+            continue
+        params.append((0.0, 0.0))
+        if kind == "binary":
             _, op, operand, reverse = step
             lanes = _blocked_lanes(operand, shape, channels, f"operand of step {s}")
             if lanes is None:
@@ -449,11 +451,12 @@ def eltwise_chain(x, steps, out, channels):
                 if len(tensors) == MAX_TENSORS:
                     raise ValueError(f"eltwise: at most {MAX_TENSORS} same-shape operands "
                                      f"per pass")
-                program[s] = STEP_TENSOR, _op_code(op), reverse, len(tensors), 0, 0, 0
+                rows.append((STEP_TENSOR, _op_code(op), int(reverse), len(tensors), 0, 0, 0))
                 tensors.append(operand.reshape(-1))
             else:
                 vector, n_stride, c_stride = lanes
-                program[s] = STEP_LANES, _op_code(op), reverse, used, 0, n_stride, c_stride
+                rows.append((STEP_LANES, _op_code(op), int(reverse), used, 0, n_stride,
+                             c_stride))
                 pieces.append(vector)
                 used += vector.size
         elif kind == "affine":
@@ -462,12 +465,14 @@ def eltwise_chain(x, steps, out, channels):
             b = _blocked_lanes(bias, shape, channels, f"bias of step {s}")
             if a is None or b is None or a[1:] != (0, 1) or b[1:] != (0, 1):
                 raise ValueError("eltwise: affine scale and bias must be per-channel vectors")
-            program[s] = STEP_AFFINE, 0, 0, used, used + a[0].size, 0, 1
+            rows.append((STEP_AFFINE, 0, 0, used, used + a[0].size, 0, 1))
             pieces += [a[0], b[0]]
             used += a[0].size + b[0].size
         else:
             raise ValueError(f"eltwise: unknown step {step!r}")
-    vectors = np.concatenate(pieces) if pieces else np.zeros(1, np.float32)
+    program = np.array(rows, np.int64).reshape(len(steps), 7)
+    params = np.array(params, np.float32).reshape(len(steps), 2)
+    vectors = np.concatenate(pieces) if pieces else _NO_VECTORS
     xf, outf = x.reshape(-1), out.reshape(-1)
     while len(tensors) < MAX_TENSORS:   # unused slots: any array of the right type
         tensors.append(xf)
