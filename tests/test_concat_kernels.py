@@ -48,6 +48,13 @@ def test_concat(channels, cb):
     _check(_concat(xs, cb), K.concat_reference(xs))
 
 
+@pytest.mark.parametrize("cb", (1, 32))
+def test_concat_other_block_sizes(cb):
+    for channels in [(3, 5), (32, 7, 40)]:
+        xs = [_random((2, c, 3, 5), seed=i) for i, c in enumerate(channels)]
+        _check(_concat(xs, cb), K.concat_reference(xs))
+
+
 def test_aligned_detection():
     assert K.concat_offsets([3, 5, 8]) == [0, 3, 8]
     assert K.concat_is_aligned([8, 16, 5], 8)

@@ -267,6 +267,18 @@ def test_chain_against_composed_references(channels, cb):
         _check(out, E.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("cb", (1, 32))
+def test_chain_other_block_sizes(cb):
+    """Block sizes 1 (plain NCHW as nChw1c) and 32 run the same engine."""
+    rng = np.random.default_rng(cb)
+    for channels in (3, 33):
+        x = _random((2, channels, 5, 3), seed=channels)
+        steps, reference = _chain_case(rng, x, cb, seed=channels)
+        out = _nan_like(_blocked(x, cb))
+        E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+        _check(out, E.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+
+
 def test_chain_bottleneck_tail_in_place():
     """bn -> add residual -> relu, in place into the residual, one pass."""
     channels, cb = 17, 8

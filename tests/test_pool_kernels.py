@@ -81,6 +81,16 @@ def test_pool_channels(kind, channels, cb):
     _check(out, reference, channels)
 
 
+@pytest.mark.parametrize("cb", (1, 32))
+@pytest.mark.parametrize("kind", KINDS)
+def test_pool_other_block_sizes(kind, cb):
+    """Block sizes 1 (one lane per vector) and 32 (four 8-lane groups)."""
+    for channels, geometry in [(3, GEOMETRIES[1]), (33, GEOMETRIES[4])]:
+        x = _random((2, channels, 9, 10), seed=channels)
+        out, reference = _run(kind, x, cb, geometry)
+        _check(out, reference, channels)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_windows_partly_and_wholly_outside(kind):
     """An output larger than pool_output_size's: the last windows reach past the
