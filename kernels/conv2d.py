@@ -872,9 +872,11 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     c0, c1 = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
     geom = (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
             x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1)
-    # tasks take about one output row of pixels, whole tiles
-    chunk = P * max(1, -(-OW // P))
     og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
+    # Pixels per task, whole tiles: about one output row; at least 16 tiles
+    # when a task has one group, so it reuses that group's weights (loaded
+    # into L2 once) over many tiles.
+    chunk = P * max(-(-OW // P), 1 if og_inner else 16)
     group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES
     conv_driver(cb, ci)(xf, wf, bias, resf, yf, geom, packed.ib_begin, packed.ib_end, chunk,
                         og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1)
