@@ -85,7 +85,11 @@ def _copy_rows_parallel(xf, outf, geom, tasks, groups):
 
 def concat_offsets(channels):
     """The channel offset of each input: ``[0, C_0, C_0 + C_1, ...]``."""
-    return [int(v) for v in np.cumsum([0] + [int(c) for c in channels])[:-1]]
+    offsets, total = [], 0
+    for c in channels:
+        offsets.append(total)
+        total += int(c)
+    return offsets
 
 
 def concat_is_aligned(channels, cb):
@@ -94,14 +98,18 @@ def concat_is_aligned(channels, cb):
 
 
 def _check_array(what, a):
+    """``what``: a name, or an input's index."""
+    if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 5 \
+            and a.flags.c_contiguous:
+        return
+    what = f"input {what}" if isinstance(what, int) else what
     if not isinstance(a, np.ndarray) or a.dtype != np.float32:
         raise ValueError(f"concat: {what} must be a float32 numpy array, "
                          f"got {getattr(a, 'dtype', type(a))}")
     if a.ndim != 5:
         raise ValueError(f"concat: {what} must be blocked (N, C_phys // cb, H, W, cb), "
                          f"got shape {a.shape}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"concat: {what} must be C-contiguous")
+    raise ValueError(f"concat: {what} must be C-contiguous")
 
 
 def concat_channels(inputs, channels, out):
@@ -116,7 +124,7 @@ def concat_channels(inputs, channels, out):
         raise ValueError(f"concat: the inputs have {total} channels, which need "
                          f"{-(-total // cb)} blocks of {cb}, but out has shape {out.shape}")
     for i, (x, c) in enumerate(zip(inputs, channels)):
-        _check_array(f"input {i}", x)
+        _check_array(i, x)
         expected = (N, -(-int(c) // cb), H, W, cb)
         if int(c) < 1 or x.shape != expected:
             raise ValueError(f"concat: input {i} has shape {x.shape}, expected {expected} "
