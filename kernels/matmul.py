@@ -171,6 +171,22 @@ def _span1(x, j, n):
     return numba.carray(element_pointer(x, (j,)), n)
 
 
+if numba.config.BOUNDSCHECK:
+    # Test runs with NUMBA_BOUNDSCHECK=1 check every view against its array
+    # (a raw-pointer view would only be checked against its own length).
+    @jit()
+    def _span(x, i, j, n):  # noqa: F811
+        if i < 0 or i >= x.shape[0] or j < 0 or n < 0 or j + n > x.shape[1]:
+            raise IndexError("_span: view outside the array")
+        return x[i, j:j + n]
+
+    @jit()
+    def _span1(x, j, n):  # noqa: F811
+        if j < 0 or n < 0 or j + n > x.shape[0]:
+            raise IndexError("_span1: view outside the array")
+        return x[j:j + n]
+
+
 # --- the epilogue -------------------------------------------------------------
 
 @jit()
@@ -261,15 +277,20 @@ def _pack_b_panels(b, b_t, jp_begin, jp_end, N, k0, kc, dst):
     """
     full_end = min(jp_end, N // NR)  # panels with all NR columns inside B
     if not b_t:
-        # row by row across the group: one contiguous read of the row per p
-        # (column-panel order would touch a new page of B for every row)
+        # Row by row across the group: one contiguous read of the row per p
+        # (column-panel order would touch a new page of B for every row).
+        # Copied through a stack buffer: the source and destination could
+        # alias as far as LLVM knows, which kept a direct copy scalar.
+        t = numba.carray(stack_empty(NR, np.float32), (NR,))
         for p in range(kc):
             src = _span(b, k0 + p, 0, b.shape[1])
             for jp in range(jp_begin, full_end):
                 part = _span1(src, jp * NR, NR)
+                for c in range(NR):
+                    t[c] = part[c]
                 row = _span1(dst, jp * kc * NR + p * NR, NR)
                 for c in range(NR):
-                    row[c] = part[c]
+                    row[c] = t[c]
     for jp in range(max(jp_begin, full_end) if not b_t else jp_begin, jp_end):
         panel = _span1(dst, jp * kc * NR, kc * NR)
         j0 = jp * NR
@@ -354,7 +375,9 @@ def pack_b_parallel(b, b_t, kc_max, packed_b):
     K = b.shape[2] if b_t else b.shape[1]
     N = b.shape[1] if b_t else b.shape[2]
     for task in prange(_pack_b_tasks(b, b_t, N, K, kc_max)):
-        _pack_b_task(task, b, b_t, N, K, kc_max, packed_b)
+        # np.int64: a prange index is unsigned, which would compile a second
+        # version of _pack_b_task
+        _pack_b_task(np.int64(task), b, b_t, N, K, kc_max, packed_b)
 
 
 # --- the packed path ------------------------------------------------------------
@@ -583,8 +606,9 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
                             not first)
                 if last and epilogue:
                     j0 = jp * NR
-                    _epilogue_rows(out_g, 0, j0, 1, min((jp + count) * NR, N) - j0,
-                                   alpha, beta, c_g, bias, r_g, act, param0, param1)
+                    _epilogue_rows(out_g, ip_begin * MR, j0, M,
+                                   min((jp + count) * NR, N) - j0, alpha, beta, c_g,
+                                   bias, r_g, act, param0, param1)
             continue
         _macro_kernel(kc, a_block, b_block, out_g, ip_begin, ip_end, jp_begin, jp_end,
                       not first, last and epilogue, alpha, beta, c_g, bias, r_g, act,
@@ -609,7 +633,7 @@ def _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0, n, accumulate):
             acc[i, j] = _ZERO
     if a_t:
         for p in range(kc):
-            a_col = a[k0 + p]
+            a_col = _span(a, k0 + p, 0, M)
             for i in range(MR):
                 a_ip = a_col[min(i0 + i, M - 1)]
                 for j in range(NR):
@@ -731,10 +755,10 @@ def _gemv_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
     k_vec = K // VEC
     for j0 in range(0, n, 4):
         last = n - 1
-        r0 = b[col_begin + j0]
-        r1 = b[col_begin + min(j0 + 1, last)]
-        r2 = b[col_begin + min(j0 + 2, last)]
-        r3 = b[col_begin + min(j0 + 3, last)]
+        r0 = _span(b, col_begin + j0, 0, K)
+        r1 = _span(b, col_begin + min(j0 + 1, last), 0, K)
+        r2 = _span(b, col_begin + min(j0 + 2, last), 0, K)
+        r3 = _span(b, col_begin + min(j0 + 3, last), 0, K)
         for q in range(4):
             for lane in range(VEC):
                 acc[q, lane] = _ZERO
@@ -748,7 +772,7 @@ def _gemv_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
                 acc[3, lane] += a_k * r3[k + lane]
         for q in range(4):
             if j0 + q < n:
-                row = b[col_begin + j0 + q]
+                row = _span(b, col_begin + j0 + q, 0, K)
                 total = _ZERO
                 for lane in range(VEC):
                     total += acc[q, lane]
@@ -787,7 +811,8 @@ def matmul_small(a, a_t, b, b_t, out):
     ``b_t``; ``out: (M, N)``. Raises ValueError if ``out`` overlaps ``a`` or ``b``."""
     if _overlaps(out, a) or _overlaps(out, b):
         raise ValueError(_OVERLAP)
-    _direct_columns(a, a_t, b, b_t, out, 0, (out.shape[1] + NR - 1) // NR)
+    # np.int64(0), not 0: numba compiles a separate version for a literal
+    _direct_columns(a, a_t, b, b_t, out, np.int64(0), (out.shape[1] + NR - 1) // NR)
 
 
 @jit()
@@ -806,8 +831,8 @@ def _direct_task(task, a, a_t, b, b_t, a_index, b_index, out, n_blocks, alpha,
     r_g = residual[g if residual.shape[0] > 1 else 0]
     if jp_end > jp_begin and _has_epilogue(alpha, beta, c_g, bias, r_g, act):
         j0 = jp_begin * NR
-        _epilogue_rows(out_g, 0, j0, M, min(jp_end * NR, N) - j0, alpha, beta, c_g,
-                       bias, r_g, act, param0, param1)
+        _epilogue_rows(out_g, np.int64(0), j0, M, min(jp_end * NR, N) - j0, alpha,
+                       beta, c_g, bias, r_g, act, param0, param1)
 
 
 @jit()
@@ -1118,6 +1143,8 @@ def gemm(a, b, out, *, alpha=1.0, beta=1.0, c=None, bias=None, residual=None,
     if packed:
         if b.batch != 1:
             _fail(op, f"a packed B of {b.batch} matrices needs batched_matmul")
+        if b_transpose:
+            _fail(op, "b_transpose must be False with a PackedB (pack_b applied it)")
         b2, b_t, Kb, N = b, False, b.k, b.n
     else:
         b2, b_t = _matrix(op, "b", b, b_transpose)
@@ -1181,6 +1208,8 @@ def batched_matmul(a, b, out, a_index=None, b_index=None, *, alpha=1.0, beta=1.0
     a3, a_t = _operand(op, "a", a, a_transpose, 3)
     M, K = (a3.shape[2], a3.shape[1]) if a_t else (a3.shape[1], a3.shape[2])
     if type(b) is PackedB:
+        if b_transpose:
+            _fail(op, "b_transpose must be False with a PackedB (pack_b applied it)")
         b3, b_t, BB, Kb, N = b, False, b.batch, b.k, b.n
     else:
         b3, b_t = _operand(op, "b", b, b_transpose, 3)

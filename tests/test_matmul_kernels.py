@@ -300,6 +300,8 @@ def test_errors_name_what_was_expected():
         mm.batched_matmul(a[None], b[None], out[None], a_index=np.array([1]))
     with pytest.raises(ValueError, match="needs batched_matmul"):
         mm.gemm(a, mm.pack_b(np.zeros((2, 4, 6), np.float32)), out)
+    with pytest.raises(ValueError, match="b_transpose must be False"):
+        mm.gemm(a, mm.pack_b(b), out, b_transpose=True)
 
 
 @pytest.mark.parametrize("size", [4, 100])  # the direct path and the packed path
