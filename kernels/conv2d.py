@@ -235,8 +235,12 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
                     d = ((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci
                     if row_ok and iw >= 0 and iw < W:
                         s = xbase + ih * x_row + iw * x_px
-                        for i in range(ci):
-                            buf[np.uint64(d + i)] = xf[np.uint64(s + i * x_lane)]
+                        if x_lane == 1:              # blocked: one vector move
+                            for i in range(ci):
+                                buf[np.uint64(d + i)] = xf[np.uint64(s + i)]
+                        else:
+                            for i in range(ci):
+                                buf[np.uint64(d + i)] = xf[np.uint64(s + i * x_lane)]
                     else:
                         for i in range(ci):
                             buf[np.uint64(d + i)] = _ZERO
@@ -782,10 +786,11 @@ def _epilogue_args(activation, param0, param1):
     return False, -_INF, _INF, act != NONE, act, p0, p1
 
 
-# Weights of one output-block group that fit comfortably in L2 (512 KiB here):
-# then the tasks of one output row share the input rows instead.
+# All weights that fit comfortably in L2 (512 KiB here): then a task runs
+# every output-block group over its pixels (og_inner), else one group.
 _L2_WEIGHT_BYTES = 256 * 1024
-# One output-block group's weights that fit in L1 (32 KiB) beside the input
+# One group's weights that fit in L1 (32 KiB) beside the input: then a task
+# runs all its tiles for one group before the next group.
 _L1_WEIGHT_BYTES = 20 * 1024
 
 
