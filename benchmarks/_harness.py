@@ -81,3 +81,16 @@ def geomean(values) -> float:
     import math
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def compile_times(probe: str) -> dict:
+    """Run ``probe`` (Python code printing a JSON dict of seconds) twice in
+    fresh processes sharing an empty kernel cache: the first run compiles
+    ("cold"), the second loads from the cache ("cached")."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "JITNN_CACHE_DIR": cache}
+        runs = [json.loads(subprocess.run([sys.executable, "-c", probe], env=env,
+                                          capture_output=True, text=True, check=True).stdout)
+                for _ in range(2)]
+    return {"cold": runs[0], "cached": runs[1]}

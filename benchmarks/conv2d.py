@@ -19,10 +19,9 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import geomean, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
+from _harness import compile_times, geomean, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
 
 # (name, C, O, H=W, kernel, stride, padding, groups)
 RESNET50 = [
@@ -127,17 +126,6 @@ print(json.dumps(out))
 """
 
 
-def compile_times() -> dict:
-    import subprocess
-    import tempfile
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "JITNN_CACHE_DIR": cache}
-        runs = [json.loads(subprocess.run([sys.executable, "-c", _COMPILE_PROBE], env=env,
-                                          capture_output=True, text=True, check=True).stdout)
-                for _ in range(2)]
-    return {"cold": runs[0], "cached": runs[1]}
-
-
 def report(results: list[dict], compile_info: dict | None) -> str:
     lines = []
     facts = results[0]["machine"]
@@ -194,7 +182,7 @@ def main(argv=None):
     extra = ["--batches", ",".join(map(str, batches))] + (["--quick"] if args.quick else [])
     results = run_per_thread_count(os.path.abspath(__file__),
                                    [int(t) for t in args.threads.split(",")], extra)
-    compile_info = None if args.quick else compile_times()
+    compile_info = None if args.quick else compile_times(_COMPILE_PROBE)
     print(report(results, compile_info))
     if args.json:
         with open(args.json, "w") as handle:

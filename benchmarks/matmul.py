@@ -23,7 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
+from _harness import compile_times, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
 
 SHAPES = [  # (name, batch, M, K, N, B constant?)
     ("square 64", 1, 64, 64, 64, False),
@@ -105,17 +105,6 @@ print(json.dumps(out))
 """
 
 
-def compile_times() -> dict:
-    import subprocess
-    import tempfile
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "JITNN_CACHE_DIR": cache}
-        runs = [json.loads(subprocess.run([sys.executable, "-c", _COMPILE_PROBE], env=env,
-                                          capture_output=True, text=True, check=True).stdout)
-                for _ in range(2)]
-    return {"cold": runs[0], "cached": runs[1]}
-
-
 def report(results, compile_info) -> str:
     facts = results[0]["machine"]
     lines = [f"{facts['date']}, {facts['cpu']} ({facts['simd']}), numba {facts['numba']} "
@@ -154,7 +143,7 @@ def main(argv=None):
     results = run_per_thread_count(os.path.abspath(__file__),
                                    [int(t) for t in args.threads.split(",")],
                                    ["--quick"] if args.quick else [])
-    compile_info = None if args.quick else compile_times()
+    compile_info = None if args.quick else compile_times(_COMPILE_PROBE)
     print(report(results, compile_info))
     if args.json:
         with open(args.json, "w") as handle:

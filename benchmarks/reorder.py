@@ -19,29 +19,18 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
-import time
 
 import numba
 import numpy as np
 
 from jitnn import layouts
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import compile_times, median_seconds  # noqa: E402
 from jitnn.kernels import layout as kernels
 
 BLOCK = 8
-
-
-def median_seconds(function, min_time=0.2, min_reps=5):
-    function()  # warm: compile, page in
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_reps or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def cases(quick):
@@ -60,7 +49,7 @@ def reorder_rows(shape, threads):
     cp = layouts.padded_channels(c, BLOCK)
     plain_out, nhwc_out, blocked_out = np.empty_like(x), np.empty_like(nhwc), np.empty_like(blocked)
     copy_dst = np.empty_like(x)
-    copy_s = median_seconds(lambda: np.copyto(copy_dst, x))
+    copy_s, _, _ = median_seconds(lambda: np.copyto(copy_dst, x))
     padded = np.zeros((n, cp, h, w), np.float32)
     padded_nhwc = np.zeros((n, h, w, cp), np.float32)
 
@@ -95,8 +84,8 @@ def reorder_rows(shape, threads):
     moved = x.nbytes + blocked.nbytes
     for name, ours, theirs in conversions:
         numba.set_num_threads(threads)
-        ours_s = median_seconds(ours)
-        numpy_s = median_seconds(theirs)
+        ours_s, _, _ = median_seconds(ours)
+        numpy_s, _, _ = median_seconds(theirs)
         yield {
             "reorder": name, "shape": list(shape), "threads": threads,
             "mbytes": x.nbytes / 1e6,
@@ -112,11 +101,11 @@ def filter_rows(threads):
         packed = np.empty((shape[0] // BLOCK, shape[1] // BLOCK, shape[2], shape[3], BLOCK, BLOCK),
                           np.float32)
         numba.set_num_threads(threads)
-        ours_s = median_seconds(lambda: kernels.pack_filter(w, 1, packed))
+        ours_s, _, _ = median_seconds(lambda: kernels.pack_filter(w, 1, packed))
         dst = np.empty_like(w)
-        copy_s = median_seconds(lambda: np.copyto(dst, w))
+        copy_s, _, _ = median_seconds(lambda: np.copyto(dst, w))
         o, i, kh, kw = shape
-        numpy_s = median_seconds(lambda: np.copyto(
+        numpy_s, _, _ = median_seconds(lambda: np.copyto(
             packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK, kh, kw).transpose(0, 2, 4, 5, 3, 1)))
         yield {"reorder": "oihw -> OIhw8i8o", "shape": list(shape), "threads": threads,
                "mbytes": w.nbytes / 1e6, "jitnn_gbs": 2 * w.nbytes / ours_s / 1e9,
@@ -146,15 +135,6 @@ print(json.dumps(out))
 """
 
 
-def compile_times():
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "JITNN_CACHE_DIR": cache}
-        runs = [json.loads(subprocess.run([sys.executable, "-c", _COMPILE_PROBE], env=env,
-                                          capture_output=True, text=True, check=True).stdout)
-                for _ in range(2)]
-    return {"cold": runs[0], "cached": runs[1]}
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only")
@@ -167,7 +147,7 @@ def main(argv=None):
         for shape in cases(args.quick):
             rows.extend(reorder_rows(shape, count))
         rows.extend(filter_rows(count))
-    compile_info = compile_times()
+    compile_info = compile_times(_COMPILE_PROBE)
 
     print(f"# reorder throughput, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
           f"numba {numba.__version__}, numpy {np.__version__}; GB/s = (read + written) / time")

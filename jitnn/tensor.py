@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Callable
 
-import numba
 import numpy as np
 
 from . import layouts

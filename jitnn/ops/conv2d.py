@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layouts
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
 from ..tensor import Tensor
