@@ -8,11 +8,17 @@ caller's array. See README.md and DESIGN.md.
 from .context import Context, Stats, default_context, host_block, read_all
 from .errors import JitnnError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor
-from .ops import conv2d, gemm, matmul
+from .ops import (add, average_pool2d, batch_normalization, clamp, concat, conv2d, div, flatten,
+                  gelu, gemm, global_average_pool2d, hard_swish, leaky_relu, matmul, max_pool2d,
+                  maximum, minimum, mul, relu, reshape, sigmoid, softmax, sub, tanh, transpose)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Context", "Stats", "conv2d", "gemm", "matmul", "Tensor", "JitnnError", "JitnnTypeError", "JitnnValueError",
+    "Context", "Stats", "conv2d", "gemm", "matmul", "Tensor",
+    "add", "sub", "mul", "div", "maximum", "minimum", "relu", "clamp", "sigmoid", "tanh",
+    "leaky_relu", "hard_swish", "gelu", "max_pool2d", "average_pool2d", "global_average_pool2d",
+    "batch_normalization", "softmax", "reshape", "flatten", "transpose", "concat",
+    "JitnnError", "JitnnTypeError", "JitnnValueError",
     "default_context", "host_block", "read_all", "reorder", "tensor", "__version__",
 ]

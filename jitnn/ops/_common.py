@@ -6,9 +6,11 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import layouts
 from ..context import Context, default_context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import epilogue
+from ..kernels import layout as layout_kernels
 from ..tensor import Tensor, as_float32_copy
 
 #: What ``activation=`` accepts: a name, or a (name, *params) tuple.
@@ -95,3 +97,92 @@ def parse_activation(op: str, activation: object) -> tuple[int, float, float]:
         raise JitnnValueError(f"{op}: clamp needs min <= max, got {activation!r}")
     params = tuple(float(p) for p in params) + (0.0, 0.0)
     return epilogue.ACTIVATIONS[name], params[0], params[1]
+
+
+def is_number(value: object) -> bool:
+    """A real number (not a bool)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def axis_index(op: str, name: str, axis: object, rank: int, *, end: bool = False) -> int:
+    """An axis in ``[-rank, rank)`` (``[-rank, rank]`` with ``end``), as a non-negative int."""
+    top = rank + 1 if end else rank
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise JitnnTypeError(f"{op}: {name} must be an int, got {axis!r}")
+    if not -rank <= axis < top:
+        raise JitnnValueError(
+            f"{op}: {name} must be in [{-rank}, {top - 1}] for a rank-{rank} tensor, got {axis}")
+    return int(axis) + rank if axis < 0 else int(axis)
+
+
+# --- physical forms -------------------------------------------------------------
+
+def channel_axis(axes: str) -> int:
+    """The logical channel axis of a 4-D tensor with axes ``"nchw"`` or ``"nhwc"``."""
+    return 1 if axes == "nchw" else 3
+
+
+def is_blocked(t: Tensor) -> bool:
+    return layouts.block_of(t.layout) is not None
+
+
+def _plain_view_of_blocked(t: Tensor, data: np.ndarray) -> np.ndarray | None:
+    """The blocked buffer as the plain array when their memory orders coincide
+    (no padding lanes and no interleaving), else None."""
+    _, blocks, h, w, cb = data.shape
+    channels = t.shape[channel_axis(t._axes)]
+    same = (t.size == 1
+            or (h * w == 1 and channels == blocks * cb)                 # (N, C) either way
+            or (t._axes == "nchw" and cb == 1)                          # nChw1c is nchw
+            or (t._axes == "nhwc" and blocks == 1 and cb == channels))  # one block is nhwc
+    if not same:
+        return None
+    return data.reshape(-1)[:t.size].reshape(t.shape)
+
+
+def plain_buffer(t: Tensor) -> np.ndarray:
+    """``t``'s values as a C-contiguous array of its logical shape (read-only use).
+
+    A plain tensor gives its own buffer. A blocked one gives a view of its
+    buffer when the two orders coincide (``(N, C, 1, 1)`` with C a multiple of
+    the block, block 1, ...), else a copy made by one reorder (counted in
+    ``ctx.stats``), made once per tensor and cached.
+    """
+    data = t._materialize()
+    if not is_blocked(t):
+        return data
+    view = _plain_view_of_blocked(t, data)
+    if view is not None:
+        return view
+    return t._derive(("plain",), lambda: t._read_into(None, None))
+
+
+def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray:
+    """``t`` (4-D) as an ``nChw{block}c`` buffer with logical axes ``axes``.
+
+    ``t``'s own buffer when it is laid out so already; otherwise a reorder
+    (counted in ``ctx.stats``; a tensor blocked another way is read back to
+    plain first), made once per (tensor, block, axes) and cached.
+    """
+    if layouts.block_of(t.layout) == block and t._axes == axes:
+        return t._materialize()
+    key = ("blocked", block, axes)
+    cached = t._derived.get(key)
+    if cached is not None:
+        return cached
+    plain = plain_buffer(t)          # outside t's lock: it may derive too
+    return t._derive(key, lambda: reorder_to_blocked(ctx, plain, block, axes))
+
+
+def reorder_to_blocked(ctx: Context, plain: np.ndarray, block: int, axes: str) -> np.ndarray:
+    """A plain 4-D array with logical axes ``axes`` reordered to ``nChw{block}c`` (counted)."""
+    nchw = plain.shape if axes == "nchw" else \
+        (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
+    out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
+    kernel = layout_kernels.nchw_to_blocked if axes == "nchw" else layout_kernels.nhwc_to_blocked
+    return ctx._reorder(kernel, np.ascontiguousarray(plain), out)
+
+
+def plain_layout(ndim: int, axes: str = "nchw") -> str:
+    """The layout tag of a plain result: ``axes`` for 4-D, else the rank's tag."""
+    return axes if ndim == 4 else layouts.plain_tag(ndim)

@@ -1,0 +1,325 @@
+"""Elementwise ops: binary (add, sub, mul, div, maximum, minimum) with numpy
+broadcasting, and unary activations (relu, clamp, sigmoid, tanh, leaky_relu,
+hard_swish, gelu) with WebNN's semantics and defaults.
+
+Each returns a pending Tensor in its main input's layout: a blocked
+``nChw{b}c`` input gives a blocked result (same block, padding lanes zero), a
+plain input a plain one. Lowering of a binary op, on the operand that already
+has the output's shape (the *main* one; the blocked one if both have it):
+
+* the other operand is a scalar (a number, or any size-1 tensor), a per-channel
+  vector (``(1, C, 1, 1)``, ``(C, 1, 1)``, ...: only the channel axis is not 1),
+  a per-(n, c) block (``(N, C, 1, 1)``, e.g. a global pool's output), or a
+  same-shape tensor: one kernel pass, operand passed as it is (a plain
+  same-shape operand of a blocked main one is reordered once, counted);
+* on a plain main operand, any operand that varies over one contiguous run of
+  axes is a per-channel vector of a ``(outer, run, inner)`` view (``(N, C) +
+  (C,)``, ``(N, C, H, W) * (N, C, 1, 1)``...) when the run's inner extent is
+  long enough to amortize the kernel's per-plane set-up;
+* anything else is materialized: broadcast to the output shape with numpy
+  (and reordered like the main operand when that one is blocked).
+If neither operand has the output's shape (``(N, 1, H, W) + (1, C, 1, 1)``), the
+first is broadcast to it in plain layout and the result is plain.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import numpy as np
+
+from .. import layouts
+from ..errors import JitnnTypeError, JitnnValueError
+from ..kernels import eltwise as eltwise_kernels
+from ..kernels import epilogue
+from ..tensor import Tensor
+from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
+                      is_number, plain_buffer, plain_layout, reorder_to_blocked)
+
+Operand = Union[Tensor, float]
+
+#: WebNN/jitnn binary op names (the kernel's op names)
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+
+#: below this many elements per plane, a plain per-channel operand is
+#: materialized instead: the kernel expands lane operands once per plane
+#: (a 512-float pattern), which would cost more than a broadcast copy
+_LANES_MIN_PLANE = 128
+
+_NUMPY_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum}
+
+
+# --- the spec --------------------------------------------------------------------
+
+def binary_reference(op: str, a, b) -> np.ndarray:
+    """``a op b`` with numpy broadcasting, in float64 (IEEE: x / 0 = inf, 0 / 0 = NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _NUMPY_BINARY[op](np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float = np.inf,
+                    alpha: float = 0.01) -> np.ndarray:
+    """WebNN's activations in float64: ``relu`` max(x, 0); ``clamp``
+    min(max(x, min_value), max_value); ``sigmoid`` 1 / (1 + e^-x); ``tanh``;
+    ``leaky_relu`` x if x >= 0 else alpha x; ``hard_swish`` x max(0, min(6, x + 3)) / 6;
+    ``gelu`` 0.5 x (1 + erf(x / sqrt 2))."""
+    code = epilogue.ACTIVATIONS[op]
+    p0, p1 = {"clamp": (min_value, max_value), "leaky_relu": (alpha, 0.0)}.get(op, (0.0, 0.0))
+    with np.errstate(over="ignore"):
+        return epilogue.activation_reference(np.asarray(x, np.float64), code, p0, p1)
+
+
+# --- operands ----------------------------------------------------------------------
+
+def _operand(ctx, value: object, op: str, name: str) -> Operand:
+    """A Tensor, or a Python/numpy number kept as a float (a scalar operand)."""
+    if is_number(value):
+        return float(value)  # type: ignore[arg-type]
+    return as_tensor(ctx, value, op, name)
+
+
+def _shape(v: Operand) -> tuple[int, ...]:
+    return v.shape if isinstance(v, Tensor) else ()
+
+
+def _scalar_of(v: Operand) -> float:
+    if isinstance(v, Tensor):
+        return float(plain_buffer(v).reshape(-1)[0])
+    return v
+
+
+def _varying_run(shape: tuple[int, ...], out_shape: tuple[int, ...]):
+    """If ``shape`` (broadcast to ``out_shape``) varies over one contiguous run of
+    axes only, ``(outer, run, inner)`` element counts of that split, else None."""
+    padded = (1,) * (len(out_shape) - len(shape)) + shape
+    varying = [i for i, (s, o) in enumerate(zip(padded, out_shape)) if o != 1 and s == o]
+    fixed = [i for i, (s, o) in enumerate(zip(padded, out_shape)) if o != 1 and s != o]
+    if not varying:
+        return None
+    first, last = varying[0], varying[-1]
+    if any(first < i < last for i in fixed):
+        return None
+    return (int(np.prod(out_shape[:first], dtype=np.int64)),
+            int(np.prod(out_shape[first:last + 1], dtype=np.int64)),
+            int(np.prod(out_shape[last + 1:], dtype=np.int64)))
+
+
+def _blocked_operand(ctx, y: Operand, main: Tensor, block: int):
+    """The kernel operand for ``y`` against the blocked main tensor: a function
+    giving a float, a ``(C,)``/``(C_phys,)`` vector, an ``(N, C)``/``(N, C_phys)``
+    block or a same-shape blocked buffer."""
+    if not isinstance(y, Tensor) or y.size == 1:
+        return lambda: _scalar_of(y)
+    shape, axes = main.shape, main._axes
+    ca = channel_axis(axes)
+    padded = (1,) * (4 - y.ndim) + y.shape
+    if padded == shape:
+        return lambda: blocked_buffer(ctx, y, block, axes)
+    varying = {i for i in range(4) if padded[i] != 1}
+    n, c = shape[0], shape[ca]
+    if varying <= {0, ca}:
+        if (is_blocked(y) and y.ndim == 4 and layouts.block_of(y.layout) == block
+                and y._axes == axes and y.shape[ca] == c):
+            # (N or 1, C) blocked like main: its buffer is the (N, C_phys) operand
+            def same_block():
+                data = y._materialize()
+                return data.reshape(-1) if data.shape[0] == 1 else data.reshape(data.shape[0], -1)
+            return same_block
+
+        def lanes():
+            values = plain_buffer(y)
+            if padded[ca] == c and padded[0] in (1, n):
+                # already C (or N x C) values in order: no broadcast needed
+                return values.reshape(c) if padded[0] == 1 else values.reshape(n, c)
+            values = values.reshape(padded)
+            index = tuple(slice(None) if i in (0, ca) else 0 for i in range(4))
+            values = values[index]                      # (N or 1, C or 1)
+            if padded[0] == 1:
+                return np.ascontiguousarray(np.broadcast_to(values[0], (c,)), np.float32)
+            return np.ascontiguousarray(np.broadcast_to(values, (n, c)), np.float32)
+        return lanes
+    return lambda: reorder_to_blocked(
+        ctx, np.broadcast_to(plain_buffer(y).reshape(padded), shape), block, axes)
+
+
+def _binary(op: str, a, b) -> Tensor:
+    ctx = context_of(op, a, b)
+    a = _operand(ctx, a, op, "a")
+    b = _operand(ctx, b, op, "b")
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = as_tensor(ctx, np.float32(a), op, "a")
+    try:
+        out_shape = tuple(np.broadcast_shapes(_shape(a), _shape(b)))
+    except ValueError:
+        raise JitnnValueError(
+            f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
+            f"pair of dimensions equal or one of them 1): a {_shape(a)}, b {_shape(b)}") from None
+
+    # the main operand has the output's shape; prefer a blocked one
+    candidates = [(t, reverse) for t, reverse in ((a, False), (b, True))
+                  if isinstance(t, Tensor) and t.shape == out_shape]
+    candidates.sort(key=lambda pair: not is_blocked(pair[0]))
+    if candidates:
+        main, reverse = candidates[0]
+        other = a if reverse else b
+    else:
+        main, reverse, other = None, False, b           # a is broadcast first (below)
+
+    if main is not None and is_blocked(main):
+        block = layouts.block_of(main.layout)
+        axes = main._axes
+        channels = out_shape[channel_axis(axes)]
+        operand = _blocked_operand(ctx, other, main, block)
+
+        def produce_blocked() -> np.ndarray:
+            x = main._materialize()
+            out = np.empty_like(x)
+            ctx._launch(eltwise_kernels.eltwise_binary, x, operand(), out, channels, op,
+                        reverse=reverse)
+            return out
+
+        return Tensor(ctx, out_shape, main.layout, producer=produce_blocked, axes=axes)
+
+    axes = main._axes if main is not None and main.ndim == 4 else "nchw"
+    size = int(np.prod(out_shape, dtype=np.int64))
+    if main is None:
+        def main_values() -> np.ndarray:
+            return np.ascontiguousarray(np.broadcast_to(plain_buffer(a), out_shape))
+    else:
+        def main_values() -> np.ndarray:
+            return plain_buffer(main)
+    # how the other operand is passed: a scalar, lanes of an (outer, run, inner) view, a tensor
+    run = None
+    if isinstance(other, Tensor) and other.size != 1 and other.shape != out_shape:
+        run = _varying_run(other.shape, out_shape)
+        if run is not None and run[2] < _LANES_MIN_PLANE:
+            run = None
+
+    def produce_plain() -> np.ndarray:
+        x = main_values()
+        out = np.empty(out_shape, np.float32)
+        if size == 0:
+            return out
+        if not isinstance(other, Tensor) or other.size == 1:
+            ctx._launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
+                        reverse=reverse)
+        elif run is not None:
+            view = (run[0], run[1], run[2], 1, 1)
+            vector = np.ascontiguousarray(plain_buffer(other).reshape(-1))
+            ctx._launch(eltwise_kernels.eltwise_binary, x.reshape(view), vector,
+                        out.reshape(view), run[1], op, reverse=reverse)
+        else:
+            y = np.ascontiguousarray(np.broadcast_to(plain_buffer(other), out_shape))
+            ctx._launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
+        return out
+
+    return Tensor(ctx, out_shape, plain_layout(len(out_shape), axes), producer=produce_plain,
+                  axes=axes)
+
+
+def add(a, b) -> Tensor:
+    """``a + b`` with numpy broadcasting (see the module docstring for layouts)."""
+    return _binary("add", a, b)
+
+
+def sub(a, b) -> Tensor:
+    """``a - b`` with numpy broadcasting."""
+    return _binary("sub", a, b)
+
+
+def mul(a, b) -> Tensor:
+    """``a * b`` with numpy broadcasting."""
+    return _binary("mul", a, b)
+
+
+def div(a, b) -> Tensor:
+    """``a / b`` with numpy broadcasting (IEEE: x / 0 = +-inf, 0 / 0 = NaN)."""
+    return _binary("div", a, b)
+
+
+def maximum(a, b) -> Tensor:
+    """The elementwise maximum of ``a`` and ``b``, with numpy broadcasting."""
+    return _binary("maximum", a, b)
+
+
+def minimum(a, b) -> Tensor:
+    """The elementwise minimum of ``a`` and ``b``, with numpy broadcasting."""
+    return _binary("minimum", a, b)
+
+
+# --- unary -----------------------------------------------------------------------------
+
+def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x")
+    code = epilogue.ACTIVATIONS[op]
+    if is_blocked(x):
+        channels = x.shape[channel_axis(x._axes)]
+
+        def produce_blocked() -> np.ndarray:
+            data = x._materialize()
+            out = np.empty_like(data)
+            ctx._launch(eltwise_kernels.eltwise_unary, data, out, channels, code, param0, param1)
+            return out
+
+        return Tensor(ctx, x.shape, x.layout, producer=produce_blocked, axes=x._axes)
+
+    def produce_plain() -> np.ndarray:
+        data = x._materialize()
+        out = np.empty_like(data)
+        if out.size:
+            ctx._launch(eltwise_kernels.eltwise_unary_plain, data, out, code, param0, param1)
+        return out
+
+    return Tensor(ctx, x.shape, x.layout, producer=produce_plain, axes=x._axes)
+
+
+def _number(op: str, name: str, value: object) -> float:
+    if not is_number(value):
+        raise JitnnTypeError(f"{op}: {name} must be a number, got {value!r}")
+    if np.isnan(float(value)):  # type: ignore[arg-type]
+        raise JitnnValueError(f"{op}: {name} must not be NaN")
+    return float(value)  # type: ignore[arg-type]
+
+
+def relu(x) -> Tensor:
+    """``max(x, 0)``."""
+    return _unary("relu", x)
+
+
+def clamp(x, min_value: float = -np.inf, max_value: float = np.inf) -> Tensor:
+    """``min(max(x, min_value), max_value)`` (WebNN: the bounds default to -inf
+    and +inf, and ``min_value > max_value`` is an error)."""
+    op = "clamp"
+    lo = _number(op, "min_value", min_value)
+    hi = _number(op, "max_value", max_value)
+    if lo > hi:
+        raise JitnnValueError(f"{op}: min_value must be <= max_value, got {lo} > {hi}")
+    return _unary(op, x, lo, hi)
+
+
+def sigmoid(x) -> Tensor:
+    """``1 / (1 + exp(-x))``."""
+    return _unary("sigmoid", x)
+
+
+def tanh(x) -> Tensor:
+    """The hyperbolic tangent."""
+    return _unary("tanh", x)
+
+
+def leaky_relu(x, alpha: float = 0.01) -> Tensor:
+    """``x if x >= 0 else alpha * x`` (WebNN's default alpha is 0.01)."""
+    return _unary("leaky_relu", x, _number("leaky_relu", "alpha", alpha))
+
+
+def hard_swish(x) -> Tensor:
+    """``x * max(0, min(6, x + 3)) / 6``."""
+    return _unary("hard_swish", x)
+
+
+def gelu(x) -> Tensor:
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact form, as WebNN)."""
+    return _unary("gelu", x)
