@@ -1,0 +1,338 @@
+"""The elementwise ops and batch_normalization: values against the float64
+references on plain and blocked inputs (blocks 4, 8, 16; C not a block
+multiple), broadcasting paths, layouts kept, padding lanes zero, reorders
+counted, errors raised before anything runs."""
+
+import numpy as np
+import pytest
+
+import jitnn
+from jitnn import layouts
+from jitnn.ops.eltwise import binary_reference, unary_reference
+from jitnn.ops.normalization import batch_normalization_reference
+
+CTX4 = jitnn.Context(block=4)
+CTX16 = jitnn.Context(block=16)
+KINDS = ["plain", "nChw8c", "block4", "block16"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
+
+
+def _random(shape, seed=0, scale=1.0):
+    return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def make(x, kind, axes="nchw"):
+    """A Tensor of ``x``: plain, or blocked by a reorder on the default context
+    (nChw8c) or on a block-4 / block-16 context."""
+    if kind == "plain":
+        return jitnn.tensor(x)
+    if kind == "nChw8c":
+        return jitnn.reorder(jitnn.tensor(x), "nChw8c", axes=axes)
+    ctx, block = (CTX4, 4) if kind == "block4" else (CTX16, 16)
+    return jitnn.reorder(ctx.tensor(x), f"nChw{block}c", axes=axes)
+
+
+def expected_layout(kind, ndim=4):
+    if kind == "plain":
+        return layouts.plain_tag(ndim)
+    return {"nChw8c": "nChw8c", "block4": "nChw4c", "block16": "nChw16c"}[kind]
+
+
+def assert_padding_lanes_zero(t):
+    """Every lane past C of a blocked result's buffer is exactly 0."""
+    block = layouts.block_of(t.layout)
+    assert block is not None, t.layout
+    data = t._materialize()
+    channels = t.shape[1] if t._axes == "nchw" else t.shape[3]
+    lanes = data.transpose(0, 1, 4, 2, 3).reshape(data.shape[0], -1, *data.shape[2:4])
+    assert np.array_equal(lanes[:, channels:], np.zeros_like(lanes[:, channels:]))
+
+
+def assert_close(got, want, rtol=2e-6, atol=1e-6):
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+# --- unary ---------------------------------------------------------------------------
+
+UNARY = [("relu", {}), ("clamp", {"min_value": -0.5, "max_value": 1.5}),
+         ("clamp", {"min_value": 0.25}), ("clamp", {}), ("sigmoid", {}), ("tanh", {}),
+         ("leaky_relu", {}), ("leaky_relu", {"alpha": 0.3}), ("hard_swish", {}), ("gelu", {})]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("channels", [1, 3, 7, 8, 9, 17, 64])
+@pytest.mark.parametrize("op,options", UNARY, ids=lambda v: str(v))
+def test_unary_against_reference(op, options, channels, kind):
+    x = _random((2, channels, 5, 7), channels, scale=3.0)
+    t = make(x, kind)
+    y = getattr(jitnn, op)(t, **options)
+    assert y.pending and y.shape == x.shape and y.layout == t.layout
+    assert_close(y.numpy(), unary_reference(op, x, **options), rtol=1e-5)
+    if kind != "plain":
+        assert_padding_lanes_zero(y)    # sigmoid(0) = 0.5, clamp(0, 0.25) = 0.25 must not leak
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4), (2, 3, 4, 5, 2), (0, 3)])
+def test_unary_plain_any_rank(shape):
+    x = _random(shape, 1, scale=3.0)
+    y = jitnn.hard_swish(x)
+    assert y.layout == layouts.plain_tag(len(shape))
+    assert_close(y.numpy(), unary_reference("hard_swish", x))
+
+
+def test_unary_large_parallel_and_nhwc_blocked():
+    x = _random((2, 17, 33, 35), 2, scale=2.0)
+    assert_close(jitnn.gelu(make(x, "nChw8c")).numpy(), unary_reference("gelu", x), rtol=1e-5)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    t = make(nhwc, "block4", axes="nhwc")
+    y = jitnn.sigmoid(t)
+    assert y.layout == "nChw4c" and y._axes == "nhwc"
+    assert_close(y.numpy(), unary_reference("sigmoid", nhwc))
+    assert_padding_lanes_zero(y)
+
+
+def test_unary_chain_stays_blocked_without_reorders():
+    ctx = jitnn.Context(block=8)
+    x = _random((2, 9, 5, 5), 3)
+    t = jitnn.reorder(ctx.tensor(x), "nChw8c")
+    t._materialize()
+    ctx.reset_stats()
+    y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
+    y._materialize()
+    assert y.layout == "nChw8c"
+    assert ctx.stats.reorders == 0 and ctx.stats.launches == 3
+    want = np.tanh(np.clip(x.astype(np.float64), 0, 0.5))
+    assert_close(y.numpy(), want)
+
+
+def test_unary_errors():
+    x = jitnn.tensor(_random((1, 3, 2, 2)))
+    with pytest.raises(jitnn.JitnnValueError, match=r"clamp: min_value must be <= max_value"):
+        jitnn.clamp(x, 2.0, 1.0)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"clamp: max_value must be a number"):
+        jitnn.clamp(x, 0.0, "6")
+    with pytest.raises(jitnn.JitnnValueError, match=r"clamp: min_value must not be NaN"):
+        jitnn.clamp(x, float("nan"))
+    with pytest.raises(jitnn.JitnnTypeError, match=r"leaky_relu: alpha must be a number"):
+        jitnn.leaky_relu(x, alpha=None)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"relu: x"):
+        jitnn.relu("not an array")
+    with pytest.raises(TypeError):
+        jitnn.sigmoid(np.array([1 + 2j]))
+
+
+# --- binary ----------------------------------------------------------------------------
+
+def _operands(n, c, h, w):
+    """(name, operand shape or 'scalar') pairs covering every lowering path."""
+    return [("same", (n, c, h, w)), ("channel", (1, c, 1, 1)), ("channel3d", (c, 1, 1)),
+            ("n_c", (n, c, 1, 1)), ("n_only", (n, 1, 1, 1)), ("size1", (1, 1, 1, 1)),
+            ("rank1", (1,)), ("zero_d", ()), ("scalar", "scalar"), ("spatial", (1, 1, h, w)),
+            ("rows", (n, 1, h, 1)), ("last", (w,))]
+
+
+def _operand_value(shape, seed):
+    if shape == "scalar":
+        return 1.75
+    # away from 0 so division stays well conditioned
+    v = _random(shape, seed)
+    return (np.sign(v) + (v == 0) + v).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("channels", [3, 8, 17])
+def test_binary_every_operand_form(kind, channels):
+    n, h, w = 2, 5, 7
+    x = _random((n, channels, h, w), 4)
+    t = make(x, kind)
+    for name, shape in _operands(n, channels, h, w):
+        y = _operand_value(shape, 5)
+        for op in BINARY:
+            for left, right, lv, rv in ((t, y, x, y), (y, t, y, x)):
+                got = getattr(jitnn, op)(left, right)
+                assert got.pending and got.shape == x.shape, (name, op)
+                assert got.layout == expected_layout(kind), (name, op, got.layout)
+                assert_close(got.numpy(), binary_reference(op, lv, rv), rtol=1e-6, atol=1e-6)
+                if kind != "plain":
+                    assert_padding_lanes_zero(got)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_binary_blocked_operands(kind):
+    """Blocked second operands: same block, another block, a global pool's (N, C, 1, 1)."""
+    n, c, h, w = 2, 9, 3, 5
+    x, y = _random((n, c, h, w), 6), _random((n, c, h, w), 7)
+    pooled = y.mean(axis=(2, 3), keepdims=True)
+    t = make(x, kind)
+    ctx = t.context
+    for other_layout in ("nChw4c", "nChw8c", "nChw16c"):
+        other = jitnn.reorder(ctx.tensor(y), other_layout)
+        got = jitnn.mul(t, other)
+        want_layout = expected_layout(kind) if kind != "plain" else other_layout
+        assert got.layout == want_layout
+        assert_close(got.numpy(), binary_reference("mul", x, y))
+        p = jitnn.global_average_pool2d(other)
+        got = jitnn.mul(t, p)
+        assert got.layout == expected_layout(kind)
+        assert_close(got.numpy(), binary_reference("mul", x, pooled), rtol=1e-5)
+        got = jitnn.sub(p, t)
+        assert_close(got.numpy(), binary_reference("sub", pooled, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((4, 300), (300,)),                   # FC bias: one-element planes, materialized
+    ((2, 6, 12, 12), (2, 6, 1, 1)),       # per-(n, c), long planes: lanes
+    ((2, 6, 12, 12), (6, 1, 1)),          # per-channel, long planes: lanes
+    ((2, 6, 3, 3), (1, 6, 1, 1)),         # short planes: materialized
+    ((3, 1, 4, 5), (1, 6, 1, 1)),         # both broadcast
+    ((6, 1, 1), (2, 1, 4, 5)),            # both broadcast, reversed ranks
+    ((2, 3, 4, 5, 6), (3, 1, 1, 6)),      # rank 5
+    ((2, 3, 4), (4,)), ((7,), ()), ((), ()), ((0, 3), (3,)),
+])
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_plain_broadcasting(op, a_shape, b_shape):
+    a, b = _operand_value(a_shape, 8), _operand_value(b_shape, 9)
+    got = getattr(jitnn, op)(a, b)
+    want = binary_reference(op, a, b)
+    assert got.layout == layouts.plain_tag(want.ndim)
+    assert_close(got.numpy(), want)
+
+
+def test_binary_large_parallel():
+    x, y = _random((2, 17, 33, 35), 10), _random((17, 1, 1), 11)
+    for kind in ("plain", "nChw8c"):
+        assert_close(jitnn.add(make(x, kind), y).numpy(), binary_reference("add", x, y))
+        assert_close(jitnn.maximum(make(x, kind), make(x[::-1].copy(), kind)).numpy(),
+                     np.maximum(x, x[::-1]))
+
+
+def test_nhwc_blocked_broadcasts_along_its_channel_axis():
+    x = _random((2, 5, 7, 9), 12)                      # (N, H, W, C)
+    t = make(x, "nChw8c", axes="nhwc")
+    for shape in [(9,), (1, 1, 1, 9), (2, 1, 1, 9), (5, 7, 1), (2, 5, 7, 9)]:
+        y = _operand_value(shape, 13)
+        got = jitnn.div(t, y)
+        assert got.layout == "nChw8c" and got._axes == "nhwc"
+        assert_close(got.numpy(), binary_reference("div", x, y))
+        assert_padding_lanes_zero(got)
+
+
+def test_padding_lanes_stay_zero_when_ops_make_them_nonzero():
+    x = _random((2, 7, 3, 3), 14)
+    t = make(x, "nChw8c")
+    bias = np.arange(1, 8, dtype=np.float32).reshape(1, 7, 1, 1)
+    for got in (jitnn.add(t, bias), jitnn.sub(1.0, t), jitnn.div(t, jitnn.mul(t, 0.0)),
+                jitnn.maximum(t, 2.0), jitnn.add(t, np.full((1, 1, 3, 3), 5, np.float32))):
+        assert got.layout == "nChw8c"
+        assert_padding_lanes_zero(got)
+    zero = jitnn.div(jitnn.mul(t, 0.0), jitnn.mul(t, 0.0)).numpy()
+    assert np.isnan(zero).all()                        # 0 / 0 in the real lanes
+
+
+def test_reorders_counted_and_done_once():
+    ctx = jitnn.Context(block=8)
+    x, y = _random((2, 9, 4, 4), 15), _random((2, 9, 4, 4), 16)
+    t = jitnn.reorder(ctx.tensor(x), "nChw8c")
+    plain_y = ctx.tensor(y)
+    blocked_y = jitnn.reorder(ctx.tensor(y), "nChw8c")
+    t._materialize(), blocked_y._materialize()
+    ctx.reset_stats()
+    jitnn.add(t, blocked_y)._materialize()             # same layout: no reorder
+    jitnn.add(t, y[:1, :, :1, :1])._materialize()      # per-(n, c) from plain: no reorder
+    jitnn.add(t, 2.0)._materialize()
+    assert ctx.stats.reorders == 0 and ctx.stats.launches == 3
+    first = jitnn.add(t, plain_y)
+    second = jitnn.sub(plain_y, t)
+    assert ctx.stats.launches == 3                     # pending: nothing ran yet
+    first._materialize(), second._materialize()
+    assert ctx.stats.reorders == 1                     # plain_y reordered once, then reused
+    assert ctx.stats.reorder_bytes == 2 * 2 * 4 * 4 * 8 * 4
+    assert_close(second.numpy(), y - x)
+    ctx.reset_stats()
+    jitnn.add(ctx.tensor(x), ctx.tensor(y))._materialize()   # plain + plain: plain, no reorder
+    assert ctx.stats.reorders == 0
+
+
+def test_binary_errors_raise_before_anything_runs():
+    ctx = jitnn.Context()
+    x = jitnn.reorder(ctx.tensor(_random((2, 3, 4, 5))), "nChw8c")
+    x._materialize()
+    ctx.reset_stats()
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"add: the shapes do not broadcast .* a \(2, 3, 4, 5\), b \(2, 4, 4, 5\)"):
+        jitnn.add(x, np.ones((2, 4, 4, 5), np.float32))
+    with pytest.raises(ValueError, match=r"minimum: the shapes do not broadcast .* b \(3,\)"):
+        jitnn.minimum(x, np.ones(3, np.float32))
+    with pytest.raises(jitnn.JitnnTypeError, match=r"mul: b"):
+        jitnn.mul(x, "two")
+    with pytest.raises(jitnn.JitnnTypeError, match=r"div: a"):
+        jitnn.div([[1, 2], [3]], 2.0)
+    with pytest.raises(jitnn.JitnnValueError, match=r"sub: the tensors belong to different contexts"):
+        jitnn.sub(x, jitnn.Context().tensor(np.ones(1)))
+    assert ctx.stats.launches == 0 and ctx.stats.reorders == 0
+
+
+def test_scalars_and_numpy_numbers():
+    got = jitnn.add(2, np.float32(0.5))
+    assert got.shape == () and got.numpy() == 2.5
+    assert_close(jitnn.maximum(np.float64(0.25), jitnn.tensor([0.0, 1.0])).numpy(),
+                 np.array([0.25, 1.0]))
+
+
+# --- batch normalization ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("channels", [1, 3, 7, 8, 9, 17, 64])
+def test_batch_normalization(kind, channels):
+    x = _random((2, channels, 5, 3), 20)
+    mean, scale, bias = _random((channels,), 21), _random((channels,), 22), _random((channels,), 23)
+    variance = np.abs(_random((channels,), 24)) + 0.1
+    t = make(x, kind)
+    for options in ({}, {"scale": scale}, {"scale": scale, "bias": bias, "epsilon": 1e-3},
+                    {"bias": bias, "activation": "relu"},
+                    {"scale": scale, "bias": bias, "activation": ("clamp", 0.1, 0.6)}):
+        got = jitnn.batch_normalization(t, mean, variance, **options)
+        assert got.pending and got.layout == t.layout
+        want = batch_normalization_reference(x, mean, variance, **options)
+        assert_close(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        if kind != "plain":
+            assert_padding_lanes_zero(got)             # the folded bias is not 0 there
+
+
+def test_batch_normalization_axes_and_ranks():
+    rng = np.random.default_rng(25)
+    for shape, axis, kind, layout in [((2, 5, 7, 9), 3, "nhwc", "nChw8c"),
+                                      ((2, 9, 5, 7), 2, "nchw", "nchw"),   # blocked, not channels
+                                      ((4, 11), 1, "plain", "nc"), ((4, 11), -1, "plain", "nc"),
+                                      ((3, 6, 10), 1, "plain", "ncw"), ((6,), 0, "plain", "x")]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        c = shape[axis]
+        mean, var = rng.standard_normal(c), rng.random(c) + 0.5
+        scale, bias = rng.standard_normal(c), rng.standard_normal(c)
+        t = jitnn.tensor(x) if kind == "plain" else make(x, "nChw8c", axes=kind)
+        got = jitnn.batch_normalization(t, mean, var, scale, bias, axis=axis, activation="sigmoid")
+        assert got.layout == layout
+        want = batch_normalization_reference(x, mean, var, scale, bias, axis=axis,
+                                             activation="sigmoid")
+        assert_close(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_normalization_errors():
+    x = jitnn.tensor(_random((2, 3, 4, 4)))
+    ones = np.ones(3, np.float32)
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"batch_normalization: variance must have shape \(3,\) .* got \(4,\)"):
+        jitnn.batch_normalization(x, ones, np.ones(4))
+    with pytest.raises(jitnn.JitnnValueError, match=r"batch_normalization: scale must have shape"):
+        jitnn.batch_normalization(x, ones, ones, np.ones((3, 1)))
+    with pytest.raises(jitnn.JitnnValueError, match=r"axis must be in \[-4, 3\] .* got 4"):
+        jitnn.batch_normalization(x, ones, ones, axis=4)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"axis must be an int"):
+        jitnn.batch_normalization(x, ones, ones, axis=1.0)
+    with pytest.raises(jitnn.JitnnValueError, match=r"epsilon must be a number >= 0"):
+        jitnn.batch_normalization(x, ones, ones, epsilon=-1)
+    with pytest.raises(jitnn.JitnnValueError, match=r"batch_normalization: activation"):
+        jitnn.batch_normalization(x, ones, ones, activation="swish")
+    with pytest.raises(jitnn.JitnnValueError, match=r"rank >= 1"):
+        jitnn.batch_normalization(np.float32(1), ones[:1], ones[:1])
