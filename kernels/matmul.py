@@ -155,33 +155,32 @@ _ZERO = np.float32(0.0)
 
 # --- views ------------------------------------------------------------------
 
-@jit()
-def _span(x, i, j, n):
-    """``x[i, j:j + n]`` as a zero-based view that numba does not
-    reference-count. A slice would do, but numba increments and decrements
-    the array's reference count around each one (two atomic operations) where
-    it cannot prove them redundant, which in a loop over tiles or rows costs
-    more than the work. No bounds check: callers index inside ``x``."""
-    return numba.carray(element_pointer(x, (i, j)), n)
+if not numba.config.BOUNDSCHECK:
+    @jit()
+    def _span(x, i, j, n):
+        """``x[i, j:j + n]`` as a zero-based view that numba does not
+        reference-count. A slice would do, but numba increments and decrements
+        the array's reference count around each one (two atomic operations)
+        where it cannot prove them redundant, which in a loop over tiles or
+        rows costs more than the work. No bounds check: callers index inside
+        ``x``."""
+        return numba.carray(element_pointer(x, (i, j)), n)
 
-
-@jit()
-def _span1(x, j, n):
-    """``x[j:j + n]`` for a 1-D ``x``, as :func:`_span`."""
-    return numba.carray(element_pointer(x, (j,)), n)
-
-
-if numba.config.BOUNDSCHECK:
+    @jit()
+    def _span1(x, j, n):
+        """``x[j:j + n]`` for a 1-D ``x``, as :func:`_span`."""
+        return numba.carray(element_pointer(x, (j,)), n)
+else:
     # Test runs with NUMBA_BOUNDSCHECK=1 check every view against its array
     # (a raw-pointer view would only be checked against its own length).
     @jit()
-    def _span(x, i, j, n):  # noqa: F811
+    def _span(x, i, j, n):
         if i < 0 or i >= x.shape[0] or j < 0 or n < 0 or j + n > x.shape[1]:
             raise IndexError("_span: view outside the array")
         return x[i, j:j + n]
 
     @jit()
-    def _span1(x, j, n):  # noqa: F811
+    def _span1(x, j, n):
         if j < 0 or n < 0 or j + n > x.shape[0]:
             raise IndexError("_span1: view outside the array")
         return x[j:j + n]
@@ -1057,6 +1056,15 @@ def plan_blocks(G, M, N, threads):
             m_blocks = min(m_panels, max(m_blocks, -(-want // (G * n_blocks))))
             if G * m_blocks * n_blocks < want:
                 n_blocks = min(n_panels, max(n_blocks, -(-want // (G * m_blocks))))
+        # With few tasks, a count that the threads divide evenly: 13 equal
+        # tasks on 2 threads take 7 rounds, 14 smaller ones take 7 shorter ones.
+        while (G * m_blocks * n_blocks) % threads and G * m_blocks * n_blocks < 16 * threads:
+            if m_blocks < m_panels:
+                m_blocks += 1
+            elif n_blocks < n_panels:
+                n_blocks += 1
+            else:
+                break
     return m_blocks, n_blocks
 
 

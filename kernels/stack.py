@@ -27,9 +27,11 @@ sgemm tile). Numba has no stack arrays, so this module adds one intrinsic::
 
 Rules: ``size`` must be a compile-time constant (a literal or a module-level
 int); the memory is uninitialized and lives until the enclosing jitted
-function returns, so never return the array or store it anywhere. Index it
-only with constants or constant-trip loop variables: a runtime index forces
-the whole array back into memory.
+function returns, so never return the array or store it anywhere. For a
+register tile, index it only with constants or constant-trip loop variables:
+a runtime index forces the whole array back into memory. With runtime
+indices it is a scratch buffer that costs no heap allocation (the matmul
+kernels' 64 KiB block of B); keep those small, thread stacks are finite.
 """
 
 from llvmlite import ir
