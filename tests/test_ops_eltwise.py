@@ -182,8 +182,9 @@ def test_binary_blocked_operands(kind):
 
 @pytest.mark.parametrize("a_shape,b_shape", [
     ((4, 300), (300,)),                   # FC bias: one-element planes, materialized
-    ((2, 6, 12, 12), (2, 6, 1, 1)),       # per-(n, c), long planes: lanes
-    ((2, 6, 12, 12), (6, 1, 1)),          # per-channel, long planes: lanes
+    ((2, 6, 24, 24), (2, 6, 1, 1)),       # per-(n, c), long planes: lanes
+    ((2, 6, 24, 24), (6, 1, 1)),          # per-channel, long planes: lanes
+    ((2, 3, 4, 600), (1, 3, 4, 1)),       # a run of two axes, long planes: lanes
     ((2, 6, 3, 3), (1, 6, 1, 1)),         # short planes: materialized
     ((3, 1, 4, 5), (1, 6, 1, 1)),         # both broadcast
     ((6, 1, 1), (2, 1, 4, 5)),            # both broadcast, reversed ranks
@@ -197,6 +198,17 @@ def test_binary_plain_broadcasting(op, a_shape, b_shape):
     want = binary_reference(op, a, b)
     assert got.layout == layouts.plain_tag(want.ndim)
     assert_close(got.numpy(), want)
+
+
+def test_plain_broadcast_split():
+    """Which plain operands run as per-channel lanes of an (outer, run, inner) view."""
+    from jitnn.ops.eltwise import _varying_run
+    assert _varying_run((6, 1, 1), (2, 6, 24, 24)) == (2, 6, 576)
+    assert _varying_run((2, 6, 1, 1), (2, 6, 24, 24)) == (1, 12, 576)
+    assert _varying_run((1, 3, 4, 1), (2, 3, 4, 600)) == (2, 12, 600)
+    assert _varying_run((300,), (4, 300)) == (4, 300, 1)
+    assert _varying_run((2, 1, 4, 1), (2, 3, 4, 5)) is None       # two runs: materialized
+    assert _varying_run((1, 1), (3, 4)) is None
 
 
 def test_binary_large_parallel():

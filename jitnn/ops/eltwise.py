@@ -29,6 +29,7 @@ from typing import Callable, Union
 import numpy as np
 
 from .. import layouts
+from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
@@ -42,9 +43,10 @@ Operand = Union[Tensor, float]
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
 
 #: below this many elements per plane, a plain per-channel operand is
-#: materialized instead: the kernel expands lane operands once per plane
-#: (a 512-float pattern), which would cost more than a broadcast copy
-_LANES_MIN_PLANE = 128
+#: materialized instead: the kernel expands lane operands once per plane (a
+#: span-long pattern), which costs more than a broadcast copy for short planes
+#: (measured: even at 512 floats, lanes ahead from 1024)
+_LANES_MIN_PLANE = eltwise_kernels.SPAN
 
 _NUMPY_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -73,7 +75,7 @@ def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float 
 
 # --- operands ----------------------------------------------------------------------
 
-def _operand(ctx, value: object, op: str, name: str) -> Operand:
+def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
     """A Tensor, or a Python/numpy number kept as a float (a scalar operand)."""
     if is_number(value):
         return float(value)  # type: ignore[arg-type]
@@ -90,7 +92,8 @@ def _scalar_of(v: Operand) -> float:
     return v
 
 
-def _varying_run(shape: tuple[int, ...], out_shape: tuple[int, ...]):
+def _varying_run(shape: tuple[int, ...],
+                 out_shape: tuple[int, ...]) -> tuple[int, int, int] | None:
     """If ``shape`` (broadcast to ``out_shape``) varies over one contiguous run of
     axes only, ``(outer, run, inner)`` element counts of that split, else None."""
     padded = (1,) * (len(out_shape) - len(shape)) + shape
@@ -106,7 +109,8 @@ def _varying_run(shape: tuple[int, ...], out_shape: tuple[int, ...]):
             int(np.prod(out_shape[last + 1:], dtype=np.int64)))
 
 
-def _blocked_operand(ctx, y: Operand, main: Tensor, block: int):
+def _blocked_operand(ctx: Context, y: Operand, main: Tensor,
+                     block: int) -> Callable[[], object]:
     """The kernel operand for ``y`` against the blocked main tensor: a function
     giving a float, a ``(C,)``/``(C_phys,)`` vector, an ``(N, C)``/``(N, C_phys)``
     block or a same-shape blocked buffer."""

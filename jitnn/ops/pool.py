@@ -19,13 +19,16 @@ explicitly padded input (ONNX; elements past the explicit padding never count).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from .. import layouts
+from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import pool as pool_kernels
 from ..tensor import Tensor
-from ._common import (as_tensor, channel_axis, context_of, int_pair, is_blocked, padding4,
+from ._common import (as_tensor, context_of, int_pair, is_blocked, padding4,
                       plain_buffer, plain_layout)
 
 ROUNDING_TYPES = ("floor", "ceil")
@@ -111,7 +114,7 @@ def global_average_pool2d_reference(x, *, layout: str = "nchw") -> np.ndarray:
 
 # --- the ops ---------------------------------------------------------------------------
 
-def _pool_input(op: str, x, layout: str):
+def _pool_input(op: str, x: object, layout: str) -> tuple[Context, Tensor]:
     ctx = context_of(op, x)
     if layout not in layouts.ACTIVATION_LAYOUTS:
         raise JitnnValueError(f"{op}: layout must be 'nchw' or 'nhwc', got {layout!r}")
@@ -123,7 +126,8 @@ def _pool_input(op: str, x, layout: str):
     return ctx, x
 
 
-def _lowered(ctx, op: str, x: Tensor, layout: str, out_hw: tuple[int, int], run) -> Tensor:
+def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, int],
+             run: Callable[[np.ndarray, np.ndarray], object]) -> Tensor:
     """The pending result of ``run(x5, out5)`` on ``x`` viewed as a blocked
     buffer: its own when blocked with axes ``layout``, else its plain values
     (``nChw1c`` for nchw, one C-channel block for nhwc)."""

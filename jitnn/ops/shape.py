@@ -14,11 +14,12 @@ concatenates the plain values with numpy.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import layouts
+from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
 from ..tensor import Tensor
@@ -50,7 +51,8 @@ def concat_reference(tensors, axis: int) -> np.ndarray:
 
 # --- the ops ---------------------------------------------------------------------------
 
-def _plain_result(ctx, shape: tuple[int, ...], produce) -> Tensor:
+def _plain_result(ctx: Context, shape: tuple[int, ...],
+                  produce: Callable[[], np.ndarray]) -> Tensor:
     return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce)
 
 
