@@ -144,14 +144,16 @@ class Context:
         self._count(reorders=1, reorder_bytes=out.nbytes)
         return out
 
-    def _to_blocked(self, plain: np.ndarray, axes: str) -> np.ndarray:
-        """Reorder a plain 4-D array (``axes`` "nchw" or "nhwc") to ``nChw{block}c``."""
+    def _to_blocked(self, plain: np.ndarray, axes: str, block: int | None = None) -> np.ndarray:
+        """Reorder a plain 4-D array (logical ``axes`` "nchw" or "nhwc") to
+        ``nChw{block}c`` (the context's block by default), counted as a reorder."""
+        block = self.block if block is None else block
         nchw = plain.shape if axes == "nchw" else \
             (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
-        out = np.empty(layouts.blocked_shape(nchw, self.block), np.float32)
+        out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
         kernel = layout_kernels.nchw_to_blocked if axes == "nchw" \
             else layout_kernels.nhwc_to_blocked
-        return self._reorder(kernel, plain, out)
+        return self._reorder(kernel, np.ascontiguousarray(plain), out)
 
     # --- readback ----------------------------------------------------------------
 

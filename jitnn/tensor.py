@@ -244,8 +244,4 @@ def reorder(t: Tensor | np.ndarray, layout: str, *, axes: str | None = None) -> 
     if source_block == block:
         return t
     plain = t._materialize() if source_block is None else t.numpy()
-    nchw = t.shape if axes == "nchw" else (t.shape[0], t.shape[3], t.shape[1], t.shape[2])
-    out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
-    kernel = layout_kernels.nchw_to_blocked if axes == "nchw" else layout_kernels.nhwc_to_blocked
-    ctx._reorder(kernel, plain, out)
-    return Tensor(ctx, t.shape, layout, data=out, axes=axes)
+    return Tensor(ctx, t.shape, layout, data=ctx._to_blocked(plain, axes, block), axes=axes)

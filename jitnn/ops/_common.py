@@ -10,7 +10,6 @@ from .. import layouts
 from ..context import Context, default_context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import epilogue
-from ..kernels import layout as layout_kernels
 from ..tensor import Tensor, as_float32_copy
 
 #: What ``activation=`` accepts: a name, or a (name, *params) tuple.
@@ -176,11 +175,7 @@ def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray
 
 def reorder_to_blocked(ctx: Context, plain: np.ndarray, block: int, axes: str) -> np.ndarray:
     """A plain 4-D array with logical axes ``axes`` reordered to ``nChw{block}c`` (counted)."""
-    nchw = plain.shape if axes == "nchw" else \
-        (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
-    out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
-    kernel = layout_kernels.nchw_to_blocked if axes == "nchw" else layout_kernels.nhwc_to_blocked
-    return ctx._reorder(kernel, np.ascontiguousarray(plain), out)
+    return ctx._to_blocked(plain, axes, block)
 
 
 def plain_layout(ndim: int, axes: str = "nchw") -> str:

@@ -17,7 +17,8 @@ from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
 from ..tensor import Tensor
-from ._common import as_tensor, context_of, int_pair, padding4, parse_activation
+from ._common import (as_tensor, blocked_buffer, context_of, int_pair, padding4,
+                      parse_activation)
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -131,12 +132,9 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
         bias_values = bias_t
 
     block = ctx.block
-    x_block = layouts.block_of(x.layout)
-    if x_block is not None and (x_block != block or x._axes != input_layout):
-        # Blocked with another block size or axis order: back to plain first.
-        x = Tensor(ctx, x.shape, input_layout, data=x.numpy(), axes=input_layout)
-        x_block = None
-    first_layer = x_block is None and input_layout == "nchw" and c < block
+    # A plain NCHW input with fewer channels than a block (an RGB image) is
+    # read as it is by the first-layer kernel instead of padded up to a block.
+    first_layer = layouts.block_of(x.layout) is None and input_layout == "nchw" and c < block
     packed = w._derive(
         ("conv2d_filter", block, filter_layout, groups, c, first_layer),
         lambda: _pack(ctx, w, filter_layout, c, groups, block, first_layer))
@@ -144,13 +142,8 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
     out_blocked = (n, layouts.padded_channels(o, block) // block, oh, ow, block)
 
     def produce() -> np.ndarray:
-        if first_layer:
-            source = x._materialize()
-        elif x_block is None:
-            source = x._derive(("blocked", block),
-                               lambda: ctx._to_blocked(x._materialize(), input_layout))
-        else:
-            source = x._materialize()
+        source = x._materialize() if first_layer else \
+            blocked_buffer(ctx, x, block, input_layout)
         bias_array = None
         if bias_values is not None:
             bias_array = np.zeros(out_blocked[1] * block, np.float32)
