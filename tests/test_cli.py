@@ -24,3 +24,14 @@ def test_console_entry_point_runs():
 def test_no_command_prints_help(capsys):
     assert cli.main([]) == 2
     assert "info" in capsys.readouterr().out
+
+
+def test_every_runtime_package_is_installed_by_pyproject():
+    # An editable install finds any folder; a wheel only the listed packages.
+    import pathlib
+    import tomllib
+    root = pathlib.Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"jitnn" + "".join("." + part for part in path.parent.relative_to(root / "jitnn").parts)
+             for path in (root / "jitnn").rglob("__init__.py")}
+    assert found | {"jitnn.kernels"} == listed
