@@ -68,6 +68,12 @@ How it is fast (see the design notes on Numba kernels):
   (``layout.group_input_block_ranges``; a tile's B blocks read the union).
 * **Aligned weights.** Packed filters start on a 64-byte boundary
   (:func:`aligned_empty`); callers should allocate x and y the same way.
+* **What runs is the driver's copy.** A driver's object code embeds the
+  helpers it calls, optimized a second time with it, and that copy is what
+  runs when the driver comes from the cache. A second pass unrolled the lane
+  loop by 2 and spilled the pixel pointers (25 % slower) while the lane stride
+  was a runtime value; with the literal 1 it does not. The tests check the
+  drivers' assembly for this.
 """
 
 from __future__ import annotations
@@ -362,7 +368,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             for step in range((ib_end[ob0 + last] - ib) * taps):
                 xd = xib + tap_x[np.uint64(t)]
                 for i in range(ci):
-                    xi = xd + i * s_lane
+                    xi = xd + i              # blocked: lanes are adjacent
                     wi = wo + i * cb
                     for p in range(P):
                         xv = src[np.uint64(xb[p] + xi)]

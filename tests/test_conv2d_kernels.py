@@ -10,6 +10,8 @@ for the first-layer path), so the default run uses blocks 4, 8, 16 and a few
 first-layer channel counts; blocks 1 and 32 are in the slow set.
 """
 
+import re
+
 import numba
 import numpy as np
 import pytest
@@ -301,18 +303,29 @@ def test_wrapper_rejects_bad_buffers():
 # --- generated code -----------------------------------------------------------
 
 def _fresh_asm(monkeypatch, name, run):
-    """Compile kernel ``name`` in this process (not from the cache, which
-    keeps no assembly) by running ``run`` with fresh dispatchers, and return
-    the assembly of every specialization that ran."""
+    """Compile kernel ``name`` and its drivers in this process (the cache
+    keeps no assembly) by running ``run`` with fresh dispatchers; return the
+    assembly of every specialization of the kernel and of every driver.
+
+    The drivers matter most: a driver's object code embeds its own copy of
+    the kernels it calls, optimized again with the driver, and that copy is
+    what runs whenever the driver is loaded from the cache.
+    """
     from jitnn.kernels._config import jit
     fresh = jit(cache=False)(getattr(K, name).py_func)
     monkeypatch.setattr(K, name, fresh)
     monkeypatch.setattr(K, "jit", lambda parallel=False, cache=True:
                         jit(parallel=parallel, cache=False))
-    monkeypatch.setattr(K, "_conv_drivers", {})
-    monkeypatch.setattr(K, "_depthwise_drivers", {})
+    drivers = {}
+    monkeypatch.setattr(K, "_conv_drivers", drivers)
+    monkeypatch.setattr(K, "_depthwise_drivers", drivers)
     run()
-    return fresh.inspect_asm()
+    asms = dict(fresh.inspect_asm())
+    for key, driver in drivers.items():
+        for signature, asm in driver.inspect_asm().items():
+            asms[(key, signature)] = asm
+    assert len(asms) >= 2
+    return asms
 
 
 # bounds checks (NUMBA_BOUNDSCHECK=1) put a branch on every load: no vectors
@@ -320,15 +333,48 @@ needs_release_build = pytest.mark.skipif(
     bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
 
 
-def _check_packed_fma(asms):
-    assert asms
+def _hot_loops(asm, min_fma):
+    """Innermost FMA loops: bodies (a label up to the jump back to it) with at
+    least ``min_fma`` FMAs, at least one line in five an FMA."""
+    lines = asm.splitlines()
+    where = {}
+    loops = []
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if text.endswith(":") and not line[0].isspace():
+            where[text[:-1]] = i
+        elif text.startswith("j") and text.split()[-1] in where:
+            start = where[text.split()[-1]]
+            if sum("vfmadd" in b for b in lines[start:i + 1]) >= min_fma:
+                loops.append((start, i))
+    inner = [(a, b) for a, b in loops
+             if not any(a < c and d <= b for c, d in loops if (c, d) != (a, b))]
+    # an FMA loop is mostly FMAs and loads (outer loops around small FMA
+    # loops, like depthwise single pixels, are not)
+    return [lines[a:b + 1] for a, b in inner
+            if sum("vfmadd" in line for line in lines[a:b + 1]) * 5 >= b + 1 - a]
+
+
+_STACK_STORE = re.compile(r"^mov\w*\s+%\w+,\s*-?\d*\(%rsp\)$")
+
+
+def _check_packed_fma(asms, min_fma=12):
     for signature, asm in asms.items():
         packed = [line for line in asm.splitlines()
                   if "vfmadd" in line and "ps" in line.split()[0] and "%ymm" in line]
         scalar = [line for line in asm.splitlines()
                   if "vfmadd" in line and line.split()[0].endswith("ss")]
-        assert len(packed) >= 12, f"{signature}: packed ymm FMAs missing"
+        assert len(packed) >= min_fma, f"{signature}: packed ymm FMAs missing"
         assert not scalar, f"{signature}: scalar FMA in the kernel: {scalar[:3]}"
+        # the hot loop keeps its vectors and pointers in registers: no vector
+        # touches the stack and nothing is stored there (reloading a few
+        # addresses is tolerated: the first layer reads 3 x 6 of them)
+        hot = _hot_loops(asm, min_fma)
+        assert hot, f"{signature}: no loop with {min_fma} FMAs"
+        for loop in hot:
+            spills = [line for line in loop if "(%rsp)" in line
+                      and ("%ymm" in line or _STACK_STORE.search(line.strip()))]
+            assert not spills, f"{signature}: spills in the hot loop: {spills[:3]}"
 
 
 @needs_release_build
