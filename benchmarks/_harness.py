@@ -90,7 +90,9 @@ def compile_times(probe: str) -> dict:
     import tempfile
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "JITNN_CACHE_DIR": cache}
-        runs = [json.loads(subprocess.run([sys.executable, "-c", probe], env=env,
+        # cwd=cache: from the repository root, `python -c` would import the
+        # source folder jitnn/ (without jitnn.kernels) instead of the install.
+        runs = [json.loads(subprocess.run([sys.executable, "-c", probe], env=env, cwd=cache,
                                           capture_output=True, text=True, check=True).stdout)
                 for _ in range(2)]
     return {"cold": runs[0], "cached": runs[1]}
