@@ -1094,6 +1094,10 @@ def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
         elif threads is None:
             threads = numba.get_num_threads()
         m_blocks, n_blocks = plan_blocks(G, 1 if direct else M, N, threads)
+        if direct and M == 1:
+            # a matrix-vector product streams rows of B: cut it into as few
+            # column blocks as there are threads, for long contiguous runs
+            n_blocks = min(n_blocks, max(1, -(-threads // G)))
         if threads > 1:
             gemm_parallel(a, a_t, b, b_t, b_data, a_index, b_index, out, direct, kc,
                           m_blocks, n_blocks, alpha, beta, c, bias, residual, act,
