@@ -54,6 +54,7 @@ def worker(threads: int, batches: list[int], quick: bool) -> dict:
     import numpy as np
     import torch
     import torch.nn.functional as F
+    import torch.utils.mkldnn
 
     import jitnn
     from jitnn.kernels import conv2d as kernels
