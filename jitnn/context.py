@@ -62,6 +62,9 @@ class Stats:
     compile_s: float = 0.0
 
 
+_STAT_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
+
+
 class Context:
     """Where tensors live and kernels run: the CPU, with a block size and threads.
 
@@ -82,7 +85,9 @@ class Context:
         self.num_threads: int = int(num_threads)
         self.block: int = layouts.check_block(host_block() if block is None else block)
         self._lock = threading.Lock()
-        self._counters = Stats()
+        # Plain ints behind a lock (a launch counts in well under a microsecond);
+        # ``stats`` hands out an immutable snapshot.
+        self._counters: dict[str, float] = dict.fromkeys(_STAT_FIELDS, 0)
         self._pool: ThreadPoolExecutor | None = None
         # numba's workqueue layer is not thread-safe: serialize kernels then.
         self._serialize = _config.threading_layer() == "workqueue"
@@ -104,17 +109,17 @@ class Context:
     def stats(self) -> Stats:
         """A snapshot of the counters since creation or :meth:`reset_stats`."""
         with self._lock:
-            return self._counters
+            return Stats(**self._counters)
 
     def reset_stats(self) -> None:
         with self._lock:
-            self._counters = Stats()
+            self._counters = dict.fromkeys(_STAT_FIELDS, 0)
 
     def _count(self, **increments: float) -> None:
         with self._lock:
-            values = {name: getattr(self._counters, name) + value
-                      for name, value in increments.items()}
-            self._counters = dataclasses.replace(self._counters, **values)
+            counters = self._counters
+            for name, value in increments.items():
+                counters[name] += value
 
     # --- running kernels ---------------------------------------------------------
 

@@ -84,6 +84,9 @@ def matmul(a, b, *, activation=None) -> Tensor:
         out_shape = out_shape[:-2] + (n,)
     if b.ndim == 1:
         out_shape = out_shape[:-1]
+    if not batch:
+        # Two matrices: the kernel's gemm, with its direct path for tiny products.
+        return _matrix_product(ctx, a, b, m, k, n, out_shape, code, p0, p1)
     groups = int(np.prod(batch, dtype=np.int64))
     a_count = int(np.prod(a_shape[:-2], dtype=np.int64))
     b_count = int(np.prod(b_shape[:-2], dtype=np.int64))
@@ -100,6 +103,21 @@ def matmul(a, b, *, activation=None) -> Tensor:
             b3 = b._materialize().reshape(b_count, k, n)
         if out.size:
             ctx._launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
+                        activation=code, param0=p0, param1=p1)
+        return out.reshape(out_shape)
+
+    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce)
+
+
+def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
+                    out_shape: tuple[int, ...], code: int, p0: float, p1: float) -> Tensor:
+    pack = _worth_packing(m, n, k)
+
+    def produce() -> np.ndarray:
+        out = np.empty((m, n), np.float32)
+        if out.size:
+            right = _packed_b(ctx, b, False) if pack else b._materialize().reshape(k, n)
+            ctx._launch(mm.gemm, a._materialize().reshape(m, k), right, out, beta=0.0,
                         activation=code, param0=p0, param1=p1)
         return out.reshape(out_shape)
 
