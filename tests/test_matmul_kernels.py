@@ -399,3 +399,29 @@ def test_drivers_keep_the_tile_vectorized():
     tiles = mm.MR * mm.NR // mm.VEC
     loops = _fma_loops(_fresh_asm(mm.gemm_serial, *args))
     assert any(packed >= tiles and scalar == 0 for packed, scalar in loops), loops
+
+
+def test_stack_intrinsics():
+    """kernels/stack.py on its own: a stack tile, prefetches (no effect on
+    values), the atomic counter and a view through element_pointer."""
+    from jitnn.kernels.stack import (atomic_add, element_pointer, prefetch,
+                                     prefetch_write, stack_empty)
+
+    def body(x, counter):
+        tile = numba.carray(stack_empty(8, np.float32), (2, 4))
+        for i in range(2):
+            for j in range(4):
+                tile[i, j] = x[i, j] * 2
+        prefetch(x, (1, 3))
+        prefetch_write(x, (0, 0))
+        first = atomic_add(counter, 0, 5)
+        second = atomic_add(counter, 0, 1)
+        view = numba.carray(element_pointer(x, (1, 1)), 3)
+        view[0] = tile[1, 3]
+        return first, second
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    counter = np.zeros(1, np.int64)
+    assert jit(cache=False)(body)(x, counter) == (0, 5)
+    assert counter[0] == 6
+    assert x[1, 1] == 14.0 and x[1, 2] == 6.0
