@@ -96,3 +96,12 @@ def compile_times(probe: str) -> dict:
                                           capture_output=True, text=True, check=True).stdout)
                 for _ in range(2)]
     return {"cold": runs[0], "cached": runs[1]}
+
+
+def compile_table(compile_info: dict, label: str) -> list[str]:
+    """Markdown rows of :func:`compile_times`' result, one per kernel or path."""
+    lines = [f"| {label} | cold compile s | load from cache s |", "|---|---:|---:|"]
+    for name, cold in compile_info["cold"].items():
+        if name != "import_s":
+            lines.append(f"| {name} | {cold:.2f} | {compile_info['cached'][name]:.3f} |")
+    return lines

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import compile_times, geomean, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
+from _harness import compile_table, compile_times, geomean, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
 
 # (name, C, O, H=W, kernel, stride, padding, groups)
 RESNET50 = [
@@ -162,9 +162,7 @@ def report(results: list[dict], compile_info: dict | None) -> str:
         lines.append(f"\n{two['threads']}-thread speedup of jitnn blocked over 1 thread: geomean "
                      f"{geomean(speedups):.2f} (min {min(speedups):.2f}, max {max(speedups):.2f})")
     if compile_info:
-        lines.append("\n| path | cold compile s | load from cache s |\n|---|---:|---:|")
-        for name, cold in compile_info["cold"].items():
-            lines.append(f"| {name} | {cold:.1f} | {compile_info['cached'][name]:.2f} |")
+        lines += [""] + compile_table(compile_info, "path")
     return "\n".join(lines)
 
 

@@ -23,7 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import compile_times, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
+from _harness import compile_table, compile_times, machine_facts, median_seconds, run_per_thread_count, sgemm_peak_gflops  # noqa: E402
 
 SHAPES = [  # (name, batch, M, K, N, B constant?)
     ("square 64", 1, 64, 64, 64, False),
@@ -124,9 +124,7 @@ def report(results, compile_info) -> str:
         lines.append("\nper-call time of a 4x4 product: " + ", ".join(
             f"{name} {seconds * 1e6:.1f} us" for name, seconds in tiny.items()))
     if compile_info:
-        lines += ["", "| gemm path | cold compile s | load from cache s |", "|---|---:|---:|"]
-        for name, cold in compile_info["cold"].items():
-            lines.append(f"| {name} | {cold:.1f} | {compile_info['cached'][name]:.2f} |")
+        lines += [""] + compile_table(compile_info, "gemm path")
     return "\n".join(lines)
 
 

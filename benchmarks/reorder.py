@@ -27,7 +27,7 @@ import numpy as np
 from jitnn import layouts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import compile_times, median_seconds  # noqa: E402
+from _harness import compile_table, compile_times, median_seconds  # noqa: E402
 from jitnn.kernels import layout as kernels
 
 BLOCK = 8
@@ -159,10 +159,7 @@ def main(argv=None):
               f"| {r['numpy_gbs']:.1f} | {r['jitnn_gbs'] / r['numpy_gbs']:.1f} |")
     print()
     print(f"import jitnn (nothing compiled, empty cache): {compile_info['cold']['import_s'] * 1e3:.0f} ms")
-    print("| kernel | cold compile s | load from cache s |")
-    print("|---|---:|---:|")
-    for name in ("nchw_to_blocked", "blocked_to_nchw", "nhwc_to_blocked", "blocked_to_nhwc", "pack_filter"):
-        print(f"| {name} | {compile_info['cold'][name]:.2f} | {compile_info['cached'][name]:.3f} |")
+    print("\n".join(compile_table(compile_info, "kernel")))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"rows": rows, "compile": compile_info}, handle, indent=1)

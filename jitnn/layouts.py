@@ -72,6 +72,14 @@ def blocked_shape(nchw_shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     return (n, padded_channels(c, block) // block, h, w, block)
 
 
+def filter_oihw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """A filter's shape in oihw order, from its shape in ``layout``."""
+    if layout not in _FILTER_TO_OIHW:
+        raise JitnnValueError(
+            f"filter layout must be one of {FILTER_LAYOUTS}, got {layout!r}")
+    return tuple(shape[axis] for axis in _FILTER_TO_OIHW[layout])
+
+
 def filter_as_oihw(w: np.ndarray, layout: str) -> np.ndarray:
     """A view of a filter in any WebNN layout with its axes in oihw order."""
     if layout not in _FILTER_TO_OIHW:

@@ -105,9 +105,7 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
         n, c, h, wd = x.shape
     else:
         n, h, wd, c = x.shape
-    oihw_shape = tuple(w.shape[i] for i in {"oihw": (0, 1, 2, 3), "hwio": (3, 2, 0, 1),
-                                              "ohwi": (0, 3, 1, 2), "ihwo": (3, 0, 1, 2)}[filter_layout])
-    o, group_in, kh, kw = oihw_shape
+    o, group_in, kh, kw = layouts.filter_oihw_shape(w.shape, filter_layout)
     shapes = f"(x {x.shape} {input_layout}, w {w.shape} {filter_layout}, groups {groups})"
     if min(x.shape) < 1 or min(w.shape) < 1:
         raise JitnnValueError(f"{op}: empty dimension {shapes}")
