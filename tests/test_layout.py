@@ -92,3 +92,73 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
     for ob in range(packed.shape[0]):
         nonzero = np.nonzero(packed[ob].reshape(packed.shape[1], -1).any(axis=1))[0]
         assert begin[ob] <= nonzero.min() and nonzero.max() < end[ob]
+
+
+# Shapes that reach the kernels' other paths: several tasks per image (planes
+# longer than the kernels' pixel chunk, not a multiple of it or of 16), widths
+# narrower than a block, partial blocks with every block size, N > 1.
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 9, 45, 47), (3, 17, 1, 5),
+                                   (2, 1, 33, 31), (1, 32, 40, 40), (2, 7, 3, 3),
+                                   (1, 40, 35, 61)])
+def test_reorders_on_multi_task_and_partial_shapes(block, shape):
+    n, c, h, w = shape
+    x = _random(shape, seed=c * h + w)
+    blocked = np.full(layouts.blocked_shape(shape, block), np.nan, np.float32)
+    kernels.nchw_to_blocked(x, blocked)
+    expected = layouts.reference_nchw_to_blocked(x, block)
+    np.testing.assert_array_equal(blocked, expected)
+    back = np.full(shape, np.nan, np.float32)
+    kernels.blocked_to_nchw(expected, back)
+    np.testing.assert_array_equal(back, x)
+
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    blocked = np.full(layouts.blocked_shape(shape, block), np.nan, np.float32)
+    kernels.nhwc_to_blocked(nhwc, blocked)
+    np.testing.assert_array_equal(blocked, expected)
+    back = np.full(nhwc.shape, np.nan, np.float32)
+    kernels.blocked_to_nhwc(expected, back)
+    np.testing.assert_array_equal(back, nhwc)
+
+
+def test_blocked_to_nhwc_ignores_padding_lane_values():
+    # the partial block is stored as whole vectors that spill padding lanes
+    # onto the next pixel before that pixel is written: garbage there must
+    # never survive (nor reach past the output)
+    x = _random((2, 3, 40, 30), seed=5)
+    blocked = layouts.reference_nchw_to_blocked(x, 8)
+    blocked[:, :, :, :, 3:] = np.nan
+    storage = np.full(2 * 40 * 30 * 3 + 16, -1.0, np.float32)  # 16 spare floats past the output
+    nhwc = storage[:-16].reshape(2, 40, 30, 3)
+    kernels.blocked_to_nhwc(blocked, nhwc)
+    np.testing.assert_array_equal(nhwc, x.transpose(0, 2, 3, 1))
+    assert np.all(storage[-16:] == -1.0)
+
+
+@pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (32, 16, 2),
+                                                (48, 24, 3), (24, 20, 1)])
+def test_pack_filter_full_tiles(kernel, block, in_c, out_c, groups):
+    oihw = _spec_filter(out_c, in_c // groups, *kernel, seed=in_c + out_c)
+    expected = layouts.reference_pack_filter(oihw, "oihw", groups, block, block)
+    packed = np.full(expected.shape, np.nan, np.float32)
+    kernels.pack_filter(oihw, groups, packed)
+    np.testing.assert_array_equal(packed, expected)
+    # the same filter handed over as a non-contiguous view
+    view = np.ascontiguousarray(oihw.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)
+    packed = np.full(expected.shape, np.nan, np.float32)
+    kernels.pack_filter(view, groups, packed)
+    np.testing.assert_array_equal(packed, expected)
+
+
+@pytest.mark.parametrize("ic_bn,oc_bn", [(3, 8), (4, 8), (16, 8), (8, 16), (12, 4), (3, 32)])
+@pytest.mark.parametrize("kernel", [(1, 1), (7, 7), (3, 3)])
+def test_pack_filter_unequal_blocks(ic_bn, oc_bn, kernel):
+    # the conv's first-layer path packs with ic_bn = the input's channel count
+    in_c = ic_bn if ic_bn in (3, 12) else 2 * ic_bn
+    oihw = _spec_filter(20, in_c, *kernel, seed=ic_bn * oc_bn)
+    expected = layouts.reference_pack_filter(oihw, "oihw", 1, ic_bn, oc_bn)
+    packed = np.full(expected.shape, np.nan, np.float32)
+    kernels.pack_filter(oihw, 1, packed)
+    np.testing.assert_array_equal(packed, expected)
