@@ -24,14 +24,19 @@ C = in_channels, O = out_channels):
 * bias:    ``bias: (O_phys,)`` (padding lanes zero) or ``(O,)``
 * logical filter, WebNN ``iohw``: ``w: (C, O // groups, KH, KW)`` (any
   strides; ``hwoi`` and ``ohwi`` filters come in as transposed views)
-* packed filter ``OIhw{cb}i{cb}o``:
-  ``w_packed: (O_phys // cb, C_phys // cb, KH, KW, cb, cb)``, where
-  ``w_packed[ob, ib, kh, kw, i, o]`` is the weight from input channel
-  ``ib * cb + i`` to output channel ``ob * cb + o`` at tap ``(kh, kw)``;
-  zero between channels of different groups and in padding lanes. This is
-  conv2d's direct layout (``layout.pack_filter`` of the filter seen as
-  ``oihw``) with no spatial flip: the kernel gathers each tap where it lands.
-  The packing does not depend on strides, dilations or padding.
+* packed filter, phase-major ``OIhw{cb}i{cb}o``: a flat, 64-byte-aligned
+  ``w_packed: (KH * KW * O_phys * C_phys,)``, the concatenation over the
+  stride phases ``(rh, rw)`` (row-major, ``sh x sw`` of them; see below) of
+  ``(O_phys // cb, C_phys // cb, T, cb, cb)`` segments, ``T`` the phase's
+  taps ``(kh, kw)`` in row-major order; ``[ob, ib, t, i, o]`` is the weight
+  from input channel ``ib * cb + i`` to output channel ``ob * cb + o`` at tap
+  ``t``; zero between channels of different groups and in padding lanes.
+  With stride 1 it is conv2d's direct layout (``layout.pack_filter`` of the
+  filter seen as ``oihw``), with no spatial flip: the kernel gathers each tap
+  where it lands. The packing depends on strides and dilations (which taps
+  form a phase), not on padding or the input size. Phase-major, a tile's
+  weights are one contiguous run per output block (in natural tap order they
+  were 4 KiB-strided runs that thrashed a few L2 sets: 512 ch at 7x7, k4 s2).
 
 How it works: **stride-phase decomposition.** Output row ``oh`` belongs to
 row phase ``rh = (oh + pad_top) % sh``; tap ``kh`` contributes to it iff
@@ -82,9 +87,10 @@ _MAX_TILE_PIXELS = 16
 # --- the tile loop -----------------------------------------------------------
 #
 # geom: N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, O
-# phases[ph]: oh0, ow0, OHp, OWp, r0, r1, c0, c1, t0, t1 -- the phase grid's
-#   first output row/column and size, its interior rectangle [r0, r1) x
-#   [c0, c1) (grid coordinates) and its taps taps[t0:t1]
+# phases[ph]: oh0, ow0, OHp, OWp, r0, r1, c0, c1, t0, t1, wseg -- the phase
+#   grid's first output row/column and size, its interior rectangle [r0, r1)
+#   x [c0, c1) (grid coordinates), its taps taps[t0:t1] and the offset of its
+#   weight segment (OB, CB, t1 - t0, cb, cb) in the packed filter
 # taps[t]: offh, offw, kh * KW + kw -- grid pixel (j, i) reads input pixel
 #   (j + offh, i + offw) with the weights of tap (kh, kw)
 # tasks[k]: phase, interior, start, end, og0, og1, groups_outside
@@ -143,6 +149,7 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
     c1 = phases[ph, 7]
     t0 = phases[ph, 8]
     nt = phases[ph, 9] - t0
+    wseg = phases[ph, 10]
 
     yos = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
     js = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
@@ -154,9 +161,9 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
     x_row = W * cb
     x_ib = H * x_row
     x_n = CB * x_ib
-    # packed weight strides: (OB, CB, KH, KW, cb, cb)
+    # packed weight strides in the phase's segment: (OB, CB, nt, cb, cb)
     w_kw = cb * cb
-    w_ib = KH * KW * w_kw
+    w_ib = nt * w_kw
     w_ob = CB * w_ib
     # input blocks any group of this call reads (ranges grow with ob)
     u0 = ib_begin[og0 * B]
@@ -175,7 +182,7 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
             tap_x[t] = taps[t0 + t, 0] * x_row + taps[t0 + t, 1] * cb
         else:
             tap_x[t] = t * P * cb
-        tap_w[t] = taps[t0 + t, 2] * w_kw
+        tap_w[t] = t * w_kw
 
     ntiles = (k_end - k_start + P - 1) // P
     ngroups = og1 - og0
@@ -232,7 +239,7 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
         # per input lane, B weight vectors and P broadcasts.
         ib = ib_begin[ob0]
         xib = ib * s_ib
-        wib = ob0 * w_ob + ib * w_ib
+        wib = wseg + ob0 * w_ob + ib * w_ib
         t = 0
         for _ in range((ib_end[ob0 + last] - ib) * nt):
             xd = xib + tap_x[np.uint64(t)]
@@ -326,22 +333,31 @@ def _axis_phases(size, out_size, kernel, stride, dilation, pad_begin):
     return result
 
 
+def phase_taps(kernel: int, stride: int, dilation: int) -> list[list[int]]:
+    """The taps of each phase of one axis: tap ``k`` is in phase ``k * d % s``."""
+    return [[k for k in range(kernel) if (k * dilation) % stride == r] for r in range(stride)]
+
+
 @lru_cache(maxsize=256)
-def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, cb, og_inner,
+def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, CB, cb, og_inner,
               group_fits_l1):
     """phases, taps and tasks arrays (read-only) and the largest tap count."""
     P, B = conv_tile_shape(cb)
     OG = -(-OB // B)
     per_task = OG if og_inner else 1
     phases, taps, tasks = [], [], []
+    wseg = 0
     for first_h, len_h, taps_h, r0, r1 in _axis_phases(H, OH, KH, sh, dh, pt):
         for first_w, len_w, taps_w, c0, c1 in _axis_phases(W, OW, KW, sw, dw, pl):
+            seg = wseg
+            wseg += len(taps_h) * len(taps_w) * OB * CB * cb * cb
             if len_h == 0 or len_w == 0:
                 continue
             t0 = len(taps)
             taps += [(oh, ow, kh * KW + kw) for kh, oh in taps_h for kw, ow in taps_w]
             ph = len(phases)
-            phases.append((first_h, first_w, len_h, len_w, r0, r1, c0, c1, t0, len(taps)))
+            phases.append((first_h, first_w, len_h, len_w, r0, r1, c0, c1, t0, len(taps),
+                           seg))
             inner = (r1 - r0) * (c1 - c0)
             border = len_h * len_w - inner
             chunk = P * max(-(-len_w // P), 1 if og_inner else 16)
@@ -353,7 +369,7 @@ def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, cb, og_inner,
                     tasks.append((ph, 0, start, min(border, start + chunk), og0,
                                   og0 + per_task, 0))
     arrays = [np.array(a, np.int64).reshape(-1, width)
-              for a, width in ((phases, 10), (taps, 3), (tasks, 7))]
+              for a, width in ((phases, 11), (taps, 3), (tasks, 7))]
     for a in arrays:
         a.flags.writeable = False
     max_taps = max([1] + [p[9] - p[8] for p in phases])
@@ -366,15 +382,17 @@ def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, cb, og_inner,
 class PackedConvTranspose2dFilter:
     """A transposed-conv filter packed once for one block size.
 
-    ``weights``: ``(O_phys//cb, C_phys//cb, KH, KW, cb, cb)`` (see the module
-    docstring); ``ib_begin``/``ib_end`` give each output block the input
-    blocks ``[begin, end)`` it reads.
+    ``weights``: flat, phase-major (see the module docstring), for
+    ``strides`` and ``dilations``; ``ib_begin``/``ib_end`` give each output
+    block the input blocks ``[begin, end)`` it reads.
     """
     block: int
     in_channels: int
     out_channels: int
     groups: int
     kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
     weights: np.ndarray
     ib_begin: np.ndarray
     ib_end: np.ndarray
@@ -389,9 +407,12 @@ class PackedConvTranspose2dFilter:
 
 
 def pack_conv_transpose2d_filter(w_iohw, in_channels: int | None = None, groups: int = 1,
-                                 block: int = 8) -> PackedConvTranspose2dFilter:
+                                 block: int = 8, strides=(1, 1),
+                                 dilations=(1, 1)) -> PackedConvTranspose2dFilter:
     """Pack a WebNN ``iohw`` filter ``(C, O // groups, KH, KW)`` (any strides:
-    ``hwoi``/``ohwi`` filters come in as transposed views) for block ``block``.
+    ``hwoi``/``ohwi`` filters come in as transposed views) for block ``block``
+    and the convolution's ``strides`` and ``dilations`` (they decide which
+    taps form a phase; :func:`conv_transpose2d_forward` checks them).
 
     ``in_channels`` (optional) must equal ``w.shape[0]``; the output has
     ``O = groups * w.shape[1]`` channels. Raises ValueError on a mismatch.
@@ -417,11 +438,26 @@ def pack_conv_transpose2d_filter(w_iohw, in_channels: int | None = None, groups:
             .transpose(0, 2, 1, 3, 4).reshape(O, group_in, kh, kw))
     if oihw.dtype != np.float32:
         oihw = oihw.astype(np.float32)
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    if min(sh, sw, dh, dw) < 1:
+        raise ValueError(f"conv_transpose2d: strides {strides} and dilations {dilations} "
+                         f"must be >= 1")
     ob, cbk = -(-O // block), -(-C // block)
-    packed = aligned_empty((ob, cbk, kh, kw, block, block))
-    pack_filter(oihw, groups, packed)
+    natural = np.empty((ob, cbk, kh, kw, block, block), np.float32)
+    pack_filter(oihw, groups, natural)
+    natural = natural.reshape(ob, cbk, kh * kw, block, block)
+    packed = aligned_empty((natural.size,))
+    start = 0
+    for taps_h in phase_taps(kh, sh, dh):
+        for taps_w in phase_taps(kw, sw, dw):
+            index = [a * kw + b for a in taps_h for b in taps_w]
+            segment = natural[:, :, index]
+            packed[start:start + segment.size] = segment.reshape(-1)
+            start += segment.size
     begin, end = group_input_block_ranges(C, O, groups, block, block)
-    return PackedConvTranspose2dFilter(block, C, O, groups, (kh, kw), packed, begin, end)
+    return PackedConvTranspose2dFilter(block, C, O, groups, (kh, kw), (sh, sw), (dh, dw),
+                                       packed, begin, end)
 
 
 def conv_transpose2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -480,6 +516,10 @@ def conv_transpose2d_forward(x, packed: PackedConvTranspose2dFilter, out, stride
         raise ValueError(f"conv_transpose2d: strides {strides} and dilations {dilations} "
                          f"must be >= 1 and padding {padding} >= 0")
     pt, pb, pl, pr = pad
+    if (sh, sw) != packed.strides or (dh, dw) != packed.dilations:
+        raise ValueError(f"conv_transpose2d: the filter was packed for strides "
+                         f"{packed.strides} and dilations {packed.dilations}, the call has "
+                         f"{(sh, sw)} and {(dh, dw)}")
     C, O = packed.in_channels, packed.out_channels
     KH, KW = packed.kernel
     if not isinstance(x, np.ndarray) or x.ndim != 5:
@@ -521,9 +561,10 @@ def conv_transpose2d_forward(x, packed: PackedConvTranspose2dFilter, out, stride
     og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
     group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES
     phases, taps, tasks, max_taps = _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
-                                              OB, cb, og_inner, group_fits_l1)
+                                              OB, packed.in_blocks, cb, og_inner,
+                                              group_fits_l1)
     geom = (N, packed.in_blocks, H, W, OB, OH, OW, KH, KW, sh, sw, O)
-    conv_transpose_driver(cb)(x.reshape(-1), packed.weights.reshape(-1), bias,
+    conv_transpose_driver(cb)(x.reshape(-1), packed.weights, bias,
                               out.reshape(-1), geom, phases, taps, tasks, packed.ib_begin,
                               packed.ib_end, max_taps, clamp, lo, hi, post, act, p0, p1)
     return out

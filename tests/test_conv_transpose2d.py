@@ -234,7 +234,7 @@ def test_network_upsampling_shapes():
 def test_parallel_matches_serial():
     rng = np.random.default_rng(4)
     x = reference_nchw_to_blocked(_random((2, 24, 9, 11), rng), 8)
-    packed = K.pack_conv_transpose2d_filter(_random((24, 20, 4, 4), rng), 24, 1, 8)
+    packed = K.pack_conv_transpose2d_filter(_random((24, 20, 4, 4), rng), 24, 1, 8, 2)
     outs = []
     saved = numba.get_num_threads()
     try:
@@ -253,8 +253,8 @@ def test_filter_views_pack_like_copies():
     rng = np.random.default_rng(5)
     w = _random((8, 3, 3, 4), rng)
     view = np.asfortranarray(w)
-    a = K.pack_conv_transpose2d_filter(w, 8, 2, 8)
-    b = K.pack_conv_transpose2d_filter(view, None, 2, 8)
+    a = K.pack_conv_transpose2d_filter(w, 8, 2, 8, (2, 3), (1, 2))
+    b = K.pack_conv_transpose2d_filter(view, None, 2, 8, (2, 3), (1, 2))
     np.testing.assert_array_equal(a.weights, b.weights)
     assert a.weights.ctypes.data % 64 == 0
     assert (a.out_channels, a.in_channels, a.kernel) == (6, 8, (3, 4))
@@ -328,7 +328,8 @@ def test_run_and_pack_reject_mismatches():
 def test_kernel_wrapper_rejects_bad_buffers():
     rng = np.random.default_rng(7)
     x = reference_nchw_to_blocked(_random((1, 8, 4, 4), rng), 8)
-    packed = K.pack_conv_transpose2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 8)
+    w = _random((8, 8, 3, 3), rng)
+    packed = K.pack_conv_transpose2d_filter(w, 8, 1, 8, strides=2)
     out = np.empty((1, 1, 9, 9, 8), np.float32)        # stride 2: 9..10 allowed
     K.conv_transpose2d_forward(x, packed, out, strides=2)
     with pytest.raises(ValueError, match=r"out is 11x9, expected \[9, 11\)"):
@@ -346,8 +347,11 @@ def test_kernel_wrapper_rejects_bad_buffers():
         K.conv_transpose2d_forward(x, packed, out, 2, bias=np.zeros(7, np.float32))
     with pytest.raises(ValueError, match="activation"):
         K.conv_transpose2d_forward(x, packed, out, 2, activation=99)
+    with pytest.raises(ValueError, match=r"packed for strides \(2, 2\) and dilations "
+                       r"\(1, 1\), the call has \(1, 2\)"):
+        K.conv_transpose2d_forward(x, packed, out, (1, 2))
     with pytest.raises(ValueError, match="overlap"):
-        K.conv_transpose2d_forward(x, packed, x.reshape(-1)[:128].reshape(1, 1, 4, 4, 8),
+        K.conv_transpose2d_forward(x, K.pack_conv_transpose2d_filter(w, 8, 1, 8), x.reshape(-1)[:128].reshape(1, 1, 4, 4, 8),
                                    padding=(1, 1, 1, 1), strides=1)
     with pytest.raises(ValueError, match="padding"):
         K.conv_transpose2d_forward(x, packed, out, 2, padding=(1, 1))

@@ -245,7 +245,8 @@ def conv_transpose2d_reference(x, w, bias=None, *, strides=1, dilations=1, paddi
 def conv_transpose2d_pack(w, options: ConvTranspose2dOptions,
                           block: int) -> ct_kernels.PackedConvTranspose2dFilter:
     """Pack the filter ``w`` (in ``options.filter_layout``) for ``block``: once per
-    (filter, block, groups); the packing does not depend on the other options."""
+    (filter, block, groups, strides, dilations), the options the packing
+    depends on (the kernel checks them); padding and sizes may vary."""
     wa = np.asarray(w)
     expected = filter_iohw_shape(wa.shape, options.filter_layout) if wa.ndim == 4 else None
     if expected is None or expected[0] != options.in_channels or \
@@ -255,7 +256,8 @@ def conv_transpose2d_pack(w, options: ConvTranspose2dOptions,
                               f"does not match the planned options")
     layouts.check_block(block, OP)
     return ct_kernels.pack_conv_transpose2d_filter(
-        filter_as_iohw(wa, options.filter_layout), options.in_channels, options.groups, block)
+        filter_as_iohw(wa, options.filter_layout), options.in_channels, options.groups, block,
+        options.strides, options.dilations)
 
 
 def run_conv_transpose2d(x_blocked: np.ndarray, packed: ct_kernels.PackedConvTranspose2dFilter,
