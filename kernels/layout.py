@@ -89,7 +89,7 @@ def _row_pointer(builder, data, start, stride, row, vector):
     return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
 
 
-def _transpose_zero_padded(n):
+def _transpose_zero_padded(n, max_rows=None):
     """``f(src, src_start, src_stride, rows, dst, dst_start, dst_stride)``: an
     n x n transpose whose source rows ``>= rows`` read as zeros (never touched:
     their loads are redirected to a zero vector on the stack), so a partial
@@ -110,6 +110,10 @@ def _transpose_zero_padded(n):
             builder.store(ir.Constant(vector, None), zero)
             loaded = []
             for r in range(n):
+                if max_rows is not None and r >= max_rows:
+                    # a constant zero row: LLVM folds the shuffles that read it
+                    loaded.append(ir.Constant(vector, None))
+                    continue
                 valid = builder.icmp_signed("<", ir.Constant(args[3].type, r), args[3])
                 pointer = builder.select(
                     valid, _row_pointer(builder, src_data, args[1], args[2], r, vector), zero)
@@ -125,7 +129,7 @@ def _transpose_zero_padded(n):
     return transpose
 
 
-def _transpose_cropped(n):
+def _transpose_cropped(n, max_rows=None):
     """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: an
     n x n transpose that stores only output rows ``< rows`` (the others go to a
     scratch vector on the stack): the valid channels of a partial block."""
@@ -145,7 +149,7 @@ def _transpose_cropped(n):
             loaded = [builder.load(_row_pointer(builder, src_data, args[1], args[2], r, vector),
                                    align=4) for r in range(n)]
             out = _transpose_rows(builder, loaded, n)
-            for r in range(n):
+            for r in range(n if max_rows is None else max_rows):
                 valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
                 pointer = builder.select(
                     valid, _row_pointer(builder, dst_data, args[4], args[5], r, vector), scratch)
@@ -157,7 +161,7 @@ def _transpose_cropped(n):
     return transpose
 
 
-def _transpose_pair_cropped(n):
+def _transpose_pair_cropped(n, max_rows=None):
     """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: two
     n x n transposes side by side: 2n source rows of n floats become n rows of
     2n floats, stored as two back-to-back vectors so each target line is
@@ -183,7 +187,7 @@ def _transpose_pair_cropped(n):
                                                     half * n + r, vector), align=4)
                           for r in range(n)]
                 halves.append(_transpose_rows(builder, loaded, n))
-            for r in range(n):
+            for r in range(n if max_rows is None else max_rows):
                 valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
                 row = builder.gep(dst_data, [builder.add(
                     args[4], builder.mul(args[5], ir.Constant(args[5].type, r)))])
@@ -240,8 +244,12 @@ def _move_zero_padded(n, masked):
                 value = builder.call(function, [source, ir.Constant(i32, 4), mask,
                                                 ir.Constant(vector, None)])
             else:
-                value = builder.select(mask, builder.load(source, align=4),
-                                       ir.Constant(vector, None))
+                # an AND with the sign-extended mask: LLVM rewrites a select of a
+                # load into the (slower) masked load
+                ints = ir.VectorType(i32, n)
+                bits = builder.and_(builder.bitcast(builder.load(source, align=4), ints),
+                                    builder.sext(mask, ints))
+                value = builder.bitcast(bits, vector)
             builder.store(value, target, align=4)
             return context.get_dummy_value()
 
@@ -285,9 +293,14 @@ def _move_cropped(n):
 
 transpose4_padded = _transpose_zero_padded(4)
 transpose8_padded = _transpose_zero_padded(8)
+#: for at most 4 valid rows (C = 3 at cb = 8): a third fewer shuffles
+transpose8_padded4 = _transpose_zero_padded(8, 4)
 transpose4_cropped = _transpose_cropped(4)
 transpose8_cropped = _transpose_cropped(8)
 transpose8_pair_cropped = _transpose_pair_cropped(8)
+#: at most 4 rows stored (C = 3 at cb = 8): the other rows' shuffles are dead code
+transpose8_cropped4 = _transpose_cropped(8, 4)
+transpose8_pair_cropped4 = _transpose_pair_cropped(8, 4)
 move4_padded = _move_zero_padded(4, False)
 move8_padded = _move_zero_padded(8, False)
 move4_padded_masked = _move_zero_padded(4, True)
@@ -339,6 +352,9 @@ def nchw_to_blocked(x, out):
                 for g in range(cb // 8):
                     transpose8(x, src_start + g * 8 * plane + p, plane,
                                out, dst_start + p * cb + g * 8, cb)
+        elif cb == 8 and valid <= 4:
+            for p in range(p0, vector_end, 8):
+                transpose8_padded4(x, src_start + p, plane, valid, out, dst_start + p * 8, 8)
         else:
             for p in range(p0, vector_end, 8):
                 for g in range(cb // 8):
@@ -396,18 +412,35 @@ def blocked_to_nchw(x, out):
             # This recovers part of it (0.6-0.7x). A stack staging buffer
             # (one plane's burst at a time) and prefetchw did not help.
             pair_end = p0 + (p1 - p0) // 16 * 16
-            for p in range(p0, pair_end, 16):
-                for g in range(cb // 8):
-                    rows = min(valid - g * 8, 8)
-                    if rows > 0:
+            if cb == 8 and valid <= 4:
+                for p in range(p0, pair_end, 16):
+                    transpose8_pair_cropped4(x, src_start + p * 8, 8,
+                                             out, dst_start + p, plane, valid)
+                for p in range(pair_end, vector_end, 8):
+                    transpose8_cropped4(x, src_start + p * 8, 8, out, dst_start + p, plane, valid)
+            elif valid == cb:  # literal row count: the crop folds away
+                for p in range(p0, pair_end, 16):
+                    for g in range(cb // 8):
                         transpose8_pair_cropped(x, src_start + p * cb + g * 8, cb,
-                                                out, dst_start + g * 8 * plane + p, plane, rows)
-            for p in range(pair_end, vector_end, 8):
-                for g in range(cb // 8):
-                    rows = min(valid - g * 8, 8)
-                    if rows > 0:
-                        transpose8_cropped(x, src_start + p * cb + g * 8, cb,
-                                           out, dst_start + g * 8 * plane + p, plane, rows)
+                                                out, dst_start + g * 8 * plane + p, plane, 8)
+                for p in range(pair_end, vector_end, 8):
+                    for g in range(cb // 8):
+                        transpose8(x, src_start + p * cb + g * 8, cb,
+                                   out, dst_start + g * 8 * plane + p, plane)
+            else:
+                for p in range(p0, pair_end, 16):
+                    for g in range(cb // 8):
+                        rows = min(valid - g * 8, 8)
+                        if rows > 0:
+                            transpose8_pair_cropped(x, src_start + p * cb + g * 8, cb,
+                                                    out, dst_start + g * 8 * plane + p, plane,
+                                                    rows)
+                for p in range(pair_end, vector_end, 8):
+                    for g in range(cb // 8):
+                        rows = min(valid - g * 8, 8)
+                        if rows > 0:
+                            transpose8_cropped(x, src_start + p * cb + g * 8, cb,
+                                               out, dst_start + g * 8 * plane + p, plane, rows)
         for p in range(vector_end, p1):
             for lane in range(valid):
                 dst[dst_start + lane * plane + p] = src[src_start + p * cb + lane]
@@ -440,7 +473,10 @@ def nhwc_to_blocked(x, out):
         n = task // chunks
         p0 = (task % chunks) * _CHUNK
         p1 = min(p0 + _CHUNK, pixels)
-        for t0 in range(p0, p1, _TILE):
+        # pixels below this may load a whole vector at the partial block (one
+        # division per task, not per tile: a 64-bit idiv per 16 pixels showed)
+        safe_pixels = (x.size - full_blocks * cb - cb) // channels + 1 - n * pixels
+        for t0 in range(p0, p1 if full_blocks > 0 else p0, _TILE):
             t1 = min(t0 + _TILE, p1)
             if cb == 1:
                 for block in range(channel_blocks):
@@ -463,26 +499,40 @@ def nhwc_to_blocked(x, out):
                         if cb == 32:
                             move8(x, s + 16, out, d + 16)
                             move8(x, s + 24, out, d + 24)
-            if full_blocks < channel_blocks:
-                c0 = full_blocks * cb
-                valid = channels - c0
-                dst_block = (n * channel_blocks + full_blocks) * pixels * cb
-                # the last pixel whose over-wide load stays inside x
-                safe_end = min(t1, (x.size - c0 - cb) // channels + 1 - n * pixels)
-                for p in range(t0, t1):
+        # the partial block: a pass of its own over the chunk (its plane is
+        # written in order, and the 16-pixel tiles cost ~40 % at C = 3)
+        if full_blocks < channel_blocks:
+            c0 = full_blocks * cb
+            valid = channels - c0
+            dst_block = (n * channel_blocks + full_blocks) * pixels * cb
+            # Pixels before safe_end load whole vectors (lanes past C read the
+            # next pixel, then are zeroed); the last few of the array use a
+            # masked load. Two loops, not a branch per pixel: LLVM merged the
+            # branch into one masked load per pixel (vmaskmovps, 3 cycles).
+            safe_end = max(min(p1, safe_pixels), p0)
+            if cb == 4:
+                for p in range(p0, safe_end):
+                    move4_padded(x, (n * pixels + p) * channels + c0, valid,
+                                 out, dst_block + p * 4)
+                for p in range(safe_end, p1):
+                    move4_padded_masked(x, (n * pixels + p) * channels + c0, valid,
+                                        out, dst_block + p * 4)
+            elif cb == 8:
+                for p in range(p0, safe_end):
+                    move8_padded(x, (n * pixels + p) * channels + c0, valid,
+                                 out, dst_block + p * 8)
+                for p in range(safe_end, p1):
+                    move8_padded_masked(x, (n * pixels + p) * channels + c0, valid,
+                                        out, dst_block + p * 8)
+            else:
+                for p in range(p0, p1):
                     s = (n * pixels + p) * channels + c0
                     d = dst_block + p * cb
-                    if cb == 4:
+                    for g in range(cb // 8):
                         if p < safe_end:
-                            move4_padded(x, s, valid, out, d)
+                            move8_padded(x, s + g * 8, valid - g * 8, out, d + g * 8)
                         else:
-                            move4_padded_masked(x, s, valid, out, d)
-                    else:
-                        for g in range(cb // 8):
-                            if p < safe_end:
-                                move8_padded(x, s + g * 8, valid - g * 8, out, d + g * 8)
-                            else:
-                                move8_padded_masked(x, s + g * 8, valid - g * 8, out, d + g * 8)
+                            move8_padded_masked(x, s + g * 8, valid - g * 8, out, d + g * 8)
 
 
 @jit(parallel=True)
@@ -507,7 +557,38 @@ def blocked_to_nhwc(x, out):
         p0 = (task % chunks) * _CHUNK
         p1 = min(p0 + _CHUNK, pixels)
         task_end = (n * pixels + p1) * channels  # first element of the next task
-        for t0 in range(p0, p1, _TILE):
+        valid_last = channels - full_blocks * cb
+        # pixels below this may store a whole vector at the partial block
+        reach = full_blocks * cb + (((valid_last + 7) // 8) * 8 if cb >= 8 else 4)
+        safe_pixels = (task_end - reach) // channels + 1 - n * pixels
+        if full_blocks < channel_blocks:
+            c0 = full_blocks * cb
+            valid = channels - c0
+            src_block = (n * channel_blocks + full_blocks) * pixels * cb
+            groups = (valid + 7) // 8
+            safe_end = max(min(p1, safe_pixels), p0)
+            if cb == 4:
+                for p in range(p0, safe_end):
+                    move4(x, src_block + p * 4, out, (n * pixels + p) * channels + c0)
+                for p in range(safe_end, p1):
+                    move4_cropped(x, src_block + p * 4,
+                                  out, (n * pixels + p) * channels + c0, valid)
+            elif cb == 8:
+                for p in range(p0, safe_end):
+                    move8(x, src_block + p * 8, out, (n * pixels + p) * channels + c0)
+                for p in range(safe_end, p1):
+                    move8_cropped(x, src_block + p * 8,
+                                  out, (n * pixels + p) * channels + c0, valid)
+            else:
+                for p in range(p0, p1):
+                    s = src_block + p * cb
+                    d = (n * pixels + p) * channels + c0
+                    for g in range(groups):
+                        if p < safe_end:
+                            move8(x, s + g * 8, out, d + g * 8)
+                        else:
+                            move8_cropped(x, s + g * 8, out, d + g * 8, valid - g * 8)
+        for t0 in range(p0, p1 if full_blocks > 0 else p0, _TILE):
             t1 = min(t0 + _TILE, p1)
             if cb == 1:
                 for block in range(channel_blocks):
@@ -515,24 +596,6 @@ def blocked_to_nhwc(x, out):
                     for p in range(t0, t1):
                         dst[(n * pixels + p) * channels + block] = src[src_block + p]
                 continue
-            if full_blocks < channel_blocks:
-                c0 = full_blocks * cb
-                valid = channels - c0
-                src_block = (n * channel_blocks + full_blocks) * pixels * cb
-                for p in range(t0, t1):
-                    s = src_block + p * cb
-                    d = (n * pixels + p) * channels + c0
-                    if cb == 4:
-                        if d + 4 <= task_end:
-                            move4(x, s, out, d)
-                        else:
-                            move4_cropped(x, s, out, d, valid)
-                    else:
-                        for g in range((valid + 7) // 8):
-                            if d + g * 8 + 8 <= task_end:
-                                move8(x, s + g * 8, out, d + g * 8)
-                            else:
-                                move8_cropped(x, s + g * 8, out, d + g * 8, valid - g * 8)
             for block in range(full_blocks):
                 c0 = block * cb
                 src_block = (n * channel_blocks + block) * pixels * cb
