@@ -341,11 +341,15 @@ def phase_taps(kernel: int, stride: int, dilation: int) -> list[list[int]]:
 @lru_cache(maxsize=256)
 def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, CB, cb, og_inner,
               group_fits_l1):
-    """phases, taps and tasks arrays (read-only) and the largest tap count."""
+    """phases, taps and tasks arrays (read-only) and the largest tap count.
+
+    Phases differ in cost (k3 s2: 4, 2, 2 and 1 taps) and ``prange`` hands
+    each thread a contiguous run of tasks, so the phases' task lists are
+    interleaved in proportion (each thread gets a mix of every phase)."""
     P, B = conv_tile_shape(cb)
     OG = -(-OB // B)
     per_task = OG if og_inner else 1
-    phases, taps, tasks = [], [], []
+    phases, taps, per_phase = [], [], []
     wseg = 0
     for first_h, len_h, taps_h, r0, r1 in _axis_phases(H, OH, KH, sh, dh, pt):
         for first_w, len_w, taps_w, c0, c1 in _axis_phases(W, OW, KW, sw, dw, pl):
@@ -361,6 +365,8 @@ def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, CB, cb, og_in
             inner = (r1 - r0) * (c1 - c0)
             border = len_h * len_w - inner
             chunk = P * max(-(-len_w // P), 1 if og_inner else 16)
+            tasks = []
+            per_phase.append(tasks)
             for og0 in range(0, OG, per_task):
                 for start in range(0, inner, chunk):
                     tasks.append((ph, 1, start, min(inner, start + chunk), og0,
@@ -368,6 +374,9 @@ def _schedule(N, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, OB, CB, cb, og_in
                 for start in range(0, border, chunk):
                     tasks.append((ph, 0, start, min(border, start + chunk), og0,
                                   og0 + per_task, 0))
+    keyed = [((i + 0.5) / len(tasks), ph, i, task) for ph, tasks in enumerate(per_phase)
+             for i, task in enumerate(tasks)]
+    tasks = [task for *_, task in sorted(keyed)]
     arrays = [np.array(a, np.int64).reshape(-1, width)
               for a, width in ((phases, 11), (taps, 3), (tasks, 7))]
     for a in arrays:
