@@ -5,9 +5,11 @@ AVX2) between them; ``t.numpy()`` converts back once, straight into the
 caller's array. See README.md and DESIGN.md.
 """
 
-from .context import Context, Stats, default_context, host_block, read_all
+from .context import POLICIES, Context, Stats, default_context, host_block, read_all
 from .errors import JitnnError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor
+from .scheduler import explain
+from .graph import Graph, GraphBuilder, Operand
 from .ops import (add, average_pool2d, batch_normalization, clamp, concat, conv2d, div, flatten,
                   gelu, gemm, global_average_pool2d, hard_swish, leaky_relu, matmul, max_pool2d,
                   maximum, minimum, mul, relu, reshape, sigmoid, softmax, sub, tanh, transpose)
@@ -21,4 +23,5 @@ __all__ = [
     "batch_normalization", "softmax", "reshape", "flatten", "transpose", "concat",
     "JitnnError", "JitnnTypeError", "JitnnValueError",
     "default_context", "host_block", "read_all", "reorder", "tensor", "__version__",
+    "explain", "POLICIES", "Graph", "GraphBuilder", "Operand",
 ]

@@ -10,11 +10,13 @@ so every kernel launch sets it first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numba
 import numpy as np
@@ -24,7 +26,12 @@ from .errors import JitnnTypeError, JitnnValueError
 from .kernels import _config, layout as layout_kernels
 
 if TYPE_CHECKING:
-    from .tensor import Tensor
+    from .graph import Graph
+    from .scheduler import Plan
+    from .tensor import Tensor, Value
+
+#: ``Context(policy=...)``: how ops run (the numbers are the same; the cost is not)
+POLICIES = ("blocked", "eager", "plain")
 
 
 def host_block() -> int:
@@ -45,8 +52,9 @@ class Stats:
     ``reorders``: activation layout conversions run (plain <-> blocked), the
     tax a blocked layout pays at its boundaries; ``reorder_bytes``: bytes they
     wrote; ``filter_packs`` / ``filter_pack_bytes``: filters packed into the
-    kernels' layout (once per filter tensor and block size); ``launches``: kernel
-    launches of any kind; ``fused_ops``: ops folded into another op's kernel;
+    kernels' layout (once per filter tensor and block size); ``launches``: op
+    kernels run (conv2d, elementwise, pool, ...; reorders and filter packs are
+    counted apart); ``fused_ops``: ops folded into another op's kernel;
     ``flushes``: times pending work was run for a readback; ``compile_s``:
     seconds of the launches that compiled a kernel or loaded it from the disk
     cache (the first call of each specialization, that run included).
@@ -71,9 +79,25 @@ class Context:
     ``num_threads`` defaults to every core numba sees; ``block`` to the host's
     SIMD width in float32 lanes (:func:`host_block`). Both are fixed for the
     context's lifetime.
+
+    ``policy`` says how ops run:
+
+    * ``"blocked"`` (default): ops are recorded and run when a result is read,
+      as one scheduled plan: fused (conv2d + batch norm + residual add +
+      activation in one kernel; elementwise chains in one pass), data kept
+      blocked between ops, converted once at each end;
+    * ``"eager"``: each op runs at its call, on blocked data, without fusion;
+    * ``"plain"``: each op runs at its call and its result is converted back
+      to plain NCHW, as a framework that needs standard layout between ops.
+
+    Pending work is bounded: past ``max_pending_ops`` recorded ops or
+    ``max_pending_bytes`` of pending results, everything the caller still
+    holds is computed (an auto-flush).
     """
 
-    def __init__(self, num_threads: int | None = None, block: int | None = None):
+    def __init__(self, num_threads: int | None = None, block: int | None = None, *,
+                 policy: str = "blocked", max_pending_ops: int = 256,
+                 max_pending_bytes: int = 2**30):
         max_threads = numba.config.NUMBA_NUM_THREADS
         if num_threads is None:
             num_threads = max_threads
@@ -84,6 +108,23 @@ class Context:
                 f"(numba's NUMBA_NUM_THREADS), got {num_threads!r}")
         self.num_threads: int = int(num_threads)
         self.block: int = layouts.check_block(host_block() if block is None else block)
+        if policy not in POLICIES:
+            raise JitnnValueError(f"Context: policy must be one of {POLICIES}, got {policy!r}")
+        self.policy: str = policy
+        for name, limit in (("max_pending_ops", max_pending_ops),
+                            ("max_pending_bytes", max_pending_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+                raise JitnnValueError(f"Context: {name} must be an int >= 1, got {limit!r}")
+        self.max_pending_ops = int(max_pending_ops)
+        self.max_pending_bytes = int(max_pending_bytes)
+        # Pending values recorded since the last flush (weak: a result nobody
+        # holds or reads may be fused away), and what they add up to.
+        self._pending: list = []
+        self._pending_bytes = 0
+        # One flush at a time per context: plans read and rewrite shared nodes.
+        self._flush_lock = threading.RLock()
+        self._trace = threading.local()
+        self._symbolic = False      # a GraphBuilder's shape-only context: never runs
         self._lock = threading.Lock()
         # Plain ints behind a lock (a launch counts in well under a microsecond);
         # ``stats`` hands out an immutable snapshot.
@@ -94,7 +135,8 @@ class Context:
         self._kernel_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"Context(num_threads={self.num_threads}, block={self.block})"
+        return (f"Context(num_threads={self.num_threads}, block={self.block}, "
+                f"policy={self.policy!r})")
 
     # --- tensors -----------------------------------------------------------------
 
@@ -123,8 +165,10 @@ class Context:
 
     # --- running kernels ---------------------------------------------------------
 
-    def _launch(self, kernel, *args, threads: int | None = None, **options) -> None:
-        """Run one kernel with this context's thread count (per calling thread)."""
+    def _launch(self, kernel, *args, threads: int | None = None, _counter: str = "launches",
+                **options) -> None:
+        """Run one kernel with this context's thread count (per calling thread),
+        counted under ``_counter`` (None: not counted; reorders count themselves)."""
         numba.set_num_threads(threads or self.num_threads)
         # A numba dispatcher lists its compiled specializations; a Python
         # wrapper around several kernels does not, and is not timed here.
@@ -136,18 +180,79 @@ class Context:
                 kernel(*args, **options)
         else:
             kernel(*args, **options)
+        counts = {_counter: 1} if _counter else {}
         if overloads is not None and len(overloads) > known:
             # This call compiled the kernel (or loaded it from the disk cache).
-            self._count(launches=1, compile_s=time.perf_counter() - start)
-        else:
-            self._count(launches=1)
+            counts["compile_s"] = time.perf_counter() - start
+        if counts:
+            self._count(**counts)
 
     def _reorder(self, kernel, source: np.ndarray, out: np.ndarray,
                  threads: int | None = None) -> np.ndarray:
         """Run a layout-conversion kernel and count it as a reorder."""
-        self._launch(kernel, source, out, threads=threads)
+        start = time.perf_counter()
+        self._launch(kernel, source, out, threads=threads, _counter=None)
         self._count(reorders=1, reorder_bytes=out.nbytes)
+        trace = getattr(self._trace, "reorders", None)
+        if trace is not None:
+            name = kernel.__name__.replace("_to_", " -> ").replace("blocked", "blocked")
+            trace.append((f"reorder {name}", out.nbytes, time.perf_counter() - start))
         return out
+
+    @contextlib.contextmanager
+    def _tracing(self, reorders: list):
+        """Collect the reorders run by this thread into ``reorders`` (for explain)."""
+        previous = getattr(self._trace, "reorders", None)
+        self._trace.reorders = reorders
+        try:
+            yield
+        finally:
+            self._trace.reorders = previous
+
+    # --- pending work ------------------------------------------------------------
+
+    def _recorded(self, value: "Value") -> None:
+        """A new pending value: run it now (eager, plain) or keep it for the next
+        flush, flushing early when the pending work passes its bound."""
+        if self._symbolic:
+            return
+        if self.policy != "blocked":
+            self._flush([value])
+            return
+        from .scheduler import physical_bytes
+        with self._lock:
+            self._pending.append(weakref.ref(value))
+            self._pending_bytes += physical_bytes(value)
+            over = (len(self._pending) > self.max_pending_ops
+                    or self._pending_bytes > self.max_pending_bytes)
+        if over:
+            self.flush()
+
+    def flush(self) -> None:
+        """Compute every pending result the caller still holds (and what they need)."""
+        with self._lock:
+            refs, self._pending, self._pending_bytes = self._pending, [], 0
+        values = [v for v in (ref() for ref in refs)
+                  if v is not None and v._data is None and v.held]
+        if values:
+            self._flush(values)
+
+    def _flush(self, values: list["Value"]) -> "Plan | None":
+        """Plan and run the pending work behind ``values`` (one flush at a time)."""
+        from .executor import execute
+        from .scheduler import schedule
+        with self._flush_lock:
+            values = [v for v in values if v._data is None]
+            if not values:
+                return None
+            plan = schedule(self, values)
+            execute(self, plan)
+            self._count(flushes=1)
+        with self._lock:  # forget what is done
+            self._pending = [r for r in self._pending
+                             if r() is not None and r()._data is None]
+            self._pending_bytes = sum(physical_bytes_of(r()) for r in self._pending)
+        return plan
 
     def _to_blocked(self, plain: np.ndarray, axes: str, block: int | None = None) -> np.ndarray:
         """Reorder a plain 4-D array (logical ``axes`` "nchw" or "nhwc") to
@@ -159,6 +264,48 @@ class Context:
         kernel = layout_kernels.nchw_to_blocked if axes == "nchw" \
             else layout_kernels.nhwc_to_blocked
         return self._reorder(kernel, np.ascontiguousarray(plain), out)
+
+    # --- graphs ------------------------------------------------------------------
+
+    def dispatch(self, graph: "Graph", inputs: Mapping[str, object]) -> dict[str, "Tensor"]:
+        """Queue ``graph`` on ``inputs`` ({name: Tensor or array}); returns
+        ``{name: Tensor}`` at once, pending. Inputs are validated now: an unknown
+        or missing name, or a wrong shape or dtype, raises a TypeError naming it."""
+        from .graph import Graph
+        if not isinstance(graph, Graph):
+            raise JitnnTypeError(f"dispatch: expected a jitnn Graph, got {type(graph).__name__}")
+        return graph._dispatch(self, inputs)
+
+    def compute(self, graph: "Graph", inputs: Mapping[str, object],
+                outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run ``graph`` now and write every output, in standard layout, into the
+        caller's array in ``outputs`` ({name: float32 C-contiguous array})."""
+        from .graph import Graph
+        if not isinstance(graph, Graph):
+            raise JitnnTypeError(f"compute: expected a jitnn Graph, got {type(graph).__name__}")
+        if not isinstance(outputs, Mapping):
+            raise JitnnTypeError(f"compute: outputs must be a dict {{name: array}}, "
+                                 f"got {type(outputs).__name__}")
+        names = graph.outputs
+        unknown = sorted(set(outputs) - set(names))
+        missing = sorted(set(names) - set(outputs))
+        if unknown or missing:
+            raise JitnnTypeError(
+                f"compute: outputs must name exactly the graph's outputs {sorted(names)}; "
+                + (f"unknown {unknown[0]!r}" if unknown else f"missing {missing[0]!r}"))
+        for name, array in outputs.items():
+            if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
+                    or array.shape != names[name] or not array.flags.c_contiguous \
+                    or not array.flags.writeable:
+                raise JitnnTypeError(
+                    f"compute: output {name!r} must be a writeable C-contiguous float32 array "
+                    f"of shape {names[name]}, got "
+                    + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
+                       else type(array).__name__))
+        tensors = graph._dispatch(self, inputs)
+        order = list(outputs)
+        self.read_all([tensors[name] for name in order], [outputs[name] for name in order])
+        return dict(outputs)
 
     # --- readback ----------------------------------------------------------------
 
@@ -195,9 +342,8 @@ class Context:
                 tensor._check_out(buf, op=f"read_all (item {index})")
         if len(tensors) <= 1:
             return [t.numpy(out=o) for t, o in zip(tensors, outs)]
-        # Compute what the tensors need first (once), then convert in parallel.
-        for tensor in tensors:
-            tensor._materialize()
+        # Compute what the tensors need first (one flush), then convert in parallel.
+        self._flush([t._v for t in tensors])
         share = max(1, self.num_threads // min(len(tensors), self.num_threads))
         pool = self._readback_pool()
         futures = [pool.submit(t._read_into, o, share) for t, o in zip(tensors, outs)]
@@ -209,6 +355,13 @@ class Context:
             tensor._check_out(out, op="read_async")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readback_pool(), tensor._read_into, out, None)
+
+
+def physical_bytes_of(value: "Value | None") -> int:
+    if value is None:
+        return 0
+    from .scheduler import physical_bytes
+    return physical_bytes(value)
 
 
 _default_lock = threading.Lock()

@@ -14,6 +14,7 @@ A tensor may be *pending*: produced by an op that has not run yet. Reading it
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -54,90 +55,115 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
     return np.array(array, dtype=np.float32, order="C", copy=True)
 
 
-class Tensor:
-    """An immutable float32 tensor. Make one with ``jitnn.tensor(array)``."""
+class Node:
+    """One pending op application: what produces a pending :class:`Value`.
 
-    __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_producer",
-                 "_lock", "_derived", "__weakref__")
+    ``op`` is the op's name (what ``explain`` shows), ``inputs`` the Values it
+    reads (the scheduler orders and frees buffers by them), ``attrs`` the
+    options a scheduler pass may rewrite (a fused activation, a residual, a
+    folded batch normalization), ``fused`` the names of ops folded into it, and
+    ``run(ctx, node, value)`` computes the output buffer (in ``value``'s layout).
+    A node made from a closure (``Tensor(..., producer=f)``) has ``kind``
+    ``"opaque"``: the scheduler runs it as it is and fuses nothing into it.
+    """
+
+    __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops")
+
+    def __init__(self, op: str, inputs: tuple["Value", ...] = (), *, kind: str = "opaque",
+                 attrs: dict | None = None, run: Callable | None = None,
+                 fused: tuple[str, ...] = (), flops: int = 0):
+        self.op = op
+        self.kind = kind
+        self.inputs = tuple(inputs)
+        self.attrs = attrs or {}
+        self.run = run
+        self.fused = fused
+        self.flops = flops
+
+    def replace(self, **changes) -> "Node":
+        """A copy with some fields changed (passes never mutate a node in place)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        op, inputs = fields.pop("op"), fields.pop("inputs")
+        return Node(op, inputs, **fields)
+
+    @property
+    def label(self) -> str:
+        return " + ".join((self.op,) + self.fused)
+
+    def __repr__(self) -> str:
+        return f"Node({self.label}, {len(self.inputs)} inputs)"
+
+
+class Value:
+    """The runtime's side of a tensor: its buffer, or the node that makes it.
+
+    A :class:`Tensor` is the user's handle on a Value. Nodes refer to Values,
+    never to handles, so whether the user still holds a result is just whether
+    its handle is alive (``held``); a pending Value nobody holds may be fused
+    away by the scheduler and is then never materialized.
+    """
+
+    __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_node", "_lock",
+                 "_derived", "_handle", "_consumers", "_plan", "_released", "__weakref__")
 
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
-                 data: np.ndarray | None = None,
-                 producer: Callable[[], np.ndarray] | None = None,
+                 data: np.ndarray | None = None, node: Node | None = None,
                  axes: str = "nchw"):
-        # Internal: users call ctx.tensor() / jitnn.tensor(); ops pass a producer.
         self._ctx = ctx
         self._shape = tuple(int(d) for d in shape)
         self._axes = axes
         self._layout = layout
         self._data = data
-        self._producer = producer
+        self._node = node
         self._lock = threading.Lock()
         # Forms derived from this value once and reused: a packed filter per
-        # block size, the blocked copy of a plain input. Tensors are immutable,
+        # block size, the blocked copy of a plain input. Values are immutable,
         # so these never go stale.
         self._derived: dict = {}
+        self._handle: Callable[[], object] | None = None    # weakref to the Tensor
+        self._consumers: list = []                         # weakrefs to consumer Values
+        self._plan = None                                  # the plan that computed it
+        self._released = False                             # buffer handed back for reuse
+        if node is not None:
+            me = weakref.ref(self)
+            for source in node.inputs:
+                source._consumers.append(me)
 
-    @classmethod
-    def _from_host(cls, ctx: "Context", data: object) -> "Tensor":
-        if isinstance(data, Tensor):
-            if data._ctx is ctx:
-                return data  # tensors are immutable: sharing is a copy
-            data = data.numpy()
-        array = as_float32_copy(data)
-        return cls(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
-
-    # --- what it is -------------------------------------------------------------
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return FLOAT32
+    # the same read-only vocabulary as Tensor, so ops take either
+    shape = property(lambda self: self._shape)
+    layout = property(lambda self: self._layout)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: int(np.prod(self._shape, dtype=np.int64)))
+    dtype = property(lambda self: FLOAT32)
 
     @property
-    def ndim(self) -> int:
-        return len(self._shape)
+    def held(self) -> bool:
+        """True while the user holds a Tensor handle on this value."""
+        return self._handle is not None and self._handle() is not None
 
-    @property
-    def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
-
-    @property
-    def layout(self) -> str:
-        """Physical layout now: ``"nchw"``, ``"nhwc"``, ``"nChw8c"``, ``"nc"``, ..."""
-        return self._layout
-
-    @property
-    def context(self) -> "Context":
-        return self._ctx
-
-    @property
-    def pending(self) -> bool:
-        """True while the op that produces this tensor has not run yet."""
-        return self._data is None
+    def live_consumers(self) -> list["Value"]:
+        """Values not yet computed that read this one."""
+        alive = [ref() for ref in self._consumers]
+        return [v for v in alive if v is not None and v._data is None]
 
     def __repr__(self) -> str:
         state = ", pending" if self._data is None else ""
-        return (f"Tensor(shape={self._shape}, dtype=float32, "
-                f"layout={self._layout}{state})")
-
-    # --- computing ----------------------------------------------------------------
+        return f"Value({self._shape}, {self._layout}{state})"
 
     def _materialize(self) -> np.ndarray:
-        """The physical buffer, running the producer first if needed."""
+        """The physical buffer, running the pending work it needs first."""
         data = self._data
         if data is not None:
             return data
-        with self._lock:  # two threads reading one pending tensor compute it once
-            if self._data is None:
-                self._data = self._producer()
-                self._producer = None
-            return self._data
+        if self._released:
+            raise RuntimeError(  # a scheduler bug, never a silently wrong answer
+                f"jitnn internal error: {self!r} was freed by the scheduler but is read")
+        self._ctx._flush([self])
+        return self._data
 
     def _derive(self, key: tuple, make: Callable[[], object]) -> object:
-        """``make()`` once per key for this tensor, then the stored result."""
+        """``make()`` once per key for this value, then the stored result."""
         value = self._derived.get(key)
         if value is None:
             with self._lock:
@@ -145,8 +171,6 @@ class Tensor:
                 if value is None:
                     value = self._derived[key] = make()
         return value
-
-    # --- readback -------------------------------------------------------------------
 
     def _check_out(self, out: object, op: str) -> np.ndarray:
         if not isinstance(out, np.ndarray):
@@ -177,6 +201,114 @@ class Tensor:
             else layout_kernels.blocked_to_nhwc
         return self._ctx._reorder(kernel, data, out, threads=threads)
 
+
+class Tensor:
+    """An immutable float32 tensor. Make one with ``jitnn.tensor(array)``.
+
+    The user's handle on a :class:`Value`. Ops return pending Tensors; reading
+    one (:meth:`numpy`, ``np.asarray``, :meth:`read_async`, ``jitnn.read_all``)
+    runs the work it needs. ``repr`` never does.
+    """
+
+    __slots__ = ("_v", "__weakref__")
+
+    def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
+                 data: np.ndarray | None = None,
+                 producer: Callable[[], np.ndarray] | None = None,
+                 axes: str = "nchw", inputs: tuple = (), op: str = "op"):
+        # Internal: users call ctx.tensor() / jitnn.tensor(). An op passes
+        # ``producer`` (a closure computing the buffer) and the ``inputs`` it
+        # reads, or builds a Node itself and uses Tensor._wrap.
+        node = None
+        if data is None:
+            if producer is None:
+                raise JitnnValueError("Tensor: give data or a producer")
+            node = Node(op, tuple(_value_of(t) for t in inputs),
+                        run=lambda ctx_, node_, value_, out_: producer())
+        value = Value(ctx, shape, layout, data=data, node=node, axes=axes)
+        self._v = value
+        value._handle = weakref.ref(self)
+        if node is not None:
+            ctx._recorded(value)
+
+    @classmethod
+    def _wrap(cls, value: Value) -> "Tensor":
+        """The handle on ``value`` (a Value has at most one live handle)."""
+        handle = value._handle() if value._handle is not None else None
+        if handle is None:
+            handle = object.__new__(cls)
+            handle._v = value
+            value._handle = weakref.ref(handle)
+        return handle
+
+    @classmethod
+    def _from_host(cls, ctx: "Context", data: object) -> "Tensor":
+        if isinstance(data, Tensor):
+            if data._v._ctx is ctx:
+                return data  # tensors are immutable: sharing is a copy
+            data = data.numpy()
+        array = as_float32_copy(data)
+        return cls(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
+
+    # --- what it is -------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._v._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return FLOAT32
+
+    @property
+    def ndim(self) -> int:
+        return len(self._v._shape)
+
+    @property
+    def size(self) -> int:
+        return self._v.size
+
+    @property
+    def layout(self) -> str:
+        """Physical layout: ``"nchw"``, ``"nhwc"``, ``"nChw8c"``, ``"nc"``, ...
+        (for a pending tensor, the layout it will have)."""
+        return self._v._layout
+
+    @property
+    def context(self) -> "Context":
+        return self._v._ctx
+
+    @property
+    def pending(self) -> bool:
+        """True while the op that produces this tensor has not run yet."""
+        return self._v._data is None
+
+    def __repr__(self) -> str:
+        v = self._v
+        state = ", pending" if v._data is None else ""
+        return f"Tensor(shape={v._shape}, dtype=float32, layout={v._layout}{state})"
+
+    # internals the ops and tests reach through the handle
+    _ctx = property(lambda self: self._v._ctx)
+    _axes = property(lambda self: self._v._axes)
+    _layout = property(lambda self: self._v._layout)
+    _data = property(lambda self: self._v._data)
+    _derived = property(lambda self: self._v._derived)
+
+    def _materialize(self) -> np.ndarray:
+        return self._v._materialize()
+
+    def _derive(self, key: tuple, make: Callable[[], object]) -> object:
+        return self._v._derive(key, make)
+
+    def _check_out(self, out: object, op: str) -> np.ndarray:
+        return self._v._check_out(out, op)
+
+    def _read_into(self, out: np.ndarray | None, threads: int | None) -> np.ndarray:
+        return self._v._read_into(out, threads)
+
+    # --- readback -------------------------------------------------------------------
+
     def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
         """The values in standard (row-major) layout, as an array the caller owns.
 
@@ -184,8 +316,8 @@ class Tensor:
         are written into it with one copy and ``out`` is returned.
         """
         if out is not None:
-            self._check_out(out, op="numpy")
-        return self._read_into(out, None)
+            self._v._check_out(out, op="numpy")
+        return self._v._read_into(out, None)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         array = self.numpy()
@@ -193,7 +325,11 @@ class Tensor:
 
     async def read_async(self, out: np.ndarray | None = None) -> np.ndarray:
         """``await t.read_async()``: the readback on a worker thread."""
-        return await self._ctx.read_async(self, out)
+        return await self._v._ctx.read_async(self, out)
+
+
+def _value_of(t: "Tensor | Value") -> Value:
+    return t._v if isinstance(t, Tensor) else t
 
 
 def tensor(data: object, ctx: "Context | None" = None) -> Tensor:

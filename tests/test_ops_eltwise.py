@@ -101,9 +101,21 @@ def test_unary_chain_stays_blocked_without_reorders():
     y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
     y._materialize()
     assert y.layout == "nChw8c"
-    assert ctx.stats.reorders == 0 and ctx.stats.launches == 3
+    # the scheduler runs the chain as one pass over memory
+    assert ctx.stats.reorders == 0 and ctx.stats.launches == 1 and ctx.stats.fused_ops == 2
     want = np.tanh(np.clip(x.astype(np.float64), 0, 0.5))
     assert_close(y.numpy(), want)
+
+
+def test_unary_chain_under_the_eager_policy_runs_op_by_op():
+    ctx = jitnn.Context(block=8, policy="eager")
+    x = _random((2, 9, 5, 5), 3)
+    t = jitnn.reorder(ctx.tensor(x), "nChw8c")
+    ctx.reset_stats()
+    y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
+    assert not y.pending                      # ran at the call
+    assert ctx.stats.launches == 3 and ctx.stats.fused_ops == 0
+    assert_close(y.numpy(), np.tanh(np.clip(x.astype(np.float64), 0, 0.5)))
 
 
 def test_unary_errors():

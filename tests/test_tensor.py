@@ -222,7 +222,7 @@ def test_stats_count_reorders_and_reset(ctx):
     t.numpy()
     stats = ctx.stats
     assert stats.reorders == 2
-    assert stats.launches == 2
+    assert stats.launches == 0  # reorders are counted apart
     assert stats.reorder_bytes == 1 * 16 * 4 * 4 * 4 + x.nbytes
     ctx.reset_stats()
     assert ctx.stats == jitnn.Stats()

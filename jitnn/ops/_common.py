@@ -10,7 +10,7 @@ from .. import layouts
 from ..context import Context, default_context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import epilogue
-from ..tensor import Tensor, as_float32_copy
+from ..tensor import Node, Tensor, Value, as_float32_copy
 
 #: What ``activation=`` accepts: a name, or a (name, *params) tuple.
 ACTIVATION_NAMES = ("relu", "relu6", "clamp", "leaky_relu", "sigmoid", "tanh",
@@ -33,6 +33,23 @@ def as_tensor(ctx: Context, value: object, op: str, name: str) -> Tensor:
         return Tensor._from_host(ctx, as_float32_copy(value, op=f"{op}: {name}"))
     except JitnnTypeError as error:
         raise JitnnTypeError(str(error)) from None
+
+
+def value_of(t: "Tensor | Value | None") -> "Value | None":
+    """The runtime Value behind a Tensor handle (nodes refer to Values only, so
+    holding a node never looks like the user holding a tensor)."""
+    return t._v if isinstance(t, Tensor) else t
+
+
+def pending(ctx: Context, shape: tuple[int, ...], layout: str, node: Node,
+            axes: str = "nchw") -> Tensor:
+    """A new pending Tensor computed by ``node``, recorded with the context
+    (which may run it at once under the eager and plain policies, or flush
+    when the pending work passes its bound)."""
+    value = Value(ctx, shape, layout, node=node, axes=axes)
+    handle = Tensor._wrap(value)
+    ctx._recorded(value)
+    return handle
 
 
 def int_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:

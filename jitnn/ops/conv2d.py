@@ -2,10 +2,13 @@
 
 ``y = act(conv(x, w) + bias)``. Shape inference and validation happen at the
 call, before anything runs; the result is a pending Tensor in the blocked
-layout, computed when read (or when a later op that needs it runs). A conv fed
+layout (plain under the ``"plain"`` policy), computed when read. A conv fed
 by a blocked tensor reads it as it is, so a chain of convs converts layout
-once on the way in and once on the way out. A filter Tensor is packed once
-per block size and reused by every later call (pass the same Tensor).
+once on the way in and once on the way out. The scheduler may fold a following
+batch normalization into the filter and bias, and fuse a residual add and an
+activation into the kernel's epilogue (see jitnn/scheduler.py). A filter
+Tensor is packed once per block size (and folded normalization) and reused by
+every later call (pass the same Tensor).
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
+from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
-from ..tensor import Tensor
+from ..kernels import layout as layout_kernels
+from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, context_of, int_pair, padding4,
-                      parse_activation)
+                      parse_activation, pending, plain_buffer, value_of)
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -133,33 +138,85 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
     # A plain NCHW input with fewer channels than a block (an RGB image) is
     # read as it is by the first-layer kernel instead of padded up to a block.
     first_layer = layouts.block_of(x.layout) is None and input_layout == "nchw" and c < block
-    packed = w._derive(
-        ("conv2d_filter", block, filter_layout, groups, c, first_layer),
-        lambda: _pack(ctx, w, filter_layout, c, groups, block, first_layer))
+    x_value = value_of(x)
+    needs_reorder = not first_layer and not (
+        layouts.block_of(x.layout) == block and x._axes == input_layout)
+    attrs = {
+        "x": x_value, "w": value_of(w), "bias": value_of(bias_values),
+        "strides": (sh, sw), "dilations": (dh, dw), "padding": pad, "groups": groups,
+        "filter_layout": filter_layout, "in_channels": c, "out_channels": o,
+        "first_layer": first_layer, "block": block, "axes": input_layout,
+        # what scheduler passes may add: epilogue and folded normalization
+        "activation": (code, p0, p1), "residual": None, "bn": None,
+        # plain inputs the kernel reads blocked: a reorder step each (shared)
+        "blocked_inputs": ((x_value, block, input_layout),) if needs_reorder else (),
+    }
+    inputs = (x_value, value_of(w)) + ((value_of(bias_values),) if bias_values is not None else ())
+    node = Node(op, inputs, kind="conv2d", attrs=attrs, run=run_conv2d,
+                flops=2 * n * o * oh * ow * group_in * kh * kw)
     out_shape = (n, o, oh, ow) if input_layout == "nchw" else (n, oh, ow, o)
-    out_blocked = (n, layouts.padded_channels(o, block) // block, oh, ow, block)
-
-    def produce() -> np.ndarray:
-        source = x._materialize() if first_layer else \
-            blocked_buffer(ctx, x, block, input_layout)
-        bias_array = None
-        if bias_values is not None:
-            bias_array = np.zeros(out_blocked[1] * block, np.float32)
-            bias_array[:o] = bias_values._materialize()
-        out = np.empty(out_blocked, np.float32)
-        ctx._launch(conv_kernels.conv2d_forward, source, packed, out, (sh, sw), (dh, dw),
-                    pad, bias_array, None, code, p0, p1)
-        return out
-
-    return Tensor(ctx, out_shape, layouts.blocked_tag(block), producer=produce,
-                  axes=input_layout)
+    # the "plain" policy converts every result back to standard layout
+    layout = layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout
+    return pending(ctx, out_shape, layout, node, axes=input_layout)
 
 
-def _pack(ctx, w: Tensor, filter_layout: str, in_channels: int, groups: int, block: int,
-          first_layer: bool):
-    weights = w.numpy() if layouts.block_of(w.layout) is not None else w._materialize()
-    packed = conv_kernels.pack_conv2d_filter(layouts.filter_as_oihw(weights, filter_layout),
-                                             in_channels, groups, block,
-                                             input_is_plain=first_layer)
-    ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes, launches=1)
-    return packed
+def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
+    """Run a (possibly fused) conv2d node: ``act(conv(x, w) + bias + residual)``,
+    with a folded batch normalization in ``w`` and ``bias`` if the scheduler
+    put one there. ``out``: a blocked buffer to write into, or None."""
+    a = node.attrs
+    block, axes = a["block"], a["axes"]
+    source = a["x"]._materialize() if a["first_layer"] else \
+        blocked_buffer(ctx, a["x"], block, axes)
+    bn_scale = bn_shift = None
+    if a["bn"] is not None:
+        mean, variance, scale, shift, epsilon = a["bn"]
+        bn_scale, bn_shift = eltwise_kernels.batch_norm_fold(
+            *(None if t is None else plain_buffer(t) for t in (mean, variance, scale, shift)),
+            epsilon=epsilon)
+    packed = _packed_filter(ctx, a, bn_scale)
+    o = a["out_channels"]
+    o_phys = layouts.padded_channels(o, block)
+    bias_array = None
+    if a["bias"] is not None or bn_shift is not None:
+        bias_array = np.zeros(o_phys, np.float32)
+        if a["bias"] is not None:
+            bias_array[:o] = a["bias"]._materialize()
+        if bn_scale is not None:
+            bias_array[:o] = bias_array[:o] * bn_scale + bn_shift
+    residual = None if a["residual"] is None else \
+        blocked_buffer(ctx, a["residual"], block, axes)
+    n = value.shape[0]
+    oh, ow = (value.shape[2], value.shape[3]) if axes == "nchw" else value.shape[1:3]
+    blocked = (n, o_phys // block, oh, ow, block)
+    plain_result = layouts.block_of(value.layout) is None
+    dest = out if out is not None and not plain_result else np.empty(blocked, np.float32)
+    code, p0, p1 = a["activation"]
+    ctx._launch(conv_kernels.conv2d_forward, source, packed, dest, a["strides"],
+                a["dilations"], a["padding"], bias_array, residual, code, p0, p1)
+    if not plain_result:
+        return dest
+    result = np.empty(value.shape, np.float32)
+    kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
+    return ctx._reorder(kernel, dest, result)
+
+
+def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
+    """The filter in the kernel's layout, packed once per filter tensor and
+    configuration (and per folded batch normalization)."""
+    w = a["w"]
+    key = ("conv2d_filter", a["block"], a["filter_layout"], a["groups"], a["in_channels"],
+           a["first_layer"])
+    if bn_scale is not None:
+        key += ("bn",) + tuple(a["bn"])   # the statistics' Values: same tensors, same fold
+
+    def pack():
+        weights = w._materialize() if layouts.block_of(w.layout) is None else plain_buffer(w)
+        oihw = layouts.filter_as_oihw(weights, a["filter_layout"])
+        if bn_scale is not None:
+            oihw = oihw * bn_scale[:, None, None, None]
+        packed = conv_kernels.pack_conv2d_filter(oihw, a["in_channels"], a["groups"],
+                                                 a["block"], input_is_plain=a["first_layer"])
+        ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
+        return packed
+    return w._derive(key, pack)

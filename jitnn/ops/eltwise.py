@@ -33,9 +33,10 @@ from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
-from ..tensor import Tensor
+from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
-                      is_number, plain_buffer, plain_layout, reorder_to_blocked)
+                      is_number, pending, plain_buffer, plain_layout, reorder_to_blocked,
+                      value_of)
 
 Operand = Union[Tensor, float]
 
@@ -73,6 +74,42 @@ def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float 
         return epilogue.activation_reference(np.asarray(x, np.float64), code, p0, p1)
 
 
+# --- the blocked elementwise node (what the scheduler fuses) ----------------------
+
+def eltwise_node(op: str, inputs: tuple[Value, ...], steps: list, channels: int) -> Node:
+    """A pending elementwise pass over blocked ``inputs[0]``. ``steps`` (the
+    scheduler may concatenate the steps of a chain):
+
+    * ``("activation", code, param0, param1)``;
+    * ``("binary", op, other_value_or_None, reverse, operand)``: ``operand()``
+      gives the kernel operand (scalar, lanes or a same-shape blocked buffer);
+    * ``("affine", fold, bn)``: ``fold()`` gives per-channel ``(a, b)``; ``bn``
+      is ``(mean, variance, scale, bias, epsilon)`` for folding into a conv.
+    """
+    size = inputs[0].size
+    return Node(op, inputs, kind="eltwise", attrs={"steps": steps, "channels": channels},
+                run=run_eltwise, flops=size * len(steps))
+
+
+def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
+    """Run the steps of a blocked elementwise node in one pass (``out`` may
+    be the main input's or a same-shape operand's buffer: in place)."""
+    x = node.inputs[0]._materialize()
+    kernel_steps = []
+    for step in node.attrs["steps"]:
+        if step[0] == "activation":
+            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
+        elif step[0] == "binary":
+            kernel_steps.append(eltwise_kernels.binary_step(step[1], step[4](), step[3]))
+        else:
+            scale, shift = step[1]()
+            kernel_steps.append(eltwise_kernels.affine_step(scale, shift))
+    if out is None:
+        out = np.empty_like(x)
+    ctx._launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
+    return out
+
+
 # --- operands ----------------------------------------------------------------------
 
 def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
@@ -83,11 +120,11 @@ def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
 
 
 def _shape(v: Operand) -> tuple[int, ...]:
-    return v.shape if isinstance(v, Tensor) else ()
+    return v.shape if isinstance(v, (Tensor, Value)) else ()
 
 
 def _scalar_of(v: Operand) -> float:
-    if isinstance(v, Tensor):
+    if isinstance(v, (Tensor, Value)):
         return float(plain_buffer(v).reshape(-1)[0])
     return v
 
@@ -114,7 +151,7 @@ def _blocked_operand(ctx: Context, y: Operand, main: Tensor,
     """The kernel operand for ``y`` against the blocked main tensor: a function
     giving a float, a ``(C,)``/``(C_phys,)`` vector, an ``(N, C)``/``(N, C_phys)``
     block or a same-shape blocked buffer."""
-    if not isinstance(y, Tensor) or y.size == 1:
+    if not isinstance(y, (Tensor, Value)) or y.size == 1:
         return lambda: _scalar_of(y)
     shape, axes = main.shape, main._axes
     ca = channel_axis(axes)
@@ -175,16 +212,14 @@ def _binary(op: str, a, b) -> Tensor:
         block = layouts.block_of(main.layout)
         axes = main._axes
         channels = out_shape[channel_axis(axes)]
-        operand = _blocked_operand(ctx, other, main, block)
-
-        def produce_blocked() -> np.ndarray:
-            x = main._materialize()
-            out = np.empty_like(x)
-            ctx._launch(eltwise_kernels.eltwise_binary, x, operand(), out, channels, op,
-                        reverse=reverse)
-            return out
-
-        return Tensor(ctx, out_shape, main.layout, producer=produce_blocked, axes=axes)
+        other_value = value_of(other) if isinstance(other, Tensor) else None
+        # the operand's closure holds Values, never the caller's handles
+        operand = _blocked_operand(ctx, other_value if other_value is not None else other,
+                                   value_of(main), block)
+        step = ("binary", op, other_value, reverse, operand)
+        inputs = (value_of(main),) + ((other_value,) if other_value is not None else ())
+        return pending(ctx, out_shape, main.layout,
+                       eltwise_node(op, inputs, [step], channels), axes=axes)
 
     axes = main._axes if main is not None and main.ndim == 4 else "nchw"
     size = int(np.prod(out_shape, dtype=np.int64))
@@ -220,6 +255,7 @@ def _binary(op: str, a, b) -> Tensor:
         return out
 
     return Tensor(ctx, out_shape, plain_layout(len(out_shape), axes), producer=produce_plain,
+                  inputs=tuple(t for t in (a, b) if isinstance(t, Tensor)), op=op,
                   axes=axes)
 
 
@@ -261,14 +297,9 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
     code = epilogue.ACTIVATIONS[op]
     if is_blocked(x):
         channels = x.shape[channel_axis(x._axes)]
-
-        def produce_blocked() -> np.ndarray:
-            data = x._materialize()
-            out = np.empty_like(data)
-            ctx._launch(eltwise_kernels.eltwise_unary, data, out, channels, code, param0, param1)
-            return out
-
-        return Tensor(ctx, x.shape, x.layout, producer=produce_blocked, axes=x._axes)
+        step = ("activation", code, float(param0), float(param1))
+        return pending(ctx, x.shape, x.layout,
+                       eltwise_node(op, (value_of(x),), [step], channels), axes=x._axes)
 
     def produce_plain() -> np.ndarray:
         data = x._materialize()
@@ -277,7 +308,8 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
             ctx._launch(eltwise_kernels.eltwise_unary_plain, data, out, code, param0, param1)
         return out
 
-    return Tensor(ctx, x.shape, x.layout, producer=produce_plain, axes=x._axes)
+    return Tensor(ctx, x.shape, x.layout, producer=produce_plain, axes=x._axes,
+                  inputs=(x,), op=op)
 
 
 def _number(op: str, name: str, value: object) -> float:

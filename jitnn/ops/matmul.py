@@ -43,7 +43,7 @@ def gemm_reference(a, b, c=None, *, alpha=1.0, beta=1.0, a_transpose=False,
 def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
     def pack():
         packed = mm.pack_b(b._materialize(), b_transpose=transpose, threads=ctx.num_threads)
-        ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes, launches=1)
+        ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes)
         return packed
     return b._derive(("matmul_b", transpose), pack)
 
@@ -106,7 +106,8 @@ def matmul(a, b, *, activation=None) -> Tensor:
                         activation=code, param0=p0, param1=p1)
         return out.reshape(out_shape)
 
-    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce)
+    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce,
+                  inputs=(a, b), op=op)
 
 
 def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
@@ -121,7 +122,8 @@ def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
                         activation=code, param0=p0, param1=p1)
         return out.reshape(out_shape)
 
-    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce)
+    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce,
+                  inputs=(a, b), op="matmul")
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bool = False,
@@ -171,4 +173,5 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bo
                     b_transpose=b_transpose and not pack)
         return out
 
-    return Tensor(ctx, (m, n), "nc", producer=produce)
+    return Tensor(ctx, (m, n), "nc", producer=produce,
+                  inputs=(a, b) if c_t is None else (a, b, c_t), op=op)

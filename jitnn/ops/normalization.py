@@ -18,7 +18,8 @@ from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
-                      parse_activation, plain_buffer, plain_layout)
+                      parse_activation, pending, plain_buffer, plain_layout, value_of)
+from .eltwise import eltwise_node
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -86,14 +87,19 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
         return eltwise_kernels.batch_norm_fold(*values, epsilon=epsilon)
 
     if is_blocked(x) and axis == channel_axis(x._axes):
-        def produce_blocked() -> np.ndarray:
-            a, b = fold()
-            data = x._materialize()
-            out = np.empty_like(data)
-            ctx._launch(eltwise_kernels.batch_normalization, data, a, b, out, channels,
-                        code, p0, p1)
-            return out
-        return Tensor(ctx, x.shape, x.layout, producer=produce_blocked, axes=x._axes)
+        # a node the scheduler can fold into a preceding conv2d (Values only)
+        stats = tuple(value_of(v) for v in vectors)
+
+        def fold_values() -> tuple[np.ndarray, np.ndarray]:
+            arrays = [None if v is None else plain_buffer(v) for v in stats]
+            return eltwise_kernels.batch_norm_fold(*arrays, epsilon=epsilon)
+
+        steps = [("affine", fold_values, stats + (epsilon,))]
+        if code != epilogue.NONE:
+            steps.append(("activation", code, p0, p1))
+        inputs = (value_of(x),) + tuple(v for v in stats if v is not None)
+        return pending(ctx, x.shape, x.layout, eltwise_node(op, inputs, steps, channels),
+                       axes=x._axes)
 
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
@@ -109,7 +115,8 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
         return out
 
     axes = x._axes if x.ndim == 4 else "nchw"
-    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce_plain, axes=axes)
+    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce_plain, axes=axes,
+                  inputs=(x, *(v for v in vectors if v is not None)), op=op)
 
 
 def softmax(x, axis: int = -1) -> Tensor:
@@ -131,4 +138,5 @@ def softmax(x, axis: int = -1) -> Tensor:
         return out
 
     axes = x._axes if x.ndim == 4 else "nchw"
-    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce, axes=axes)
+    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce, axes=axes,
+                  inputs=(x,), op=op)

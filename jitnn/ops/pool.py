@@ -144,7 +144,8 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
             out = np.empty(data.shape[:2] + (oh, ow, data.shape[4]), np.float32)
             ctx._launch(run, data, out)
             return out
-        return Tensor(ctx, out_shape, x.layout, producer=produce_blocked, axes=layout)
+        return Tensor(ctx, out_shape, x.layout, producer=produce_blocked, axes=layout,
+                      inputs=(x,), op=op)
 
     def produce_plain() -> np.ndarray:
         data = plain_buffer(x)          # a blocked x with the other axes: read back (counted)
@@ -155,7 +156,8 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
             x5, out = data.reshape(n, 1, h, w, c), np.empty((n, 1, oh, ow, c), np.float32)
         ctx._launch(run, x5, out)
         return out.reshape(out_shape)
-    return Tensor(ctx, out_shape, plain_layout(4, layout), producer=produce_plain, axes=layout)
+    return Tensor(ctx, out_shape, plain_layout(4, layout), producer=produce_plain, axes=layout,
+                  inputs=(x,), op=op)
 
 
 def _pool2d(op: str, x, window_dimensions, strides, dilations, padding, rounding_type,

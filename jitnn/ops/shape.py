@@ -51,9 +51,9 @@ def concat_reference(tensors, axis: int) -> np.ndarray:
 
 # --- the ops ---------------------------------------------------------------------------
 
-def _plain_result(ctx: Context, shape: tuple[int, ...],
-                  produce: Callable[[], np.ndarray]) -> Tensor:
-    return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce)
+def _plain_result(ctx: Context, shape: tuple[int, ...], produce: Callable[[], np.ndarray],
+                  x: Tensor, op: str) -> Tensor:
+    return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce, inputs=(x,), op=op)
 
 
 def reshape(x, new_shape: Sequence[int]) -> Tensor:
@@ -84,7 +84,7 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
         raise JitnnValueError(
             f"{op}: new_shape {shape} has {int(np.prod(shape, dtype=np.int64))} elements but "
             f"x {x.shape} has {x.size}")
-    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape))
+    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape), x, op)
 
 
 def flatten(x, start_axis: int = 1) -> Tensor:
@@ -96,7 +96,7 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
     shape = (int(np.prod(x.shape[:axis], dtype=np.int64)),
              int(np.prod(x.shape[axis:], dtype=np.int64)))
-    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape))
+    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape), x, op)
 
 
 def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
@@ -122,7 +122,7 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
                 f"each once, got {perm}")
     shape = tuple(x.shape[p] for p in perm)
     return _plain_result(
-        ctx, shape, lambda: np.ascontiguousarray(plain_buffer(x).transpose(perm)))
+        ctx, shape, lambda: np.ascontiguousarray(plain_buffer(x).transpose(perm)), x, op)
 
 
 def concat(tensors: Sequence, axis: int) -> Tensor:
@@ -162,11 +162,13 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
             out = np.empty(layouts.blocked_shape((n, c, h, w), block), np.float32)
             ctx._launch(concat_kernels.concat_channels, inputs, channels, out)
             return out
-        return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes)
+        return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes,
+                      inputs=tuple(items), op=op)
 
     axes = lead._axes if lead is not None and rank == 4 else \
         (items[0]._axes if rank == 4 else "nchw")
 
     def produce_plain() -> np.ndarray:
         return np.concatenate([plain_buffer(t) for t in items], axis=axis)
-    return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes)
+    return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
+                  inputs=tuple(items), op=op)

@@ -1,0 +1,274 @@
+"""The graph API, WebNN style: build a graph once, dispatch it many times.
+
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, 64, 56, 56))
+    w = b.constant(w_array)                       # copied now, packed once, reused
+    g = b.build({"y": b.relu(b.conv2d(x, w, padding=1))})
+    outs = ctx.dispatch(g, {"x": t})              # {"y": pending Tensor}: validated now, lazy
+    ctx.compute(g, {"x": x_array}, {"y": y_out})  # synchronous, into the caller's arrays
+
+Every op of the eager API is a builder method with the same arguments, where
+tensors are the builder's operands. Shapes are inferred and options validated
+when the op is added (the eager op runs on shape-only placeholders, so the
+graph and eager ops share one definition and one set of errors). A dispatch
+replays the ops on real tensors as pending work: the scheduler then fuses and
+plans the whole graph at once, exactly as it does for eager calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from . import ops as _ops
+from .errors import JitnnTypeError, JitnnValueError
+from .tensor import FLOAT32, Node, Tensor, Value, as_float32_copy
+
+if TYPE_CHECKING:
+    from .context import Context
+
+#: the eager ops a builder offers as methods (same names and arguments)
+GRAPH_OPS = (
+    "conv2d", "matmul", "gemm", "add", "sub", "mul", "div", "maximum", "minimum", "relu",
+    "clamp", "sigmoid", "tanh", "leaky_relu", "hard_swish", "gelu", "max_pool2d",
+    "average_pool2d", "global_average_pool2d", "batch_normalization", "softmax", "reshape",
+    "flatten", "transpose", "concat",
+)
+
+
+class Operand:
+    """A value inside a graph being built: an input, a constant or an op's result."""
+
+    __slots__ = ("_builder", "_index", "_placeholder")
+
+    def __init__(self, builder: "GraphBuilder", index: int, placeholder: Tensor):
+        self._builder = builder
+        self._index = index
+        self._placeholder = placeholder      # shape-only tensor for shape inference
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._placeholder.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return FLOAT32
+
+    def __repr__(self) -> str:
+        return f"Operand(#{self._index}, shape={self.shape})"
+
+
+def _never_run(ctx, node, value, out):
+    raise JitnnValueError("GraphBuilder: a graph operand has no values; dispatch the graph")
+
+
+class _Recorded:
+    """One op of a graph: the eager function and its arguments (operands by index)."""
+
+    __slots__ = ("op", "function", "args", "kwargs", "index")
+
+    def __init__(self, op: str, function: Callable, args: tuple, kwargs: dict, index: int):
+        self.op, self.function, self.args, self.kwargs, self.index = \
+            op, function, args, kwargs, index
+
+
+def _substitute(value: Any, lookup: Callable[["Operand"], Any]) -> Any:
+    if isinstance(value, Operand):
+        return lookup(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_substitute(v, lookup) for v in value)
+    return value
+
+
+class GraphBuilder:
+    """Builds one :class:`Graph` (WebNN's MLGraphBuilder). See the module docstring."""
+
+    def __init__(self, ctx: "Context | None" = None):
+        from .context import Context, default_context
+        self._ctx = ctx or default_context()
+        # A private, never-running context for the placeholders: ops validate
+        # and infer shapes on them exactly as on real tensors.
+        self._shape_ctx = Context(num_threads=1, block=self._ctx.block)
+        self._shape_ctx._symbolic = True
+        self._inputs: dict[str, Operand] = {}
+        self._constants: dict[int, Tensor] = {}
+        self._ops: list[_Recorded] = []
+        self._count = 0
+        self._built = False
+
+    def _check_open(self, what: str) -> None:
+        if self._built:
+            raise JitnnValueError(
+                f"GraphBuilder.{what}: this builder already built its graph (a builder "
+                "builds one graph; make a new GraphBuilder)")
+
+    def _operand(self, placeholder: Tensor) -> Operand:
+        operand = Operand(self, self._count, placeholder)
+        self._count += 1
+        return operand
+
+    def _placeholder(self, shape: tuple[int, ...]) -> Tensor:
+        node = Node("input", (), kind="placeholder", run=_never_run)
+        return Tensor._wrap(Value(self._shape_ctx, shape, _plain_tag(len(shape)), node=node))
+
+    def input(self, name: str, shape, dtype: str = "float32") -> Operand:
+        """A named graph input of ``shape`` (float32: jitnn's compute type)."""
+        self._check_open("input")
+        if not isinstance(name, str) or not name:
+            raise JitnnTypeError(f"GraphBuilder.input: name must be a non-empty str, got {name!r}")
+        if name in self._inputs:
+            raise JitnnValueError(f"GraphBuilder.input: an input named {name!r} exists already")
+        try:
+            dims = tuple(int(d) for d in shape)
+        except TypeError:
+            raise JitnnTypeError(
+                f"GraphBuilder.input: shape must be a sequence of ints, got {shape!r}") from None
+        if any(d < 0 for d in dims):
+            raise JitnnValueError(f"GraphBuilder.input: shape must be >= 0, got {dims}")
+        if np.dtype(dtype) != FLOAT32:
+            raise JitnnTypeError(
+                f"GraphBuilder.input: {name!r} has dtype {dtype}; jitnn computes in float32 "
+                "(convert the data: jitnn.tensor rounds float64 and converts integers)")
+        operand = self._operand(self._placeholder(dims))
+        self._inputs[name] = operand
+        return operand
+
+    def constant(self, array) -> Operand:
+        """A constant (copied now; a filter is packed once and reused by every dispatch)."""
+        self._check_open("constant")
+        values = as_float32_copy(array, op="GraphBuilder.constant")
+        real = self._ctx.tensor(values)
+        placeholder = Tensor(self._shape_ctx, values.shape, _plain_tag(values.ndim), data=values)
+        operand = self._operand(placeholder)
+        self._constants[operand._index] = real
+        return operand
+
+    def _add(self, op: str, *args, **kwargs) -> Operand:
+        self._check_open(op)
+
+        def placeholder_of(operand: Operand) -> Tensor:
+            if operand._builder is not self:
+                raise JitnnValueError(f"GraphBuilder.{op}: an operand from another builder")
+            return operand._placeholder
+        function = getattr(_ops, op)
+        result = function(*_substitute(args, placeholder_of),
+                          **_substitute(kwargs, placeholder_of))
+        operand = self._operand(result)
+        self._ops.append(_Recorded(op, function, args, kwargs, operand._index))
+        return operand
+
+    def build(self, outputs: Mapping[str, Operand]) -> "Graph":
+        """The immutable graph computing ``outputs`` ({name: operand})."""
+        self._check_open("build")
+        if not isinstance(outputs, Mapping) or not outputs:
+            raise JitnnTypeError("GraphBuilder.build: outputs must be a non-empty dict "
+                                 "{name: operand}")
+        for name, operand in outputs.items():
+            if not isinstance(name, str) or not isinstance(operand, Operand) \
+                    or operand._builder is not self:
+                raise JitnnTypeError(
+                    f"GraphBuilder.build: output {name!r} must map a str to an operand of "
+                    f"this builder, got {type(operand).__name__}")
+        self._built = True
+        graph = Graph(
+            self._ctx, inputs={name: op.shape for name, op in self._inputs.items()},
+            input_index={name: op._index for name, op in self._inputs.items()},
+            constants=dict(self._constants), ops=tuple(self._ops),
+            outputs={name: (op._index, op.shape) for name, op in outputs.items()})
+        self._ops, self._constants = [], {}
+        return graph
+
+
+def _builder_method(op: str) -> Callable:
+    function = getattr(_ops, op)
+
+    @functools.wraps(function)
+    def method(self: GraphBuilder, *args, **kwargs) -> Operand:
+        return self._add(op, *args, **kwargs)
+    method.__doc__ = f"Add ``{op}`` to the graph (arguments as ``jitnn.{op}``; tensors are " \
+                     f"operands of this builder)."
+    return method
+
+
+for _name in GRAPH_OPS:
+    setattr(GraphBuilder, _name, _builder_method(_name))
+
+
+def _plain_tag(ndim: int) -> str:
+    from .layouts import plain_tag
+    return plain_tag(ndim)
+
+
+class Graph:
+    """A built graph: its inputs and outputs with their shapes. Immutable;
+    run it with ``ctx.dispatch`` (lazy) or ``ctx.compute`` (synchronous)."""
+
+    __slots__ = ("_ctx", "_inputs", "_input_index", "_constants", "_ops", "_outputs")
+
+    def __init__(self, ctx, inputs, input_index, constants, ops, outputs):
+        self._ctx = ctx
+        self._inputs = inputs
+        self._input_index = input_index
+        self._constants = constants
+        self._ops = ops
+        self._outputs = outputs
+
+    @property
+    def inputs(self) -> dict[str, tuple[int, ...]]:
+        return dict(self._inputs)
+
+    @property
+    def outputs(self) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, (_, shape) in self._outputs.items()}
+
+    def __repr__(self) -> str:
+        ops = ", ".join(r.op for r in self._ops)
+        return f"Graph(inputs={self.inputs}, outputs={self.outputs}, ops=[{ops}])"
+
+    def _check_inputs(self, ctx: "Context", inputs: Mapping[str, Any], op: str) -> dict:
+        if not isinstance(inputs, Mapping):
+            raise JitnnTypeError(f"{op}: inputs must be a dict {{name: tensor}}, "
+                                 f"got {type(inputs).__name__}")
+        unknown = sorted(set(inputs) - set(self._inputs))
+        missing = sorted(set(self._inputs) - set(inputs))
+        if unknown:
+            raise JitnnTypeError(f"{op}: unknown input {unknown[0]!r} (the graph's inputs: "
+                                 f"{sorted(self._inputs)})")
+        if missing:
+            raise JitnnTypeError(f"{op}: missing input {missing[0]!r} (the graph's inputs: "
+                                 f"{sorted(self._inputs)})")
+        tensors = {}
+        for name, value in inputs.items():
+            expected = self._inputs[name]
+            if isinstance(value, Tensor):
+                if value.context is not ctx:
+                    raise JitnnTypeError(f"{op}: input {name!r} belongs to another context")
+                tensor = value
+            else:
+                dtype = getattr(value, "dtype", None)
+                if dtype is not None and np.dtype(dtype) != FLOAT32:
+                    raise JitnnTypeError(
+                        f"{op}: input {name!r} has dtype {dtype}, expected float32")
+                tensor = ctx.tensor(value)
+            if tensor.shape != expected:
+                raise JitnnTypeError(
+                    f"{op}: input {name!r} has shape {tensor.shape}, expected {expected}")
+            tensors[name] = tensor
+        return tensors
+
+    def _dispatch(self, ctx: "Context", inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+        if ctx is not self._ctx:
+            raise JitnnValueError("dispatch: the graph was built for another context "
+                                  "(its constants live there)")
+        tensors = self._check_inputs(ctx, inputs, "dispatch")
+        env: dict[int, Tensor] = {self._input_index[n]: t for n, t in tensors.items()}
+        env.update(self._constants)
+        for recorded in self._ops:
+            def lookup(operand: Operand) -> Tensor:
+                return env[operand._index]
+            env[recorded.index] = recorded.function(
+                *_substitute(recorded.args, lookup), **_substitute(recorded.kwargs, lookup))
+        # only the outputs keep handles: intermediates may be fused away
+        return {name: env[index] for name, (index, _) in self._outputs.items()}

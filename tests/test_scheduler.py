@@ -1,0 +1,341 @@
+"""The lazy scheduler: fusion, layouts, reorders, buffers, policies, explain, bounds."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import jitnn
+from jitnn.ops.conv2d import conv2d_reference
+from jitnn.ops.normalization import batch_normalization_reference
+
+RTOL = 2e-4
+
+
+def _random(shape, seed, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def _close(got, want, atol=2e-4):
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol)
+
+
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+# --- the seed scenario ------------------------------------------------------------------
+
+def _seed_chain(ctx, a, ws):
+    c = jitnn.relu(jitnn.conv2d(a, ws[0], padding=1))
+    e = jitnn.relu(jitnn.conv2d(c, ws[1], padding=1))
+    return jitnn.relu(jitnn.conv2d(e, ws[2], padding=1)), (c, e)
+
+
+@pytest.fixture
+def seed():
+    ctx = jitnn.Context()
+    a = ctx.tensor(_random((1, 16, 11, 13), 1))
+    ws = [ctx.tensor(_random((16, 16, 3, 3), 2 + i, 0.2)) for i in range(3)]
+    want = np.asarray(a, np.float64)
+    for w in ws:
+        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
+    return ctx, a, ws, want
+
+
+def test_seed_chain_does_two_reorders_and_three_launches(seed):
+    ctx, a, ws, want = seed
+    ctx.reset_stats()
+    h, _ = _seed_chain(ctx, a, ws)
+    assert h.pending and ctx.stats == jitnn.Stats()     # nothing ran at the calls
+    _close(h.numpy(), want)
+    stats = ctx.stats
+    assert (stats.reorders, stats.launches, stats.flushes) == (2, 3, 1)
+    assert stats.fused_ops == 3                         # each relu went into its conv
+    assert stats.reorder_bytes == 2 * 16 * 11 * 13 * 4
+
+
+def test_seed_chain_with_activation_option_is_the_same_plan(seed):
+    ctx, a, ws, want = seed
+    ctx.reset_stats()
+    h = a
+    for w in ws:
+        h = jitnn.conv2d(h, w, padding=1, activation="relu")
+    _close(h.numpy(), want)
+    assert (ctx.stats.reorders, ctx.stats.launches, ctx.stats.fused_ops) == (2, 3, 0)
+
+
+def test_held_intermediate_is_materialized_and_its_read_adds_one_reorder(seed):
+    ctx, a, ws, want = seed
+    ctx.reset_stats()
+    h, (c, e) = _seed_chain(ctx, a, ws)       # the caller holds c and e
+    h.numpy()
+    assert not c.pending and not e.pending    # kept (blocked), computed once
+    assert c.layout == e.layout == f"nChw{ctx.block}c"
+    before = ctx.stats
+    c_values = c.numpy()
+    after = ctx.stats
+    assert after.reorders == before.reorders + 1 and after.launches == before.launches
+    _close(c_values, _relu(conv2d_reference(np.asarray(a, np.float64), np.asarray(ws[0]),
+                                            padding=1)))
+
+
+def test_intermediates_nobody_holds_are_never_materialized(seed):
+    ctx, a, ws, want = seed
+    h, held = _seed_chain(ctx, a, ws)
+    del held
+    gc.collect()
+    text = jitnn.explain(h)
+    assert "6 op(s) recorded -> 3 kernel launch(es), 3 fused away" in text
+    ctx.reset_stats()
+    _close(h.numpy(), want)
+    assert ctx.stats.launches == 3
+    # the held conv output without relu is kept: relu cannot be fused into it
+    ctx.reset_stats()
+    conv_out = jitnn.conv2d(a, ws[0], padding=1)
+    y = jitnn.relu(conv_out)
+    y.numpy()
+    assert not conv_out.pending and ctx.stats.launches == 2 and ctx.stats.fused_ops == 0
+
+
+def test_intermediate_read_by_a_later_pending_op_is_kept():
+    ctx = jitnn.Context()
+    x = ctx.tensor(_random((1, 8, 6, 6), 3))
+    w = ctx.tensor(_random((8, 8, 1, 1), 4))
+    branch = jitnn.sigmoid(jitnn.conv2d(x, w))     # conv output read by relu and sigmoid
+    conv = jitnn.conv2d(x, w)
+    first = jitnn.relu(conv)
+    second = jitnn.sigmoid(conv)
+    del conv
+    gc.collect()
+    want = conv2d_reference(np.asarray(x), np.asarray(w))
+    _close(first.numpy(), _relu(want))
+    _close(second.numpy(), 1 / (1 + np.exp(-want)))   # conv was kept for it
+    _close(branch.numpy(), 1 / (1 + np.exp(-want)))
+
+
+# --- fusion ----------------------------------------------------------------------------
+
+def _bn_params(c, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(c).astype(np.float32) * 0.1,            # mean
+            (rng.random(c) + 0.5).astype(np.float32),                    # variance
+            (rng.random(c) + 0.5).astype(np.float32),                    # scale
+            rng.standard_normal(c).astype(np.float32) * 0.1)             # bias
+
+
+def test_batch_norm_folds_into_conv_and_residual_relu_fuse():
+    ctx = jitnn.Context()
+    x_np = _random((2, 9, 7, 5), 5)
+    w_np = _random((9, 9, 3, 3), 6, 0.3)
+    b_np = _random((9,), 7)
+    bn = _bn_params(9, 8)
+    x = ctx.tensor(x_np)
+    ctx.reset_stats()
+    y = jitnn.relu(jitnn.add(
+        jitnn.batch_normalization(jitnn.conv2d(x, w_np, b_np, padding=1),
+                                  *[ctx.tensor(p) for p in bn]), x))
+    text = jitnn.explain(y)
+    assert "conv2d + batch_normalization + add + relu" in text
+    got = y.numpy()
+    want = conv2d_reference(x_np, w_np, b_np, padding=1)
+    want = _relu(batch_normalization_reference(want, *bn) + x_np)
+    _close(got, want, atol=5e-4)
+    # x reordered once for the conv, reused as the residual; one conv launch
+    assert ctx.stats.launches == 1 and ctx.stats.reorders == 2 and ctx.stats.fused_ops == 3
+
+
+def test_elementwise_chain_after_conv_is_one_pass():
+    ctx = jitnn.Context()
+    x_np = _random((1, 17, 6, 7), 9)
+    w_np = _random((17, 17, 1, 1), 10, 0.3)
+    x = ctx.tensor(x_np)
+    ctx.reset_stats()
+    conv = jitnn.relu(jitnn.conv2d(x, w_np))           # relu fuses into the conv
+    y = jitnn.tanh(jitnn.mul(jitnn.sigmoid(jitnn.add(conv, 0.5)), 2.0))
+    del conv
+    got = y.numpy()
+    want = np.tanh(2.0 / (1 + np.exp(-(_relu(conv2d_reference(x_np, w_np)) + 0.5))))
+    _close(got, want)
+    assert ctx.stats.launches == 2      # conv + relu; add, sigmoid, mul, tanh in one pass
+    assert ctx.stats.fused_ops == 4
+
+
+def test_relu_before_add_is_not_fused_as_residual():
+    # act(conv + residual) is the epilogue's order; relu(conv) + r must not become it
+    ctx = jitnn.Context()
+    x_np, r_np = _random((1, 8, 5, 5), 11), _random((1, 8, 5, 5), 12)
+    w_np = _random((8, 8, 3, 3), 13, 0.3)
+    y = jitnn.add(jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w_np, padding=1)), r_np)
+    _close(y.numpy(), _relu(conv2d_reference(x_np, w_np, padding=1)) + r_np)
+
+
+def test_buffers_of_dead_intermediates_are_reused():
+    ctx = jitnn.Context()
+    x = ctx.tensor(_random((1, 16, 8, 8), 14))
+    w = ctx.tensor(_random((16, 16, 3, 3), 15, 0.2))
+    h = x
+    for _ in range(6):
+        h = jitnn.conv2d(h, w, padding=1, activation="relu")
+    text = jitnn.explain(h)
+    assert "2 intermediate buffer(s)" in text      # ping-pong, not 5 buffers
+    want = np.asarray(x, np.float64)
+    for _ in range(6):
+        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
+    _close(h.numpy(), want, atol=1e-3)
+
+
+def test_in_place_elementwise_reuses_the_input_buffer():
+    ctx = jitnn.Context()
+    x = jitnn.reorder(ctx.tensor(_random((1, 8, 4, 4), 16)), "nChw8c")
+    w = ctx.tensor(_random((8, 8, 1, 1), 17))
+    conv = jitnn.conv2d(jitnn.conv2d(x, w), w)
+    y = jitnn.sigmoid(jitnn.add(conv, 1.0))
+    del conv
+    text = jitnn.explain(y)
+    # conv -> b0, conv -> b1, then add + sigmoid in place over b1 (y keeps it)
+    assert "2 intermediate buffer(s)" in text and "kept (b1)" in text
+    want = conv2d_reference(conv2d_reference(np.asarray(x), np.asarray(w)), np.asarray(w))
+    _close(y.numpy(), 1 / (1 + np.exp(-(want + 1.0))))
+
+
+# --- policies -----------------------------------------------------------------------------
+
+def _bottleneck(ctx, x, params):
+    (w1, bn1), (w2, bn2), (w3, bn3) = params
+    y = jitnn.relu(jitnn.batch_normalization(jitnn.conv2d(x, w1), *bn1))
+    y = jitnn.relu(jitnn.batch_normalization(jitnn.conv2d(y, w2, padding=1), *bn2))
+    y = jitnn.batch_normalization(jitnn.conv2d(y, w3), *bn3)
+    return jitnn.relu(jitnn.add(y, x))
+
+
+def _bottleneck_params(c, mid, seed):
+    shapes = [(mid, c, 1, 1), (mid, mid, 3, 3), (c, mid, 1, 1)]
+    return [(_random(s, seed + i, 1 / np.sqrt(np.prod(s[1:]))), _bn_params(s[0], seed + 10 + i))
+            for i, s in enumerate(shapes)]
+
+
+def _inception(ctx, x, ws):
+    a = jitnn.conv2d(x, ws[0], activation="relu")
+    b = jitnn.relu(jitnn.conv2d(jitnn.relu(jitnn.conv2d(x, ws[1])), ws[2], padding=1))
+    c = jitnn.conv2d(jitnn.max_pool2d(x, 3, strides=1, padding=1), ws[3], activation="relu")
+    return jitnn.global_average_pool2d(jitnn.concat([a, b, c], 1))
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_the_three_policies_agree_on_a_bottleneck_and_an_inception_block(block):
+    x_np = _random((2, 20, 9, 7), 20)
+    params = _bottleneck_params(20, 6, 21)
+    inception_ws = [_random(s, 30 + i, 0.3) for i, s in enumerate(
+        [(5, 20, 1, 1), (4, 20, 1, 1), (7, 4, 3, 3), (3, 20, 1, 1)])]
+    results, stats = {}, {}
+    for policy in jitnn.POLICIES:
+        ctx = jitnn.Context(block=block, policy=policy)
+        x = ctx.tensor(x_np)
+        bottleneck = _bottleneck(ctx, x, params)
+        inception = _inception(ctx, x, inception_ws)
+        results[policy] = jitnn.read_all([bottleneck, inception])
+        stats[policy] = ctx.stats
+    for policy in ("eager", "plain"):
+        for got, want in zip(results[policy], results["blocked"]):
+            _close(got, want, atol=5e-4)
+    want = np.asarray(x_np, np.float64)
+    y = want
+    for i, (w, bn) in enumerate(params):
+        y = batch_normalization_reference(conv2d_reference(y, w, padding=int(i == 1)), *bn)
+        y = _relu(y) if i < 2 else _relu(y + want)
+    _close(results["blocked"][0], y, atol=5e-4)
+    # the costs differ: fusion only under blocked, reorders around every conv under plain
+    assert stats["blocked"].launches < stats["eager"].launches
+    assert stats["plain"].reorders > stats["eager"].reorders >= stats["blocked"].reorders
+    assert stats["blocked"].fused_ops > 0 and stats["eager"].fused_ops == 0
+
+
+def test_eager_and_plain_policies_run_at_the_call(seed):
+    _, a_np, ws, want = seed
+    for policy, layout, reorders in (("eager", "nChw8c", 2), ("plain", "nchw", 6)):
+        ctx = jitnn.Context(block=8, policy=policy)
+        a = ctx.tensor(np.asarray(a_np))
+        wts = [ctx.tensor(np.asarray(w)) for w in ws]
+        ctx.reset_stats()
+        h, _ = _seed_chain(ctx, a, wts)
+        assert not h.pending and h.layout == layout
+        _close(h.numpy(), want)
+        assert ctx.stats.reorders == reorders and ctx.stats.launches == 6
+
+
+def test_bad_policy():
+    with pytest.raises(jitnn.JitnnValueError, match="policy must be one of"):
+        jitnn.Context(policy="lazy")
+
+
+# --- explain and stats ----------------------------------------------------------------
+
+def test_explain_before_and_after_the_run(seed):
+    ctx, a, ws, want = seed
+    h, _ = _seed_chain(ctx, a, ws)
+    before = jitnn.explain(h)
+    assert h.pending                         # explaining never runs anything
+    for expected in ("policy blocked", "reorder nchw -> nChw8c", "conv2d + relu",
+                     "OIhw8i8o", "peak memory", "not run yet", "read: reorder nChw8c -> nchw"):
+        assert expected in before, expected
+    h.numpy()
+    after = jitnn.explain(h)
+    assert "reorder tax" in after and " ms" in after
+    assert "pass fuse_epilogues: 3 op(s)" in after
+    plain = ctx.tensor(np.ones((2, 2)))
+    assert "no plan" in jitnn.explain(plain)
+    with pytest.raises(jitnn.JitnnTypeError, match="explain: expected a jitnn.Tensor"):
+        jitnn.explain(np.ones(3))
+
+
+# --- bounds and threads -----------------------------------------------------------------
+
+def test_pending_work_is_bounded():
+    ctx = jitnn.Context(max_pending_ops=5)
+    x = jitnn.reorder(ctx.tensor(_random((1, 8, 4, 4), 40)), "nChw8c")
+    held = []
+    y = x
+    for i in range(12):
+        y = jitnn.add(y, 1.0)
+        held.append(y)
+    # at most 5 pending ops at any time: the bound flushed twice
+    assert sum(t.pending for t in held) <= 5
+    assert ctx.stats.flushes >= 2
+    _close(held[-1].numpy(), np.asarray(x) + 12.0)
+    byte_bound = jitnn.Context(max_pending_bytes=3 * 8 * 16 * 4)
+    z = jitnn.reorder(byte_bound.tensor(_random((1, 8, 4, 4), 41)), "nChw8c")
+    outs = [jitnn.relu(z) for _ in range(8)]
+    assert sum(t.pending for t in outs) <= 3
+    with pytest.raises(jitnn.JitnnValueError, match="max_pending_ops"):
+        jitnn.Context(max_pending_ops=0)
+
+
+def test_two_threads_dispatch_and_read_on_one_context():
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 3, 3), 50, 0.3))
+    inputs = [_random((1, 8, 6, 6), 51 + i) for i in range(2)]
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                h = jitnn.tensor(inputs[i], ctx)
+                for _ in range(3):
+                    h = jitnn.relu(jitnn.conv2d(h, w, padding=1))
+                results[i] = h.numpy()
+        except Exception as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(2):
+        want = np.asarray(inputs[i], np.float64)
+        for _ in range(3):
+            want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
+        _close(results[i], want)
