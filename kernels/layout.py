@@ -66,7 +66,32 @@ def _data(context, builder, array_type, value):
 
 
 def _transpose_rows(builder, rows, n):
-    """The shuffle network of simd.transpose_tile on a list of n vectors."""
+    """Transpose a list of n vectors (n x n floats). For n = 8 the classic AVX
+    network, 24 shuffles (unpck*ps, shufps, vperm2f128), each mask one
+    instruction; the halving network of simd.transpose_tile came out as 32
+    with extra in-lane permutes and spilled in the two-tile version."""
+    if n == 8:
+        i32 = ir.IntType(32)
+
+        def shuffle(a, b, mask):
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(i32, 8), mask))
+        unpack = ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])
+        pairs = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])
+        lanes = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+        t = []
+        for a in range(0, 8, 2):
+            t += [shuffle(rows[a], rows[a + 1], unpack[0]), shuffle(rows[a], rows[a + 1], unpack[1])]
+        s = []
+        for a in (0, 4):  # t[a], t[a + 2] hold rows a..a+3
+            for lo_hi in (0, 1):
+                s += [shuffle(t[a + lo_hi], t[a + 2 + lo_hi], pairs[0]),
+                      shuffle(t[a + lo_hi], t[a + 2 + lo_hi], pairs[1])]
+        # s[0..3]: columns (0|4), (1|5), (2|6), (3|7) of rows 0-3; s[4..7] of rows 4-7
+        out = [None] * 8
+        for c in range(4):
+            out[c] = shuffle(s[c], s[4 + c], lanes[0])
+            out[c + 4] = shuffle(s[c], s[4 + c], lanes[1])
+        return out
     span = n // 2
     i32 = ir.IntType(32)
     while span >= 1:
@@ -161,13 +186,15 @@ def _transpose_cropped(n, max_rows=None):
     return transpose
 
 
-def _transpose_pair_cropped(n, max_rows=None):
+def _transpose_pair_cropped(n, max_rows=None, full=False):
     """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: two
     n x n transposes side by side: 2n source rows of n floats become n rows of
     2n floats, stored as two back-to-back vectors so each target line is
     written whole at once (``rows``: how many output rows to store). For
     blocked -> nchw: with the planes a multiple of 4 KiB apart, 8 half-written
-    lines in one L1 set thrashed (0.45x np.copyto, vs 0.9x at 60 x 60)."""
+    lines in one L1 set thrashed (0.45x np.copyto, vs 0.9x at 60 x 60).
+    ``full``: no crop code at all (``rows`` ignored): a separate function on
+    purpose, LLVM merged a literal-8 call with a cropped one into branchy code."""
 
     @intrinsic
     def transpose(typingctx, src, src_start, src_stride, dst, dst_start, dst_stride, rows):
@@ -188,11 +215,13 @@ def _transpose_pair_cropped(n, max_rows=None):
                           for r in range(n)]
                 halves.append(_transpose_rows(builder, loaded, n))
             for r in range(n if max_rows is None else max_rows):
-                valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
                 row = builder.gep(dst_data, [builder.add(
                     args[4], builder.mul(args[5], ir.Constant(args[5].type, r)))])
-                row = builder.bitcast(row, vector.as_pointer())
-                pointer = builder.select(valid, row, builder.bitcast(scratch, vector.as_pointer()))
+                pointer = builder.bitcast(row, vector.as_pointer())
+                if not full:
+                    valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
+                    pointer = builder.select(valid, pointer,
+                                             builder.bitcast(scratch, vector.as_pointer()))
                 builder.store(halves[0][r], pointer, align=4)
                 builder.store(halves[1][r], builder.gep(pointer, [ir.Constant(ir.IntType(32), 1)]),
                               align=4)
@@ -298,6 +327,7 @@ transpose8_padded4 = _transpose_zero_padded(8, 4)
 transpose4_cropped = _transpose_cropped(4)
 transpose8_cropped = _transpose_cropped(8)
 transpose8_pair_cropped = _transpose_pair_cropped(8)
+transpose8_pair = _transpose_pair_cropped(8, full=True)
 #: at most 4 rows stored (C = 3 at cb = 8): the other rows' shuffles are dead code
 transpose8_cropped4 = _transpose_cropped(8, 4)
 transpose8_pair_cropped4 = _transpose_pair_cropped(8, 4)
@@ -418,11 +448,23 @@ def blocked_to_nchw(x, out):
                                              out, dst_start + p, plane, valid)
                 for p in range(pair_end, vector_end, 8):
                     transpose8_cropped4(x, src_start + p * 8, 8, out, dst_start + p, plane, valid)
-            elif valid == cb:  # literal row count: the crop folds away
-                for p in range(p0, pair_end, 16):
+            elif valid == cb:
+                # Start the pairs where the target is 64-byte aligned (numpy's
+                # large arrays start 16 bytes into a page), so each pair writes
+                # whole lines; the few pixels before go one by one.
+                head = (-(out.ctypes.data // 4 + dst_start + p0)) % 16
+                if plane % 16 != 0 or head > p1 - p0:
+                    head = 0  # the planes' alignments differ: no common start
+                for p in range(p0, p0 + head):
+                    for lane in range(cb):
+                        dst[dst_start + lane * plane + p] = src[src_start + p * cb + lane]
+                a0 = p0 + head
+                pair_end = a0 + (p1 - a0) // 16 * 16
+                vector_end = a0 + (p1 - a0) // 8 * 8
+                for p in range(a0, pair_end, 16):
                     for g in range(cb // 8):
-                        transpose8_pair_cropped(x, src_start + p * cb + g * 8, cb,
-                                                out, dst_start + g * 8 * plane + p, plane, 8)
+                        transpose8_pair(x, src_start + p * cb + g * 8, cb,
+                                        out, dst_start + g * 8 * plane + p, plane, 8)
                 for p in range(pair_end, vector_end, 8):
                     for g in range(cb // 8):
                         transpose8(x, src_start + p * cb + g * 8, cb,
