@@ -1,4 +1,4 @@
-"""The ``jitnn`` command line: ``jitnn info``."""
+"""The ``jitnn`` command line: ``jitnn info``, ``jitnn bench``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,67 @@ def info(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _thread_counts(values: list[str] | None) -> list[int] | None:
+    """``--threads 1 --threads 2`` or ``--threads 1,2`` -> ``[1, 2]``."""
+    if not values:
+        return None
+    counts = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not part.isdigit() or int(part) < 1:
+                raise SystemExit(f"jitnn bench: --threads expects positive integers, got {value!r}")
+            if int(part) not in counts:
+                counts.append(int(part))
+    return counts
+
+
+def bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .bench import SUITES, harness
+
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in harness.PEERS]
+    if unknown:
+        raise SystemExit(f"jitnn bench: unknown peer {', '.join(unknown)}; expected a comma "
+                         f"list of {', '.join(harness.PEERS)}")
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
+    command = "jitnn " + shlex.join(args.argv)
+    return harness.bench(suites, _thread_counts(args.threads), peers, args.quick,
+                         args.json, args.plot, command)
+
+
+def _add_bench_parser(commands) -> None:
+    from .bench import SUITES
+    from .bench.harness import PEERS
+
+    suite_help = "; ".join(f"{name}: {_suite_description(name)}" for name in SUITES)
+    parser = commands.add_parser(
+        "bench", help="measure jitnn against its peers and the sgemm peak, print markdown tables",
+        description=f"Suites: {suite_help}. Each thread count runs in its own process "
+                    "(a --quick run with one thread count runs in this one).")
+    parser.add_argument("suite", choices=[*SUITES, "all"], help="which suite (all: every one)")
+    parser.add_argument("--threads", action="append", metavar="N",
+                        help="thread counts, repeatable or a comma list (default: 1 and all cores)")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help=f"comma list of peers to compare with (default {','.join(PEERS)}); "
+                             "those not installed are skipped")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes: runs in seconds")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write every row, the machine facts and the command as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="also draw a PNG (needs matplotlib)")
+    parser.set_defaults(run=bench)
+
+
+def _suite_description(name: str) -> str:
+    from .bench import load
+    try:
+        return load(name).DESCRIPTION
+    except (ImportError, AttributeError) as error:  # a broken suite must not break --help
+        return f"(cannot load: {error})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="jitnn", description="jitnn: CPU neural-network kernels on blocked layouts")
@@ -82,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     info_parser = commands.add_parser(
         "info", help="the machine, the chosen block and threads, numba and the kernel cache")
     info_parser.set_defaults(run=info)
+    _add_bench_parser(commands)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if not getattr(args, "run", None):
         parser.print_help()
         return 2

@@ -1,0 +1,170 @@
+"""Reorder throughput: jitnn's layout kernels against np.copyto and numpy.
+
+Throughput is (bytes read + bytes written) / time, so a conversion that pads
+C = 3 up to 8 gets credit for the larger buffer it writes. Every row compares,
+in the same run, against ``np.copyto`` of the source's bytes (the
+memory-bound ceiling: this suite's peak; single-threaded in numpy) and
+against numpy doing the same conversion with a transposed view and one
+strided copy (the numpy peer). Block 8 (``nChw8c``, AVX2's register).
+The compile probe measures ``import jitnn`` and every reorder kernel's cold
+compile and cached load, each in a fresh process with an empty kernel cache.
+"""
+
+from __future__ import annotations
+
+from .harness import Column, Run, markdown_table, ratio
+
+DESCRIPTION = "layout reorders (nchw/nhwc <-> nChw8c, filter packing) against np.copyto and numpy"
+UNIT = "GB/s"
+PEERS = ("numpy",)
+BLOCK = 8
+FILTERS = ((64, 64, 3, 3), (256, 256, 3, 3), (512, 2048, 1, 1))
+
+
+def cases(quick: bool):
+    sides = (16, 32, 64) if quick else (16, 32, 64, 128, 256, 512)
+    for side in sides:
+        yield (1, 64, side, side)
+    yield (1, 3, 56, 56) if quick else (8, 3, 224, 224)
+    yield (2, 17, 56, 56)
+
+
+def reorder_rows(run: Run, shape):
+    import numpy as np
+
+    from jitnn import layouts
+    from jitnn.kernels import layout as kernels
+
+    n, c, h, w = shape
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    blocked = layouts.reference_nchw_to_blocked(x, BLOCK)
+    cp = layouts.padded_channels(c, BLOCK)
+    plain_out, nhwc_out, blocked_out = np.empty_like(x), np.empty_like(nhwc), np.empty_like(blocked)
+    copy_dst = np.empty_like(x)
+    copy_s, _, _ = run.median(lambda: np.copyto(copy_dst, x))
+    padded = np.zeros((n, cp, h, w), np.float32)
+    padded_nhwc = np.zeros((n, h, w, cp), np.float32)
+
+    def numpy_nchw_to_blocked():  # zero-pad (if needed) then one strided copy
+        source = x
+        if cp != c:
+            padded[:, :c] = x
+            source = padded
+        np.copyto(blocked_out, source.reshape(n, cp // BLOCK, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
+
+    def numpy_blocked_to_nchw():
+        np.copyto(plain_out, blocked.transpose(0, 1, 4, 2, 3).reshape(n, cp, h, w)[:, :c])
+
+    def numpy_nhwc_to_blocked():
+        source = nhwc
+        if cp != c:
+            padded_nhwc[..., :c] = nhwc
+            source = padded_nhwc
+        np.copyto(blocked_out, source.reshape(n, h, w, cp // BLOCK, BLOCK).transpose(0, 3, 1, 2, 4))
+
+    def numpy_blocked_to_nhwc():
+        np.copyto(nhwc_out, blocked.transpose(0, 2, 3, 1, 4).reshape(n, h, w, cp)[..., :c])
+
+    conversions = [
+        ("nchw -> nChw8c", lambda: kernels.nchw_to_blocked(x, blocked_out), numpy_nchw_to_blocked),
+        ("nChw8c -> nchw", lambda: kernels.blocked_to_nchw(blocked, plain_out), numpy_blocked_to_nchw),
+        ("nhwc -> nChw8c", lambda: kernels.nhwc_to_blocked(nhwc, blocked_out), numpy_nhwc_to_blocked),
+        ("nChw8c -> nhwc", lambda: kernels.blocked_to_nhwc(blocked, nhwc_out), numpy_blocked_to_nhwc),
+    ]
+    moved = x.nbytes + blocked.nbytes
+    for name, ours, theirs in conversions:
+        ours_s, lo, hi = run.median(ours)
+        numpy_s = run.median(theirs)[0] if "numpy" in run.peers else None
+        yield {
+            "reorder": name, "shape": list(shape), "threads": run.threads,
+            "mbytes": x.nbytes / 1e6,
+            "jitnn_gbs": moved / ours_s / 1e9,
+            "jitnn_gbs_spread": [moved / hi / 1e9, moved / lo / 1e9],
+            "copyto_gbs": 2 * x.nbytes / copy_s / 1e9,
+            "numpy_gbs": moved / numpy_s / 1e9 if numpy_s else None,
+        }
+
+
+def filter_rows(run: Run):
+    import numpy as np
+
+    from jitnn.kernels import layout as kernels
+
+    for shape in FILTERS[:1] if run.quick else FILTERS:
+        w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        o, i, kh, kw = shape
+        packed = np.empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK), np.float32)
+        ours_s, lo, hi = run.median(lambda: kernels.pack_filter(w, 1, packed))
+        dst = np.empty_like(w)
+        copy_s, _, _ = run.median(lambda: np.copyto(dst, w))
+        numpy_s = run.median(lambda: np.copyto(
+            packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK, kh, kw)
+            .transpose(0, 2, 4, 5, 3, 1)))[0] if "numpy" in run.peers else None
+        moved = 2 * w.nbytes
+        yield {"reorder": "oihw -> OIhw8i8o", "shape": list(shape), "threads": run.threads,
+               "mbytes": w.nbytes / 1e6, "jitnn_gbs": moved / ours_s / 1e9,
+               "jitnn_gbs_spread": [moved / hi / 1e9, moved / lo / 1e9],
+               "copyto_gbs": moved / copy_s / 1e9,
+               "numpy_gbs": moved / numpy_s / 1e9 if numpy_s else None}
+
+
+def measure(run: Run) -> dict:
+    rows = []
+    shapes = list(cases(run.quick))
+    for k, shape in enumerate(shapes):
+        rows.extend(reorder_rows(run, shape))
+        run.progress(f"{k + 1}/{len(shapes) + 1} {'x'.join(map(str, shape))}: "
+                     f"nchw -> nChw8c {rows[-4]['jitnn_gbs']:.1f} GB/s")
+    rows.extend(filter_rows(run))
+    run.progress(f"{len(shapes) + 1}/{len(shapes) + 1} filter packing: "
+                 f"{rows[-1]['jitnn_gbs']:.1f} GB/s")
+    return {"rows": rows, "block": BLOCK}
+
+
+def row_label(row: dict) -> str:
+    return f"{row['reorder']} {'x'.join(map(str, row['shape']))}"
+
+
+COLUMNS = [
+    Column("reorder", lambda r: r["reorder"], numeric=False),
+    Column("shape", lambda r: "x".join(map(str, r["shape"])), numeric=False),
+    Column("MB", lambda r: r["mbytes"], ".2f"),
+    Column("threads", lambda r: r["threads"], "d"),
+    Column("jitnn GB/s", lambda r: r["jitnn_gbs"]),
+    Column("np.copyto GB/s", lambda r: r["copyto_gbs"]),
+    Column("x copyto", lambda r: ratio(r["jitnn_gbs"], r["copyto_gbs"]), ".2f"),
+    Column("numpy transpose GB/s", lambda r: r["numpy_gbs"], peer="numpy"),
+    Column("x numpy", lambda r: ratio(r["jitnn_gbs"], r["numpy_gbs"]), ".1f", peer="numpy"),
+]
+PLOT_COLUMNS = [("jitnn", "jitnn_gbs"), ("np.copyto (peak)", "copyto_gbs"),
+                ("numpy transpose", "numpy_gbs", "numpy")]
+
+
+def render(result: dict) -> list[str]:
+    return (["GB/s = (read + written) / time; the peak of a reorder is `np.copyto` of the "
+             "same bytes (\"x copyto\" is the fraction of it).", ""]
+            + markdown_table(COLUMNS, result["rows"], result["peers"]))
+
+
+COMPILE_LABEL = "kernel"
+COMPILE_PROBE = r"""
+import json, time
+t0 = time.perf_counter()
+import jitnn
+import_s = time.perf_counter() - t0
+import numpy as np
+from jitnn.kernels import layout as k
+x = np.ones((1, 9, 5, 7), np.float32); b = np.empty((1, 2, 5, 7, 8), np.float32)
+nh = np.ones((1, 5, 7, 9), np.float32); w = np.ones((9, 9, 3, 3), np.float32)
+p = np.empty((2, 2, 3, 3, 8, 8), np.float32)
+calls = {"nchw_to_blocked": lambda: k.nchw_to_blocked(x, b),
+         "blocked_to_nchw": lambda: k.blocked_to_nchw(b, x),
+         "nhwc_to_blocked": lambda: k.nhwc_to_blocked(nh, b),
+         "blocked_to_nhwc": lambda: k.blocked_to_nhwc(b, nh),
+         "pack_filter": lambda: k.pack_filter(w, 1, p)}
+out = {"import_s": import_s}
+for name, call in calls.items():
+    t = time.perf_counter(); call(); out[name] = time.perf_counter() - t
+print(json.dumps(out))
+"""
