@@ -10,6 +10,7 @@ so every kernel launch sets it first.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -125,6 +126,9 @@ class Context:
         self._flush_lock = threading.RLock()
         self._trace = threading.local()
         self._symbolic = False      # a GraphBuilder's shape-only context: never runs
+        # single-op graphs: an op's validated signature, by op, shapes, layouts
+        # and options (bounded: varying shapes do not grow memory without limit)
+        self._graphs: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         # Plain ints behind a lock (a launch counts in well under a microsecond);
         # ``stats`` hands out an immutable snapshot.
@@ -208,6 +212,28 @@ class Context:
             yield
         finally:
             self._trace.reorders = previous
+
+    #: how many single-op graphs a context keeps (least recently used go first)
+    SINGLE_OP_GRAPHS = 512
+
+    def _single_op_graph(self, key: tuple, make):
+        """``make()`` (validate an op call, infer its shapes) once per key."""
+        try:
+            found = self._graphs.get(key)
+        except TypeError:                   # an unhashable option (a list): no cache
+            return make()
+        if found is None:
+            found = make()
+            with self._lock:
+                self._graphs[key] = found
+                if len(self._graphs) > self.SINGLE_OP_GRAPHS:
+                    self._graphs.popitem(last=False)
+        else:
+            try:
+                self._graphs.move_to_end(key)
+            except KeyError:                # evicted by another thread meanwhile
+                pass
+        return found
 
     # --- pending work ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ and the tests hold the Numba kernels to them.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -41,6 +42,7 @@ def blocked_tag(block: int) -> str:
     return f"nChw{block}c"
 
 
+@functools.lru_cache(maxsize=256)
 def block_of(tag: str) -> int | None:
     """The block size of a blocked tag (``"nChw8c" -> 8``), None if plain."""
     match = _BLOCKED.match(tag)

@@ -28,6 +28,7 @@ output is blocked under the ``"blocked"`` and ``"eager"`` policies, plain under
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +58,7 @@ class Step:
     buffer: str = ""               # buffer slot of an intermediate ("b0", ...)
     frees: tuple = ()              # values whose buffers are dead after this step
     reorder_block: int = 0         # reorder steps: the target block
+    removed: bool = False          # fused into another step by a pass
     seconds: float | None = None   # measured after the run
     inner_reorders: list = dataclasses.field(default_factory=list)  # (label, bytes, s)
 
@@ -76,6 +78,7 @@ class Plan:
     buffer_slots: int = 0
     seconds: float | None = None
     read_lines: list[str] = dataclasses.field(default_factory=list)
+    readers: dict = dataclasses.field(default_factory=dict)     # see _index_readers
 
     def op_steps(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "op"]
@@ -93,35 +96,41 @@ def physical_shape(v: Value) -> tuple[int, ...]:
 
 
 def physical_bytes(v: Value) -> int:
-    return 4 * int(np.prod(physical_shape(v), dtype=np.int64))
+    return 4 * math.prod(physical_shape(v))
 
 
-def _step_index(plan: Plan) -> dict[int, int]:
-    return {id(s.value): i for i, s in enumerate(plan.steps) if s.kind == "op"}
-
-
-def _readers(plan: Plan, v: Value) -> list[Step]:
-    """Steps of the plan whose op reads ``v`` (a step reading it twice counts twice)."""
-    return [s for s in plan.steps if s.kind == "op"
-            for source in s.node.inputs if source is v]
+def _index_readers(plan: Plan) -> None:
+    """``plan.readers[id(v)]``: the op steps reading ``v`` (once per read)."""
+    plan.readers = {}
+    for step in plan.steps:
+        if step.kind == "op":
+            for source in step.node.inputs:
+                plan.readers.setdefault(id(source), []).append(step)
 
 
 def _fusible(plan: Plan, v: Value) -> Step | None:
     """The one step reading ``v`` if ``v`` may be fused away into it, else None."""
     if id(v) in plan.kept:
         return None
-    readers = _readers(plan, v)
+    readers = plan.readers.get(id(v), ())
     return readers[0] if len(readers) == 1 else None
 
 
-def _remove(plan: Plan, v: Value) -> None:
-    plan.steps = [s for s in plan.steps if s.value is not v]
+def _fuse(plan: Plan, fused: Step, reader: Step, node: Node) -> None:
+    """``reader`` now runs ``node``, which does ``fused``'s work too: ``fused``
+    leaves the plan and its inputs are read by ``reader`` instead."""
+    reader.node = node
+    reader.label = node.label
+    reader.flops = node.flops
+    fused.removed = True
+    plan.readers.pop(id(fused.value), None)
+    for source in fused.node.inputs:
+        readers = plan.readers.get(id(source), [])
+        plan.readers[id(source)] = [reader if r is fused else r for r in readers]
 
 
-def _relabel(step: Step) -> None:
-    node = step.node
-    step.label = node.label
-    step.flops = node.flops
+def _drop_removed(plan: Plan) -> None:
+    plan.steps = [s for s in plan.steps if not s.removed]
 
 
 # --- passes -------------------------------------------------------------------------
@@ -155,6 +164,7 @@ def collect(ctx: "Context", roots: list[Value]) -> Plan:
     kept.update(id(r) for r in roots)
     steps = [Step("op", v, v._node.label, node=v._node, flops=v._node.flops) for v in order]
     plan = Plan(ctx.policy, list(roots), steps, kept, recorded_ops=len(order))
+    _index_readers(plan)
     plan.log.append(f"collect: {len(order)} pending op(s), {len(kept)} kept "
                     f"(read, held by the caller, or read by later ops)")
     return plan
@@ -183,12 +193,11 @@ def fold_batch_norms(plan: Plan) -> Plan:
         if any(t is not None and t._data is None for t in bn[:4]):
             continue                               # statistics not computed yet
         extra = tuple(t for t in bn[:4] if t is not None)
-        reader.node = node.replace(
+        _fuse(plan, step, reader, node.replace(
             inputs=node.inputs + extra, attrs={**node.attrs, "bn": bn},
-            fused=node.fused + (consumer.op,))
-        _relabel(reader)
-        _remove(plan, v)
+            fused=node.fused + (consumer.op,)))
         folded += 1
+    _drop_removed(plan)
     plan.fused_ops += folded
     plan.log.append(f"fold_batch_norms: {folded} folded into a conv2d")
     return plan
@@ -203,7 +212,7 @@ def fuse_epilogues(plan: Plan) -> Plan:
         changed = False
         for step in list(plan.steps):
             v = step.value
-            if step.kind != "op" or step.node.kind != "conv2d" or step not in plan.steps:
+            if step.kind != "op" or step.node.kind != "conv2d" or step.removed:
                 continue
             node = step.node
             reader = _fusible(plan, v)
@@ -231,12 +240,11 @@ def fuse_epilogues(plan: Plan) -> Plan:
                         (residual, block, v._axes),)
             else:
                 continue
-            reader.node = node.replace(inputs=inputs, attrs=attrs,
-                                              fused=node.fused + (consumer.op,))
-            _relabel(reader)
-            _remove(plan, v)
+            _fuse(plan, step, reader, node.replace(inputs=inputs, attrs=attrs,
+                                                   fused=node.fused + (consumer.op,)))
             fused += 1
             changed = True
+    _drop_removed(plan)
     plan.fused_ops += fused
     plan.log.append(f"fuse_epilogues: {fused} op(s) fused into conv2d epilogues")
     return plan
@@ -247,7 +255,7 @@ def fuse_eltwise_chains(plan: Plan) -> Plan:
     fused = 0
     for step in list(plan.steps):
         v = step.value
-        if step.kind != "op" or step.node.kind != "eltwise" or step not in plan.steps:
+        if step.kind != "op" or step.node.kind != "eltwise" or step.removed:
             continue
         node = step.node
         reader = _fusible(plan, v)
@@ -262,12 +270,11 @@ def fuse_eltwise_chains(plan: Plan) -> Plan:
                       and s[2]._shape == v._shape)
         if len(steps) > eltwise_kernels.MAX_STEPS or tensors > eltwise_kernels.MAX_TENSORS:
             continue
-        reader.node = node.replace(
+        _fuse(plan, step, reader, node.replace(
             inputs=node.inputs + consumer.inputs[1:], attrs={**node.attrs, "steps": steps},
-            fused=node.fused + (consumer.label,), flops=node.flops + consumer.flops)
-        _relabel(reader)
-        _remove(plan, v)
+            fused=node.fused + (consumer.label,), flops=node.flops + consumer.flops))
         fused += 1
+    _drop_removed(plan)
     plan.fused_ops += fused
     plan.log.append(f"fuse_eltwise_chains: {fused} op(s) merged into elementwise passes")
     return plan

@@ -13,6 +13,7 @@ A tensor may be *pending*: produced by an op that has not run yet. Reading it
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import TYPE_CHECKING, Callable
@@ -134,7 +135,7 @@ class Value:
     shape = property(lambda self: self._shape)
     layout = property(lambda self: self._layout)
     ndim = property(lambda self: len(self._shape))
-    size = property(lambda self: int(np.prod(self._shape, dtype=np.int64)))
+    size = property(lambda self: math.prod(self._shape))
     dtype = property(lambda self: FLOAT32)
 
     @property

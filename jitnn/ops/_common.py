@@ -41,6 +41,14 @@ def value_of(t: "Tensor | Value | None") -> "Value | None":
     return t._v if isinstance(t, Tensor) else t
 
 
+def frozen(option: object) -> object:
+    """An option as a cache-key part: lists become tuples (their type kept
+    apart, so ``[1, 1]`` and ``(1, 1)`` validate the same but key apart)."""
+    if isinstance(option, list):
+        return ("list",) + tuple(frozen(v) for v in option)
+    return option
+
+
 def pending(ctx: Context, shape: tuple[int, ...], layout: str, node: Node,
             axes: str = "nchw") -> Tensor:
     """A new pending Tensor computed by ``node``, recorded with the context

@@ -23,7 +23,7 @@ from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
 from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, context_of, int_pair, padding4,
-                      parse_activation, pending, plain_buffer, value_of)
+                      parse_activation, pending, plain_buffer, value_of, frozen)
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -89,13 +89,37 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
     """
     op = "conv2d"
     ctx = context_of(op, x, w, bias)
+    x = as_tensor(ctx, x, op, "x")
+    w = as_tensor(ctx, w, op, "filter")
+    bias_t = None if bias is None else as_tensor(ctx, bias, op, "bias")
+    # The single-op graph: validation and shape inference, cached per context
+    # by everything they depend on (unhashable options just skip the cache).
+    key = (op, x.shape, x.layout, x._axes, w.shape, None if bias_t is None else bias_t.shape,
+           *map(frozen, (strides, padding, dilations, groups, input_layout, filter_layout,
+                         activation)))
+    info = ctx._single_op_graph(key, lambda: _conv2d_signature(
+        ctx, x, w, bias_t, strides, padding, dilations, groups, input_layout, filter_layout,
+        activation))
+    x_value = value_of(x)
+    attrs = dict(info["attrs"], x=x_value, w=value_of(w), bias=value_of(bias_t))
+    if info["needs_reorder"]:
+        # a plain input the kernel reads blocked: a reorder step (shared)
+        attrs["blocked_inputs"] = ((x_value, attrs["block"], input_layout),)
+    inputs = (x_value, attrs["w"]) + ((attrs["bias"],) if bias_t is not None else ())
+    node = Node(op, inputs, kind="conv2d", attrs=attrs, run=run_conv2d, flops=info["flops"])
+    return pending(ctx, info["shape"], info["layout"], node, axes=input_layout)
+
+
+def _conv2d_signature(ctx, x: Tensor, w: Tensor, bias_t: Tensor | None, strides, padding,
+                      dilations, groups, input_layout: str, filter_layout: str,
+                      activation) -> dict:
+    """Validate a conv2d call and infer what its node needs (no tensor values)."""
+    op = "conv2d"
     if input_layout not in layouts.ACTIVATION_LAYOUTS:
         raise JitnnValueError(f"{op}: input_layout must be 'nchw' or 'nhwc', got {input_layout!r}")
     if filter_layout not in layouts.FILTER_LAYOUTS:
         raise JitnnValueError(
             f"{op}: filter_layout must be one of {layouts.FILTER_LAYOUTS}, got {filter_layout!r}")
-    x = as_tensor(ctx, x, op, "x")
-    w = as_tensor(ctx, w, op, "filter")
     _check_rank4(op, "input x", x)
     _check_rank4(op, "filter w", w)
     sh, sw = int_pair(op, "strides", strides, 1)
@@ -126,38 +150,31 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
         raise JitnnValueError(
             f"{op}: the output would be {oh}x{ow}: input {h}x{wd}, kernel {kh}x{kw}, "
             f"strides {(sh, sw)}, dilations {(dh, dw)}, padding {list(pad)}")
-    bias_values = None
-    if bias is not None:
-        bias_t = as_tensor(ctx, bias, op, "bias")
-        if bias_t.shape != (o,):
-            raise JitnnValueError(
-                f"{op}: bias must have shape ({o},) for {o} output channels, got {bias_t.shape}")
-        bias_values = bias_t
+    if bias_t is not None and bias_t.shape != (o,):
+        raise JitnnValueError(
+            f"{op}: bias must have shape ({o},) for {o} output channels, got {bias_t.shape}")
 
     block = ctx.block
     # A plain NCHW input with fewer channels than a block (an RGB image) is
     # read as it is by the first-layer kernel instead of padded up to a block.
     first_layer = layouts.block_of(x.layout) is None and input_layout == "nchw" and c < block
-    x_value = value_of(x)
     needs_reorder = not first_layer and not (
         layouts.block_of(x.layout) == block and x._axes == input_layout)
     attrs = {
-        "x": x_value, "w": value_of(w), "bias": value_of(bias_values),
         "strides": (sh, sw), "dilations": (dh, dw), "padding": pad, "groups": groups,
         "filter_layout": filter_layout, "in_channels": c, "out_channels": o,
         "first_layer": first_layer, "block": block, "axes": input_layout,
         # what scheduler passes may add: epilogue and folded normalization
         "activation": (code, p0, p1), "residual": None, "bn": None,
-        # plain inputs the kernel reads blocked: a reorder step each (shared)
-        "blocked_inputs": ((x_value, block, input_layout),) if needs_reorder else (),
+        "blocked_inputs": (),
     }
-    inputs = (x_value, value_of(w)) + ((value_of(bias_values),) if bias_values is not None else ())
-    node = Node(op, inputs, kind="conv2d", attrs=attrs, run=run_conv2d,
-                flops=2 * n * o * oh * ow * group_in * kh * kw)
     out_shape = (n, o, oh, ow) if input_layout == "nchw" else (n, oh, ow, o)
-    # the "plain" policy converts every result back to standard layout
-    layout = layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout
-    return pending(ctx, out_shape, layout, node, axes=input_layout)
+    return {
+        "attrs": attrs, "needs_reorder": needs_reorder, "shape": out_shape,
+        "flops": 2 * n * o * oh * ow * group_in * kh * kw,
+        # the "plain" policy converts every result back to standard layout
+        "layout": layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout,
+    }
 
 
 def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
