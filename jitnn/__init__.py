@@ -10,14 +10,15 @@ from .errors import JitnnError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor
 from .scheduler import explain
 from .graph import Graph, GraphBuilder, Operand
-from .ops import (add, average_pool2d, batch_normalization, clamp, concat, conv2d, div, flatten,
+from .ops import (add, average_pool2d, batch_normalization, clamp, concat, conv2d,
+                  conv_transpose2d, div, flatten,
                   gelu, gemm, global_average_pool2d, hard_swish, leaky_relu, matmul, max_pool2d,
                   maximum, minimum, mul, relu, reshape, sigmoid, softmax, sub, tanh, transpose)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Context", "Stats", "conv2d", "gemm", "matmul", "Tensor",
+    "Context", "Stats", "conv2d", "conv_transpose2d", "gemm", "matmul", "Tensor",
     "add", "sub", "mul", "div", "maximum", "minimum", "relu", "clamp", "sigmoid", "tanh",
     "leaky_relu", "hard_swish", "gelu", "max_pool2d", "average_pool2d", "global_average_pool2d",
     "batch_normalization", "softmax", "reshape", "flatten", "transpose", "concat",

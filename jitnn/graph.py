@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: the eager ops a builder offers as methods (same names and arguments)
 GRAPH_OPS = (
-    "conv2d", "matmul", "gemm", "add", "sub", "mul", "div", "maximum", "minimum", "relu",
+    "conv2d", "conv_transpose2d", "matmul", "gemm", "add", "sub", "mul", "div", "maximum", "minimum", "relu",
     "clamp", "sigmoid", "tanh", "leaky_relu", "hard_swish", "gelu", "max_pool2d",
     "average_pool2d", "global_average_pool2d", "batch_normalization", "softmax", "reshape",
     "flatten", "transpose", "concat",

@@ -30,7 +30,9 @@ from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import conv_transpose2d as ct_kernels
 from ..kernels import epilogue
-from ._common import int_pair, padding4, parse_activation
+from ..tensor import Node, Tensor, Value
+from ._common import (as_tensor, blocked_buffer, context_of, frozen, int_pair, padding4,
+                      parse_activation, pending, plain_buffer, value_of)
 
 OP = "conv_transpose2d"
 
@@ -66,12 +68,6 @@ class ConvTranspose2dOptions:
     @property
     def nchw_out_shape(self) -> tuple[int, ...]:
         """``(N, O, OH, OW)``: the output's logical shape in nchw order."""
-        return (self.batch, self.out_channels) + self.output_size
-
-
-def blocked_out_shape(self) -> tuple[int, ...]:
-        """The output shape as it is computed: nChw{block}c needs the block, so
-        this is ``(N, O, OH, OW)``; use :func:`blocked_out_shape` for blocks."""
         return (self.batch, self.out_channels) + self.output_size
 
 
@@ -293,3 +289,72 @@ def run_conv_transpose2d(x_blocked: np.ndarray, packed: ct_kernels.PackedConvTra
     ct_kernels.conv_transpose2d_forward(x_blocked, packed, out, options.strides,
                                         options.dilations, options.padding, bias, code, p0, p1)
     return out
+
+
+# --- the op ---------------------------------------------------------------------------
+
+def conv_transpose2d(x, w, bias=None, *, strides=1, dilations=1, padding=0, output_padding=0,
+                     output_sizes=None, groups: int = 1, input_layout: str = "nchw",
+                     filter_layout: str = "iohw", activation=None) -> Tensor:
+    """Transposed 2-D convolution with WebNN's options; returns a pending Tensor,
+    blocked like conv2d's result (plain under the ``"plain"`` policy).
+
+    ``x``: ``(N, C, H, W)`` or ``(N, H, W, C)`` (``input_layout="nhwc"``); ``w``:
+    ``iohw`` ``(C, O/groups, KH, KW)`` (default), ``hwoi`` or ``ohwi``; ``bias``
+    ``(O,)``. See the module docstring for the output size. The filter is packed
+    once per (filter tensor, block, groups, strides, dilations).
+    """
+    ctx = context_of(OP, x, w, bias)
+    x = as_tensor(ctx, x, OP, "x")
+    w = as_tensor(ctx, w, OP, "filter")
+    bias_t = None if bias is None else as_tensor(ctx, bias, OP, "bias")
+    key = (OP, x.shape, w.shape, None if bias_t is None else bias_t.shape,
+           *map(frozen, (strides, dilations, padding, output_padding, output_sizes, groups,
+                         input_layout, filter_layout, activation)))
+    out_shape, options = ctx._single_op_graph(key, lambda: conv_transpose2d_plan(
+        x.shape, w.shape, None if bias_t is None else bias_t.shape, strides=strides,
+        dilations=dilations, padding=padding, output_padding=output_padding,
+        output_sizes=output_sizes, groups=groups, input_layout=input_layout,
+        filter_layout=filter_layout, activation=activation))
+    block = ctx.block
+    x_value = value_of(x)
+    reorder = () if (layouts.block_of(x.layout) == block and x._axes == input_layout) \
+        else ((x_value, block, input_layout),)
+    attrs = {"options": options, "w": value_of(w), "bias": value_of(bias_t),
+             "block": block, "blocked_inputs": reorder}
+    inputs = (x_value, attrs["w"]) + ((attrs["bias"],) if bias_t is not None else ())
+    n, o = options.batch, options.out_channels
+    kh, kw = options.kernel
+    flops = 2 * n * o * (options.in_channels // options.groups) * kh * kw \
+        * options.input_size[0] * options.input_size[1]
+    node = Node(OP, inputs, kind="conv_transpose2d", attrs=attrs,
+                run=_run_node, flops=flops)
+    layout = layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout
+    return pending(ctx, out_shape, layout, node, axes=input_layout)
+
+
+def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
+    a = node.attrs
+    options, block = a["options"], a["block"]
+    x_value = node.inputs[0]
+    source = blocked_buffer(ctx, x_value, block, options.input_layout)
+    w = a["w"]
+
+    def pack():
+        weights = plain_buffer(w)
+        packed = conv_transpose2d_pack(weights, options, block)
+        ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
+        return packed
+    packed = w._derive(("conv_transpose2d_filter", block, options.filter_layout,
+                        options.groups, options.strides, options.dilations), pack)
+    bias = None if a["bias"] is None else plain_buffer(a["bias"])
+    plain_result = layouts.block_of(value.layout) is None
+    blocked = run_conv_transpose2d(source, packed, options, bias,
+                                   None if plain_result else out)
+    if not plain_result:
+        return blocked
+    from ..kernels import layout as layout_kernels
+    result = np.empty(value.shape, np.float32)
+    kernel = layout_kernels.blocked_to_nchw if options.input_layout == "nchw" \
+        else layout_kernels.blocked_to_nhwc
+    return ctx._reorder(kernel, blocked, result)
