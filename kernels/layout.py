@@ -689,6 +689,19 @@ def pack_filter(w, groups, out):
         vec = 4
     src = wc.reshape(wc.size)
     dst = out.reshape(out.size)
+    if (groups == 1 and taps == 1 and vec == 8 and out_channels % oc_bn == 0
+            and group_in % ic_bn == 0):
+        # Dense 1x1 filters: every tile is a full one, a loop of its own (the
+        # same transposes inside the general loop below ran 3x slower).
+        for task in prange(out_blocks * in_blocks):
+            ob = task // in_blocks
+            ib = task % in_blocks
+            for og in range(oc_bn // 8):
+                src0 = (ob * oc_bn + og * 8) * row + ib * ic_bn
+                for f0 in range(0, ic_bn, 8):
+                    transpose8(wc, src0 + f0, row, out, task * tile_size + f0 * oc_bn + og * 8,
+                               oc_bn)
+        return
     for ob in prange(out_blocks):
         scratch = numba.carray(stack_empty(64, np.float32), (64,))
         oc0 = ob * oc_bn

@@ -137,7 +137,7 @@ def test_blocked_to_nhwc_ignores_padding_lane_values():
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
 @pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (32, 16, 2),
+@pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (64, 96, 1), (32, 16, 2),
                                                 (48, 24, 3), (24, 20, 1)])
 def test_pack_filter_full_tiles(kernel, block, in_c, out_c, groups):
     oihw = _spec_filter(out_c, in_c // groups, *kernel, seed=in_c + out_c)
