@@ -156,7 +156,7 @@ def _transpose_zero_padded(n, max_rows=None):
     return transpose
 
 
-def _transpose_cropped(n, max_rows=None):
+def _transpose_cropped(n):
     """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: an
     n x n transpose that stores only output rows ``< rows`` (the others go to a
     scratch vector on the stack): the valid channels of a partial block."""
@@ -176,7 +176,7 @@ def _transpose_cropped(n, max_rows=None):
             loaded = [builder.load(_row_pointer(builder, src_data, args[1], args[2], r, vector),
                                    align=4) for r in range(n)]
             out = _transpose_rows(builder, loaded, n)
-            for r in range(n if max_rows is None else max_rows):
+            for r in range(n):
                 valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
                 pointer = builder.select(
                     valid, _row_pointer(builder, dst_data, args[4], args[5], r, vector), scratch)
@@ -188,7 +188,7 @@ def _transpose_cropped(n, max_rows=None):
     return transpose
 
 
-def _transpose_pair_cropped(n, max_rows=None, full=False):
+def _transpose_pair_cropped(n, full=False):
     """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: two
     n x n transposes side by side: 2n source rows of n floats become n rows of
     2n floats, stored as two back-to-back vectors so each target line is
@@ -216,7 +216,7 @@ def _transpose_pair_cropped(n, max_rows=None, full=False):
                                                     half * n + r, vector), align=4)
                           for r in range(n)]
                 halves.append(_transpose_rows(builder, loaded, n))
-            for r in range(n if max_rows is None else max_rows):
+            for r in range(n):
                 row = builder.gep(dst_data, [builder.add(
                     args[4], builder.mul(args[5], ir.Constant(args[5].type, r)))])
                 pointer = builder.bitcast(row, vector.as_pointer())
@@ -232,6 +232,50 @@ def _transpose_pair_cropped(n, max_rows=None, full=False):
         return signature, codegen
 
     return transpose
+
+
+@intrinsic
+def transpose8_low4_cropped(typingctx, src, src_start, src_stride, dst, dst_start, dst_stride,
+                            rows):
+    """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: like
+    ``transpose8_cropped`` with ``rows <= 4``: reads only the first 4 floats of
+    each of the 8 source rows (two rows per ymm, lane-wise 4 x 4 transposes:
+    4 inserts and 8 shuffles instead of 8 loads and 24 shuffles)."""
+    if not _check_arrays(src, dst):
+        return None
+    signature = types.void(src, types.intp, types.intp, dst, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        half = ir.VectorType(ir.FloatType(), 4)
+        vector = ir.VectorType(ir.FloatType(), 8)
+        src_data = _data(context, builder, sig.args[0], args[0])
+        dst_data = _data(context, builder, sig.args[3], args[3])
+        scratch = cgutils.alloca_once(builder, vector)
+
+        def shuffle(a, b, mask):
+            return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(i32, len(mask)), mask))
+        v = []
+        for j in range(4):
+            low = builder.load(_row_pointer(builder, src_data, args[1], args[2], j, half), align=4)
+            high = builder.load(_row_pointer(builder, src_data, args[1], args[2], j + 4, half),
+                                align=4)
+            v.append(shuffle(low, high, list(range(8))))
+        t0 = shuffle(v[0], v[1], [0, 8, 1, 9, 4, 12, 5, 13])
+        t1 = shuffle(v[0], v[1], [2, 10, 3, 11, 6, 14, 7, 15])
+        t2 = shuffle(v[2], v[3], [0, 8, 1, 9, 4, 12, 5, 13])
+        t3 = shuffle(v[2], v[3], [2, 10, 3, 11, 6, 14, 7, 15])
+        low_pairs, high_pairs = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        out = [shuffle(t0, t2, low_pairs), shuffle(t0, t2, high_pairs),
+               shuffle(t1, t3, low_pairs), shuffle(t1, t3, high_pairs)]
+        for r in range(4):
+            valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
+            pointer = builder.select(
+                valid, _row_pointer(builder, dst_data, args[4], args[5], r, vector), scratch)
+            builder.store(out[r], pointer, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def _lane_mask(builder, n, count):
@@ -330,9 +374,6 @@ transpose4_cropped = _transpose_cropped(4)
 transpose8_cropped = _transpose_cropped(8)
 transpose8_pair_cropped = _transpose_pair_cropped(8)
 transpose8_pair = _transpose_pair_cropped(8, full=True)
-#: at most 4 rows stored (C = 3 at cb = 8): the other rows' shuffles are dead code
-transpose8_cropped4 = _transpose_cropped(8, 4)
-transpose8_pair_cropped4 = _transpose_pair_cropped(8, 4)
 move4_padded = _move_zero_padded(4, False)
 move8_padded = _move_zero_padded(8, False)
 move4_padded_masked = _move_zero_padded(4, True)
@@ -445,11 +486,9 @@ def blocked_to_nchw(x, out):
             # (one plane's burst at a time) and prefetchw did not help.
             pair_end = p0 + (p1 - p0) // 16 * 16
             if cb == 8 and valid <= 4:
-                for p in range(p0, pair_end, 16):
-                    transpose8_pair_cropped4(x, src_start + p * 8, 8,
-                                             out, dst_start + p, plane, valid)
-                for p in range(pair_end, vector_end, 8):
-                    transpose8_cropped4(x, src_start + p * 8, 8, out, dst_start + p, plane, valid)
+                for p in range(p0, vector_end, 8):
+                    transpose8_low4_cropped(x, src_start + p * 8, 8,
+                                            out, dst_start + p, plane, valid)
             elif valid == cb:
                 # Start the pairs where the target is 64-byte aligned (numpy's
                 # large arrays start 16 bytes into a page), so each pair writes

@@ -100,7 +100,7 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 9, 45, 47), (3, 17, 1, 5),
                                    (2, 1, 33, 31), (1, 32, 40, 40), (2, 7, 3, 3),
-                                   (1, 40, 35, 61)])
+                                   (1, 40, 35, 61), (2, 12, 33, 35), (1, 4, 9, 11)])
 def test_reorders_on_multi_task_and_partial_shapes(block, shape):
     n, c, h, w = shape
     x = _random(shape, seed=c * h + w)
