@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import threading
 import time
@@ -52,7 +51,8 @@ class Stats:
 
     ``reorders``: activation layout conversions run (plain <-> blocked), the
     tax a blocked layout pays at its boundaries; ``reorder_bytes``: bytes they
-    wrote; ``filter_packs`` / ``filter_pack_bytes``: filters packed into the
+    wrote; ``reorder_s``: seconds they took (the reorder tax is this over the
+    run's time); ``filter_packs`` / ``filter_pack_bytes``: filters packed into the
     kernels' layout (once per filter tensor and block size); ``launches``: op
     kernels run (conv2d, elementwise, pool, ...; reorders and filter packs are
     counted apart); ``fused_ops``: ops folded into another op's kernel;
@@ -63,6 +63,7 @@ class Stats:
 
     reorders: int = 0
     reorder_bytes: int = 0
+    reorder_s: float = 0.0
     filter_packs: int = 0
     filter_pack_bytes: int = 0
     launches: int = 0
@@ -173,7 +174,12 @@ class Context:
                 **options) -> None:
         """Run one kernel with this context's thread count (per calling thread),
         counted under ``_counter`` (None: not counted; reorders count themselves)."""
-        numba.set_num_threads(threads or self.num_threads)
+        wanted = threads or self.num_threads
+        if getattr(_thread_state, "numba_threads", None) != wanted:
+            # numba's thread count is per calling thread; setting it costs
+            # ~1.5 us, so only when it changes (jitnn sets it nowhere else)
+            numba.set_num_threads(wanted)
+            _thread_state.numba_threads = wanted
         # A numba dispatcher lists its compiled specializations; a Python
         # wrapper around several kernels does not, and is not timed here.
         overloads = getattr(kernel, "overloads", None)
@@ -196,22 +202,20 @@ class Context:
         """Run a layout-conversion kernel and count it as a reorder."""
         start = time.perf_counter()
         self._launch(kernel, source, out, threads=threads, _counter=None)
-        self._count(reorders=1, reorder_bytes=out.nbytes)
+        seconds = time.perf_counter() - start
+        self._count(reorders=1, reorder_bytes=out.nbytes, reorder_s=seconds)
         trace = getattr(self._trace, "reorders", None)
         if trace is not None:
-            name = kernel.__name__.replace("_to_", " -> ").replace("blocked", "blocked")
-            trace.append((f"reorder {name}", out.nbytes, time.perf_counter() - start))
+            trace.append((f"reorder {kernel.__name__.replace('_to_', ' -> ')}", out.nbytes,
+                          seconds))
         return out
 
-    @contextlib.contextmanager
-    def _tracing(self, reorders: list):
-        """Collect the reorders run by this thread into ``reorders`` (for explain)."""
+    def _tracing(self, reorders: list | None) -> list | None:
+        """Collect the reorders this thread runs into ``reorders`` (for explain)
+        until the next call; returns the previous collector to restore."""
         previous = getattr(self._trace, "reorders", None)
         self._trace.reorders = reorders
-        try:
-            yield
-        finally:
-            self._trace.reorders = previous
+        return previous
 
     #: how many single-op graphs a context keeps (least recently used go first)
     SINGLE_OP_GRAPHS = 512
@@ -381,6 +385,9 @@ class Context:
             tensor._check_out(out, op="read_async")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readback_pool(), tensor._read_into, out, None)
+
+
+_thread_state = threading.local()
 
 
 def physical_bytes_of(value: "Value | None") -> int:

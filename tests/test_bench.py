@@ -186,3 +186,17 @@ def test_benchmark_scripts_wrap_the_package(capsys, tmp_path):
             module["main"](["--help"])
         assert exit_info.value.code == 0
     assert not (ROOT / "benchmarks" / "_harness.py").exists()
+
+
+def test_chain_quick_policies_agree_and_overhead_is_reported(capsys, tmp_path):
+    out, err, data = _bench(capsys, tmp_path, "chain", "--peers", "torch")
+    info, run = _check_common(out, err, data, "chain", "--peers torch")
+    assert "| workload | jitnn blocked ms |" in out and "torch NCHW ms" in out
+    labels = {r[0] for r in _table_rows(out, "| workload |")}
+    assert labels == {"seed chain (quick)", "bottleneck (quick)"}
+    for row in data["rows"]:
+        assert row["max_diff"] < 1e-3                        # the policies agree
+        assert row["blocked_reorders"] == 2 and row["plain_reorders"] == 6
+        assert row["blocked_launches"] == 3
+        assert row["blocked"] > 0 and row["eager"] > 0 and row["plain"] > 0
+    assert run["overhead"]["ops"] == 20 and "us per op" in out

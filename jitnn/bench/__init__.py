@@ -1,4 +1,4 @@
-"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,all}``.
+"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,all}``.
 
 Each suite measures jitnn against its peers (PyTorch, ONNX Runtime, numpy;
 those not installed are skipped with a line saying so) in the same run, and
@@ -60,6 +60,7 @@ SUITES: dict[str, str] = {
     "conv2d": "jitnn.bench.conv2d",
     "matmul": "jitnn.bench.matmul",
     "blocks": "jitnn.bench.blocks",
+    "chain": "jitnn.bench.chain",
 }
 
 
