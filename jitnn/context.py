@@ -249,10 +249,9 @@ class Context:
         if self.policy != "blocked":
             self._flush([value])
             return
-        from .scheduler import physical_bytes
         with self._lock:
             self._pending.append(weakref.ref(value))
-            self._pending_bytes += physical_bytes(value)
+            self._pending_bytes += _scheduler().physical_bytes(value)
             over = (len(self._pending) > self.max_pending_ops
                     or self._pending_bytes > self.max_pending_bytes)
         if over:
@@ -269,19 +268,19 @@ class Context:
 
     def _flush(self, values: list["Value"]) -> "Plan | None":
         """Plan and run the pending work behind ``values`` (one flush at a time)."""
-        from .executor import execute
-        from .scheduler import schedule
         with self._flush_lock:
             values = [v for v in values if v._data is None]
             if not values:
                 return None
-            plan = schedule(self, values)
-            execute(self, plan)
+            plan = _scheduler().schedule(self, values)
+            _executor().execute(self, plan)
             self._count(flushes=1)
-        with self._lock:  # forget what is done
-            self._pending = [r for r in self._pending
-                             if r() is not None and r()._data is None]
-            self._pending_bytes = sum(physical_bytes_of(r()) for r in self._pending)
+        if self._pending:
+            with self._lock:  # forget what is done
+                alive = [(r, r()) for r in self._pending]
+                alive = [(r, v) for r, v in alive if v is not None and v._data is None]
+                self._pending = [r for r, _ in alive]
+                self._pending_bytes = sum(physical_bytes_of(v) for _, v in alive)
         return plan
 
     def _to_blocked(self, plain: np.ndarray, axes: str, block: int | None = None) -> np.ndarray:
@@ -391,10 +390,18 @@ _thread_state = threading.local()
 
 
 def physical_bytes_of(value: "Value | None") -> int:
-    if value is None:
-        return 0
-    from .scheduler import physical_bytes
-    return physical_bytes(value)
+    return 0 if value is None else _scheduler().physical_bytes(value)
+
+
+def _scheduler():
+    """jitnn.scheduler (imported on first use: it imports the ops, which import this)."""
+    from . import scheduler
+    return scheduler
+
+
+def _executor():
+    from . import executor
+    return executor
 
 
 _default_lock = threading.Lock()

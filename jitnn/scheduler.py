@@ -411,8 +411,26 @@ def _inplace_inputs(v: Value, node: Node) -> list[Value]:
 PASSES = (fold_batch_norms, fuse_epilogues, fuse_eltwise_chains, insert_reorders, plan_buffers)
 
 
+def _single_op_plan(ctx: "Context", v: Value) -> Plan:
+    """The plan of one pending op whose inputs are all computed: nothing to
+    fuse and no intermediate to place, so no pass but the reorders runs (the
+    per-call cost of an eager op, e.g. a tiny matmul, stays small)."""
+    node = v._node
+    step = Step("op", v, node.label, node=node, flops=node.flops, kept=True,
+                layouts_in=_kernel_layouts(node), layout_out=v._layout,
+                bytes_out=physical_bytes(v))
+    plan = Plan(ctx.policy, [v], [step], {id(v)}, recorded_ops=1,
+                peak_bytes=step.bytes_out)
+    plan.log.append("single op with computed inputs: nothing to fuse or place")
+    if node.attrs.get("blocked_inputs"):
+        plan = insert_reorders(plan)
+    return plan
+
+
 def schedule(ctx: "Context", roots: list[Value]) -> Plan:
     """Run the passes: fusion only under the ``"blocked"`` policy."""
+    if len(roots) == 1 and all(s._data is not None for s in roots[0]._node.inputs):
+        return _single_op_plan(ctx, roots[0])
     plan = collect(ctx, roots)
     for pass_ in PASSES:
         if ctx.policy != "blocked" and pass_ in (fold_batch_norms, fuse_epilogues,
