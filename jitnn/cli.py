@@ -128,6 +128,26 @@ def _add_bench_parser(commands) -> None:
     parser.set_defaults(run=bench)
 
 
+def demo(args: argparse.Namespace) -> int:
+    """``jitnn demo``: the seed chain and a bottleneck under the three policies."""
+    from . import demo as demo_module
+    demo_module.run(quick=args.quick, threads=args.threads,
+                    plot=None if args.no_plot else args.plot)
+    return 0
+
+
+def _add_demo_parser(commands) -> None:
+    parser = commands.add_parser(
+        "demo", help="what layout costs: op-by-op conv chains under the plain, eager and "
+                     "blocked policies, with the blocked plan and a plot")
+    parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes: runs in seconds")
+    parser.add_argument("--plot", default="jitnn-demo.png", metavar="FILE",
+                        help="where to draw the plot (default jitnn-demo.png; needs matplotlib)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    parser.set_defaults(run=demo)
+
+
 def _suite_description(name: str) -> str:
     from .bench import load
     try:
@@ -143,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     info_parser = commands.add_parser(
         "info", help="the machine, the chosen block and threads, numba and the kernel cache")
     info_parser.set_defaults(run=info)
+    _add_demo_parser(commands)
     _add_bench_parser(commands)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
