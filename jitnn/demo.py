@@ -40,9 +40,10 @@ def _median(function, repeats: int) -> float:
 
 
 def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT,
-        out: TextIO = sys.stdout) -> dict:
-    """Run the demo, print its report to ``out``; returns the measurements."""
+        out: TextIO | None = None) -> dict:
+    """Run the demo, print its report to ``out`` (stdout); returns the measurements."""
     import jitnn
+    out = sys.stdout if out is None else out
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
