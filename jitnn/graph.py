@@ -34,7 +34,7 @@ GRAPH_OPS = (
     "conv2d", "conv_transpose2d", "matmul", "gemm", "add", "sub", "mul", "div", "maximum", "minimum", "relu",
     "clamp", "sigmoid", "tanh", "leaky_relu", "hard_swish", "gelu", "max_pool2d",
     "average_pool2d", "global_average_pool2d", "batch_normalization", "softmax", "reshape",
-    "flatten", "transpose", "concat",
+    "flatten", "transpose", "concat", "lrn", "gather", "slice",
 )
 
 

@@ -4,6 +4,9 @@ lowering to a kernel."""
 
 from .conv2d import conv2d
 from .conv_transpose2d import conv_transpose2d
+from .gather import gather
+from .lrn import lrn
+from .slice import slice  # noqa: A004 - WebNN's name
 from .eltwise import (add, clamp, div, gelu, hard_swish, leaky_relu, maximum, minimum, mul,
                       relu, sigmoid, sub, tanh)
 from .matmul import gemm, matmul
@@ -15,4 +18,4 @@ __all__ = ["add", "average_pool2d", "batch_normalization", "clamp", "concat", "c
            "conv_transpose2d", "div",
            "flatten", "gelu", "gemm", "global_average_pool2d", "hard_swish", "leaky_relu",
            "matmul", "max_pool2d", "maximum", "minimum", "mul", "relu", "reshape", "sigmoid",
-           "softmax", "sub", "tanh", "transpose"]
+           "softmax", "sub", "tanh", "transpose", "lrn", "gather", "slice"]

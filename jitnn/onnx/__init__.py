@@ -1,0 +1,294 @@
+"""The ONNX frontend: run ONNX models on jitnn.
+
+    import jitnn.onnx
+    graph = jitnn.onnx.load("resnet50.onnx")                # a jitnn Graph (GraphBuilder-built)
+    outs = ctx.dispatch(graph, {"input": x})                # {output name: pending Tensor}
+    result = jitnn.onnx.run("resnet50.onnx", {"input": x})  # one-off: {name: numpy array}
+    model = jitnn.onnx.prepare("resnet50.onnx")             # graph + ONNX metadata, .run(inputs)
+
+``jitnn.onnx.backend`` is an ``onnx.backend.base.Backend``, so ONNX's backend
+test runner can drive jitnn. See docs/onnx.md for the op coverage, what
+happens to data types, and the conformance figures.
+
+The ``onnx`` package is optional: ``import jitnn`` never imports it, and this
+module imports it only when a model is loaded (with a clear error if it is
+missing).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import JitnnTypeError, JitnnValueError
+from ._convert import SUPPORTED_OPS, UnsupportedError
+
+__all__ = ["load", "run", "prepare", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
+           "MIN_OPSET", "require_onnx"]
+
+#: the oldest default-domain opset the frontend accepts (opset 6 models load
+#: where their ops mean the same as in opset 7: the legacy ``broadcast``
+#: attribute of the binary ops is honoured)
+MIN_OPSET = 6
+
+
+def require_onnx():
+    """The ``onnx`` module, or an ImportError saying how to get it."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise ImportError(
+            "jitnn.onnx needs the onnx package, which is not installed: pip install onnx "
+            "(or pip install 'jitnn[test]')") from error
+    return onnx
+
+
+def _model_proto(path_or_model):
+    onnx = require_onnx()
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model
+    if isinstance(path_or_model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(path_or_model))
+    if isinstance(path_or_model, (str, os.PathLike)):
+        return onnx.load(os.fspath(path_or_model))
+    raise JitnnTypeError(f"onnx: expected a path, bytes or an onnx.ModelProto, got "
+                         f"{type(path_or_model).__name__}")
+
+
+def _elem_type(value_info) -> int:
+    return value_info.type.tensor_type.elem_type
+
+
+def _declared_shape(value_info) -> list:
+    shape = value_info.type.tensor_type
+    if not shape.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in shape.shape.dim]
+
+
+class OnnxModel:
+    """An ONNX model converted for one set of input shapes: the jitnn
+    :class:`~jitnn.Graph` (``.graph``) and the ONNX facts around it.
+
+    ``inputs``: ``{name: shape}`` of the float32 run-time inputs (the graph's);
+    ``outputs``: the ONNX output names in order; ``constant_outputs``: outputs
+    known at load time (folded, in their ONNX dtype); ``jitnn_ops``: how many
+    jitnn ops the graph has.
+    """
+
+    def __init__(self, ctx, graph, inputs, outputs, constant_outputs, output_dtypes,
+                 jitnn_ops: int, opset: int):
+        self.ctx = ctx
+        self.graph = graph
+        self.inputs = inputs
+        self.outputs = outputs
+        self.constant_outputs = constant_outputs
+        self.output_dtypes = output_dtypes
+        self.jitnn_ops = jitnn_ops
+        self.opset = opset
+
+    def __repr__(self) -> str:
+        return (f"OnnxModel(opset {self.opset}, inputs={self.inputs}, outputs={self.outputs}, "
+                f"{self.jitnn_ops} jitnn ops)")
+
+    def dispatch(self, inputs: Mapping[str, Any]) -> dict:
+        """``{output name: pending Tensor}`` of the graph's outputs (constant
+        outputs are left out: see ``constant_outputs``)."""
+        if self.graph is None:
+            return {}
+        feed = {name: inputs[name] for name in self.graph.inputs}
+        return self.ctx.dispatch(self.graph, feed)
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """``{output name: numpy array}``, in the ONNX outputs' order and dtypes."""
+        missing = [name for name in self.inputs if name not in inputs]
+        if missing:
+            raise JitnnTypeError(f"onnx: missing input {missing[0]!r} (the model's inputs: "
+                                 f"{sorted(self.inputs)})")
+        feed = {}
+        for name in self.inputs:
+            value = inputs[name]
+            if isinstance(value, np.ndarray) and value.dtype != np.float32:
+                raise JitnnTypeError(f"onnx: input {name!r} has dtype {value.dtype}, expected "
+                                     "float32")
+            feed[name] = value
+        pending = self.dispatch(feed)
+        names = list(pending)
+        arrays = dict(zip(names, self.ctx.read_all([pending[n] for n in names])))
+        result = {}
+        for name in self.outputs:
+            if name in self.constant_outputs:
+                result[name] = np.array(self.constant_outputs[name])
+            else:
+                dtype = self.output_dtypes.get(name)
+                array = arrays[name]
+                result[name] = array if dtype is None or dtype == array.dtype \
+                    else array.astype(dtype)
+        return result
+
+
+def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = None,
+            constants: Mapping[str, Any] | None = None) -> OnnxModel:
+    """Convert an ONNX model (a path, bytes or ``onnx.ModelProto``) for ``ctx``.
+
+    ``input_shapes``: ``{name: shape}`` for inputs whose declared shape has
+    symbolic or unknown dimensions (those default to 1, e.g. a dynamic batch);
+    ``constants``: ``{name: array}`` values for non-float inputs (integer index
+    or shape tensors), which are folded at load time like initializers.
+    Raises :class:`UnsupportedError` naming the op, the node and its opset for
+    what jitnn cannot run.
+    """
+    from ..context import default_context
+    from ..graph import GraphBuilder
+    from ._convert import FOLD, MULTI_OUTPUT, OPS, SHAPE_ONLY, Const, Converter, onnx_dtype
+
+    onnx = require_onnx()
+    from onnx import numpy_helper
+
+    model = _model_proto(path_or_model)
+    ctx = ctx or default_context()
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        raise UnsupportedError("onnx: the model imports no default-domain (ai.onnx) opset")
+    if opset < MIN_OPSET:
+        raise UnsupportedError(f"onnx: opset {opset} is older than jitnn supports "
+                               f"({MIN_OPSET} and newer; convert it with "
+                               "onnx.version_converter)")
+    graph = model.graph
+    builder = GraphBuilder(ctx)
+    cv = Converter(builder, opset)
+    values: dict[str, Any] = {}
+    for tensor in graph.initializer:
+        values[tensor.name] = Const(numpy_helper.to_array(tensor), tensor.name)
+    input_shapes = dict(input_shapes or {})
+    constants = dict(constants or {})
+    run_inputs: dict[str, tuple[int, ...]] = {}
+    for info in graph.input:
+        name = info.name
+        if name in values and name not in input_shapes and name not in constants:
+            continue                       # an initializer listed as an input (opset < 9 style)
+        if name in constants:
+            values[name] = Const(np.asarray(constants[name]), name)
+            continue
+        dtype = onnx_dtype(_elem_type(info))
+        if dtype != np.float32:
+            kind = "integer or bool" if dtype.kind in "iub" else str(dtype)
+            raise UnsupportedError(
+                f"onnx: input {name!r} is {dtype}: jitnn computes in float32"
+                + ("; give its value at load time: prepare(model, constants={"
+                   f"{name!r}: array}})" if dtype.kind in "iub" else
+                   f" (a {kind} model must be converted to float32 first)"))
+        if name in input_shapes:
+            shape = tuple(int(d) for d in input_shapes[name])
+        else:
+            shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in _declared_shape(info))
+        values[name] = builder.input(name, shape)
+        run_inputs[name] = shape
+
+    for node in graph.node:
+        cv.node = node
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
+                                   f"domain {node.domain!r}) is not supported by jitnn: only "
+                                   "the default ONNX domain is")
+        attrs = {a.name: _attribute(onnx, a) for a in node.attribute}
+        inputs = [values[name] if name else None for name in node.input]
+        for name, value in zip(node.input, inputs):
+            if name and name not in values:
+                raise JitnnValueError(f"onnx: {cv.where()}: input {name!r} is not defined")
+        present = [v for v in inputs if v is not None]
+        outputs_wanted = len([o for o in node.output])
+        op_type = node.op_type
+        if op_type in FOLD and (all(isinstance(v, Const) for v in present)
+                                or op_type in SHAPE_ONLY):
+            arrays = [None if v is None else (v.array if isinstance(v, Const) else
+                                               np.empty(v.shape, np.float32)) for v in inputs]
+            results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
+                                                                   outputs_wanted)]
+        elif op_type in OPS:
+            handler = OPS[op_type]
+            if op_type in MULTI_OUTPUT:
+                results = handler(cv, inputs, attrs, outputs_wanted)
+            else:
+                results = handler(cv, inputs, attrs)
+        elif op_type in FOLD:
+            raise cv.unsupported(
+                f"jitnn folds {op_type} only when its inputs are known at load time, but "
+                "an input is a run-time tensor")
+        else:
+            raise cv.unsupported(f"the op {op_type} is not supported by jitnn (the "
+                                 "supported ops: jitnn.onnx.SUPPORTED_OPS, docs/onnx.md)")
+        if len(results) < len([o for o in node.output if o]):
+            raise cv.unsupported(f"{len(node.output)} outputs requested, jitnn gives "
+                                 f"{len(results)}")
+        for name, value in zip(node.output, results):
+            if name:
+                values[name] = value
+
+    cv.node = None
+    outputs: dict[str, Any] = {}
+    constant_outputs: dict[str, np.ndarray] = {}
+    output_dtypes: dict[str, np.dtype] = {}
+    for info in graph.output:
+        value = values.get(info.name)
+        if value is None:
+            raise JitnnValueError(f"onnx: output {info.name!r} is not computed by any node")
+        if isinstance(value, Const):
+            constant_outputs[info.name] = value.array
+            continue
+        code = _elem_type(info)
+        dtype = onnx_dtype(code) if code else np.dtype(np.float32)
+        if dtype != np.float32:
+            raise UnsupportedError(f"onnx: output {info.name!r} is {dtype}: jitnn computes "
+                                   "in float32")
+        output_dtypes[info.name] = dtype
+        outputs[info.name] = value
+    jitnn_graph = builder.build(outputs) if outputs else None
+    return OnnxModel(ctx, jitnn_graph, run_inputs, [o.name for o in graph.output],
+                     constant_outputs, output_dtypes, cv.jitnn_ops, opset)
+
+
+def _attribute(onnx, attribute):
+    value = onnx.helper.get_attribute_value(attribute)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def load(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = None,
+         constants: Mapping[str, Any] | None = None):
+    """The jitnn :class:`~jitnn.Graph` of an ONNX model (see :func:`prepare`
+    for the options). Its inputs and outputs keep the ONNX names; run it with
+    ``ctx.dispatch(graph, {name: array})`` or ``ctx.compute``. Initializers are
+    the graph's constants (packed once, reused by every dispatch). Outputs
+    that the model computes from constants alone are not in the graph (use
+    :func:`prepare`, whose ``constant_outputs`` holds them)."""
+    model = prepare(path_or_model, ctx, input_shapes=input_shapes, constants=constants)
+    if model.graph is None:
+        raise JitnnValueError("onnx: every output of this model is a constant; use "
+                              "jitnn.onnx.prepare(...).constant_outputs")
+    return model.graph
+
+
+def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndarray]:
+    """Run a model once on ``inputs`` ({name: array}): ``{output name: numpy
+    array}``. Float inputs must be float32; integer/bool inputs are taken as
+    load-time constants (index or shape tensors)."""
+    if not isinstance(inputs, Mapping):
+        raise JitnnTypeError(f"onnx.run: inputs must be a dict {{name: array}}, got "
+                             f"{type(inputs).__name__}")
+    shapes, constants, feed = {}, {}, {}
+    for name, value in inputs.items():
+        array = np.asarray(value)
+        if array.dtype.kind in "iub":
+            constants[name] = array
+        else:
+            shapes[name] = array.shape
+            feed[name] = value
+    model = prepare(path_or_model, ctx, input_shapes=shapes, constants=constants)
+    return model.run(feed)

@@ -1,0 +1,63 @@
+"""lrn: local response normalization across channels (ONNX LRN, AlexNet/GoogLeNet).
+
+``y[n, c] = x[n, c] / (bias + alpha / size * sum(x[n, c']^2))^beta`` over the
+channels ``c'`` in ``[c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]``
+that exist. A plain-layout op: it reads the plain values (a blocked input is
+read back first, one counted reorder) and computes with numpy in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import JitnnValueError
+from ..tensor import Tensor
+from ._common import as_tensor, context_of, is_number, plain_buffer, plain_layout
+
+
+def lrn_reference(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75,
+                  bias: float = 1.0) -> np.ndarray:
+    """The spec (ONNX LRN) in float64, channels on axis 1."""
+    x = np.asarray(x, np.float64)
+    squares = x * x
+    before, after = (size - 1) // 2, -(-(size - 1) // 2)
+    total = np.zeros_like(x)
+    channels = x.shape[1]
+    for c in range(channels):
+        lo, hi = max(0, c - before), min(channels, c + after + 1)
+        total[:, c] = squares[:, lo:hi].sum(axis=1)
+    return x / (bias + alpha / size * total) ** beta
+
+
+def lrn(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
+    """Local response normalization across the channels (axis 1) of ``x``
+    (rank >= 3), ONNX semantics and defaults; a plain result."""
+    op = "lrn"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x")
+    if x.ndim < 3:
+        raise JitnnValueError(f"{op}: x must have rank >= 3 (N, C, ...), got shape {x.shape}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise JitnnValueError(f"{op}: size must be an int >= 1, got {size!r}")
+    for name, value in (("alpha", alpha), ("beta", beta), ("bias", bias)):
+        if not is_number(value):
+            raise JitnnValueError(f"{op}: {name} must be a number, got {value!r}")
+    size, alpha, beta, bias = int(size), float(alpha), float(beta), float(bias)
+    before, after = (size - 1) // 2, -(-(size - 1) // 2)
+
+    def produce() -> np.ndarray:
+        data = plain_buffer(x)
+        squares = np.square(data, dtype=np.float32)
+        # a running sum over the channel axis: window sums by differences of prefix sums
+        prefix = np.zeros((data.shape[0], data.shape[1] + 1) + data.shape[2:], np.float64)
+        np.cumsum(squares, axis=1, dtype=np.float64, out=prefix[:, 1:])
+        channels = data.shape[1]
+        lo = np.clip(np.arange(channels) - before, 0, channels)
+        hi = np.clip(np.arange(channels) + after + 1, 0, channels)
+        total = prefix[:, hi] - prefix[:, lo]
+        scale = (bias + (alpha / size) * total) ** beta
+        return (data / scale).astype(np.float32)
+
+    axes = x._axes if x.ndim == 4 else "nchw"
+    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce, axes=axes,
+                  inputs=(x,), op=op)

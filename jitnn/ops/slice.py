@@ -1,0 +1,64 @@
+"""slice: WebNN slice (``starts``, ``sizes``, ``strides``) of a tensor.
+
+Output axis ``i`` takes ``sizes[i]`` elements of input axis ``i`` from
+``starts[i]`` every ``strides[i]`` (all >= 0; strides >= 1, default 1), so
+``starts[i] + (sizes[i] - 1) * strides[i] < x.shape[i]``. ONNX's Slice
+(negative steps, clamped ends) maps onto it in the ONNX frontend, or onto a
+slice followed by a reversal. A plain-layout op: it reads the plain values (a
+blocked input is read back first, one counted reorder).
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import JitnnTypeError, JitnnValueError
+from ..tensor import Tensor
+from ._common import as_tensor, context_of, plain_buffer, plain_layout
+
+
+def slice_reference(x, starts, sizes, strides=None) -> np.ndarray:
+    """The spec, float64."""
+    x = np.asarray(x, np.float64)
+    strides = strides or [1] * x.ndim
+    index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
+                  for b, n, s in zip(starts, sizes, strides))
+    return x[index]
+
+
+def _ints(op: str, name: str, values, rank: int) -> tuple[int, ...]:
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise JitnnTypeError(f"{op}: {name} must be a sequence of ints, got {values!r}") from None
+    if len(items) != rank or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                     for v in items):
+        raise JitnnTypeError(f"{op}: {name} must be {rank} ints (one per axis), got {values!r}")
+    return tuple(int(v) for v in items)
+
+
+def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - WebNN's name
+          strides: Sequence[int] | None = None) -> Tensor:
+    """The window of ``x`` from ``starts`` with ``sizes`` elements per axis,
+    every ``strides`` elements (WebNN slice); a plain result."""
+    op = "slice"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x")
+    rank = x.ndim
+    starts = _ints(op, "starts", starts, rank)
+    sizes = _ints(op, "sizes", sizes, rank)
+    steps = (1,) * rank if strides is None else _ints(op, "strides", strides, rank)
+    for axis, (b, n, s, d) in enumerate(zip(starts, sizes, steps, x.shape)):
+        if b < 0 or n < 0 or s < 1 or (n and b + (n - 1) * s >= d) or b > d:
+            raise JitnnValueError(
+                f"{op}: axis {axis} of x {x.shape}: start {b}, size {n}, stride {s} do not fit "
+                f"(need start >= 0, size >= 0, stride >= 1, start + (size - 1) * stride < {d})")
+    index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
+                  for b, n, s in zip(starts, sizes, steps))
+
+    def produce() -> np.ndarray:
+        return np.ascontiguousarray(plain_buffer(x)[index])
+    return Tensor(ctx, sizes, plain_layout(rank), producer=produce, inputs=(x,), op=op)
