@@ -102,8 +102,12 @@ def bench(args: argparse.Namespace) -> int:
                          f"list of {', '.join(harness.PEERS)}")
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     command = "jitnn " + shlex.join(args.argv)
+    if args.path and args.suite != "model":
+        raise SystemExit(f"jitnn bench: a model path goes with the model suite, not {args.suite}")
+    batches = [int(b) for b in ",".join(args.batch or []).split(",") if b.strip()] or None
     return harness.bench(suites, _thread_counts(args.threads), peers, args.quick,
-                         args.json, args.plot, command)
+                         args.json, args.plot, command,
+                         options={"path": args.path, "batches": batches})
 
 
 def _add_bench_parser(commands) -> None:
@@ -116,6 +120,11 @@ def _add_bench_parser(commands) -> None:
         description=f"Suites: {suite_help}. Each thread count runs in its own process "
                     "(a --quick run with one thread count runs in this one).")
     parser.add_argument("suite", choices=[*SUITES, "all"], help="which suite (all: every one)")
+    parser.add_argument("path", nargs="?", metavar="MODEL.onnx",
+                        help="model suite: the ONNX model to time (default: ResNet-50, "
+                             "MobileNetV2 and an Inception-style network, random weights)")
+    parser.add_argument("--batch", action="append", metavar="N",
+                        help="model suite: batch sizes, repeatable or a comma list (default 1,8)")
     parser.add_argument("--threads", action="append", metavar="N",
                         help="thread counts, repeatable or a comma list (default: 1 and all cores)")
     parser.add_argument("--peers", default=",".join(PEERS),
@@ -148,6 +157,26 @@ def _add_demo_parser(commands) -> None:
     parser.set_defaults(run=demo)
 
 
+def explain_model(args: argparse.Namespace) -> int:
+    """``jitnn explain MODEL.onnx``: the plan of a model's outputs after running it."""
+    from .onnx import explain_model as explain_onnx
+    print(explain_onnx(args.model, batch=args.batch, threads=args.threads, policy=args.policy),
+          end="")
+    return 0
+
+
+def _add_explain_parser(commands) -> None:
+    parser = commands.add_parser(
+        "explain", help="run an ONNX model on random inputs and print jitnn.explain of its "
+                        "outputs: groups, layouts, reorders, peak memory, time per group")
+    parser.add_argument("model", metavar="MODEL.onnx", help="the ONNX model")
+    parser.add_argument("--batch", type=int, default=1, help="the batch of a dynamic batch "
+                                                            "dimension (default 1)")
+    parser.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    parser.add_argument("--policy", default="blocked", help="blocked (default), plain or eager")
+    parser.set_defaults(run=explain_model)
+
+
 def _suite_description(name: str) -> str:
     from .bench import load
     try:
@@ -165,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     info_parser.set_defaults(run=info)
     _add_demo_parser(commands)
     _add_bench_parser(commands)
+    _add_explain_parser(commands)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.argv = argv

@@ -61,6 +61,7 @@ SUITES: dict[str, str] = {
     "matmul": "jitnn.bench.matmul",
     "blocks": "jitnn.bench.blocks",
     "chain": "jitnn.bench.chain",
+    "model": "jitnn.bench.model",
 }
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import JitnnTypeError, JitnnValueError
 from ._convert import SUPPORTED_OPS, UnsupportedError
 
-__all__ = ["load", "run", "prepare", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
+__all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
            "MIN_OPSET", "require_onnx"]
 
 #: the oldest default-domain opset the frontend accepts (opset 6 models load
@@ -131,11 +131,12 @@ class OnnxModel:
 
 
 def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = None,
-            constants: Mapping[str, Any] | None = None) -> OnnxModel:
+            constants: Mapping[str, Any] | None = None, batch: int = 1) -> OnnxModel:
     """Convert an ONNX model (a path, bytes or ``onnx.ModelProto``) for ``ctx``.
 
     ``input_shapes``: ``{name: shape}`` for inputs whose declared shape has
-    symbolic or unknown dimensions (those default to 1, e.g. a dynamic batch);
+    symbolic or unknown dimensions (those default to ``batch`` for the first
+    dimension and 1 for the others);
     ``constants``: ``{name: array}`` values for non-float inputs (integer index
     or shape tensors), which are folded at load time like initializers.
     Raises :class:`UnsupportedError` naming the op, the node and its opset for
@@ -184,7 +185,8 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
         if name in input_shapes:
             shape = tuple(int(d) for d in input_shapes[name])
         else:
-            shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in _declared_shape(info))
+            shape = tuple(d if isinstance(d, int) and d > 0 else (batch if i == 0 else 1)
+                          for i, d in enumerate(_declared_shape(info)))
         values[name] = builder.input(name, shape)
         run_inputs[name] = shape
 
@@ -261,14 +263,15 @@ def _attribute(onnx, attribute):
 
 
 def load(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = None,
-         constants: Mapping[str, Any] | None = None):
+         constants: Mapping[str, Any] | None = None, batch: int = 1):
     """The jitnn :class:`~jitnn.Graph` of an ONNX model (see :func:`prepare`
     for the options). Its inputs and outputs keep the ONNX names; run it with
     ``ctx.dispatch(graph, {name: array})`` or ``ctx.compute``. Initializers are
     the graph's constants (packed once, reused by every dispatch). Outputs
     that the model computes from constants alone are not in the graph (use
     :func:`prepare`, whose ``constant_outputs`` holds them)."""
-    model = prepare(path_or_model, ctx, input_shapes=input_shapes, constants=constants)
+    model = prepare(path_or_model, ctx, input_shapes=input_shapes, constants=constants,
+                    batch=batch)
     if model.graph is None:
         raise JitnnValueError("onnx: every output of this model is a constant; use "
                               "jitnn.onnx.prepare(...).constant_outputs")
@@ -292,3 +295,37 @@ def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndar
             feed[name] = value
     model = prepare(path_or_model, ctx, input_shapes=shapes, constants=constants)
     return model.run(feed)
+
+
+def explain_model(path_or_model, *, batch: int = 1, threads: int | None = None,
+                  policy: str = "blocked", runs: int = 2, seed: int = 0) -> str:
+    """What ``jitnn explain MODEL.onnx`` prints: the model's facts, then
+    ``jitnn.explain`` of each output after ``runs`` dispatches on random
+    inputs (the last run's plan: groups, layouts, reorders, peak memory and
+    the measured time per group; the first run compiles and packs)."""
+    import time
+
+    from ..context import Context
+    from ..scheduler import explain
+
+    ctx = Context(num_threads=threads, policy=policy)
+    model = prepare(path_or_model, ctx, batch=batch)
+    rng = np.random.default_rng(seed)
+    inputs = {name: rng.standard_normal(shape).astype(np.float32)
+              for name, shape in model.inputs.items()}
+    seconds = []
+    for _ in range(max(1, runs)):
+        started = time.perf_counter()
+        outputs = model.dispatch(inputs)
+        ctx.read_all(list(outputs.values()))
+        seconds.append(time.perf_counter() - started)
+    lines = [f"{model!r}",
+             f"context: {ctx.num_threads} thread(s), block {ctx.block}, policy {policy}; "
+             f"random inputs {dict(model.inputs)}",
+             "run times: " + ", ".join(f"{1e3 * s:.1f} ms" for s in seconds)
+             + " (the first compiles kernels and packs filters)", ""]
+    for name, tensor in outputs.items():
+        lines += [f"output {name!r}:", explain(tensor), ""]
+    for name in model.constant_outputs:
+        lines.append(f"output {name!r}: a constant (folded at load time)")
+    return "\n".join(lines).rstrip() + "\n"

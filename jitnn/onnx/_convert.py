@@ -389,12 +389,27 @@ def _legacy_broadcast(cv: Converter, a, b, attrs):
     return cv.op("reshape", cv.operand(b), shape)
 
 
+COMMUTATIVE = ("add", "mul", "maximum", "minimum")
+
+
+def _commuted(name: str, a, b):
+    """For a commutative op on two same-shape run-time tensors, the later-made
+    operand first: the scheduler fuses an add into the conv2d that produces
+    the op's first operand, and in a residual block ``x + conv(...)`` the
+    conv's result is the later one (exact: these ops commute bit for bit)."""
+    if name in COMMUTATIVE and isinstance(a, Operand) and isinstance(b, Operand) \
+            and a.shape == b.shape and b._index > a._index:
+        return b, a
+    return a, b
+
+
 def _binary(name: str) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         a, b = inputs
         b = _legacy_broadcast(cv, a, b, attrs)
         out_rank = max(rank_of(a), rank_of(b))
-        return [cv.op(name, cv.scalar_or_operand(a, out_rank), cv.scalar_or_operand(b, out_rank))]
+        a, b = _commuted(name, cv.scalar_or_operand(a, out_rank), cv.scalar_or_operand(b, out_rank))
+        return [cv.op(name, a, b)]
     return handler
 
 
@@ -405,15 +420,11 @@ def _variadic(name: str, mean: bool = False) -> Callable:
         operands = [cv.scalar_or_operand(v, rank) for v in items]
         if not isinstance(operands[0], Operand):
             operands[0] = cv.operand(items[0])
-        if len(operands) == 1:
-            y = operands[0] if not mean else operands[0]
-            if name != "add" or mean:
-                # max/min/sum/mean of one tensor is the tensor
-                pass
-            return [y]
+        if len(operands) == 1:          # the max/min/sum/mean of one tensor is the tensor
+            return [operands[0]]
         y = operands[0]
         for other in operands[1:]:
-            y = cv.op(name, y, other)
+            y = cv.op(name, *_commuted(name, y, other))
         if mean:
             y = cv.op("div", y, float(len(operands)))
         return [y]
