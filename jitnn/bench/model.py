@@ -36,9 +36,15 @@ QUICK = (("resnet50", {"width": 0.25, "size": 64, "layers": (1, 1, 1, 1)}),
 def measure(run: Run) -> dict:
     from . import networks
 
+    import importlib.util
+
     path = run.options.get("path")
     if path:
         paths = [path]
+    elif importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
+        run.progress("skipped: exporting the networks needs torch and onnx "
+                     "(pip install 'jitnn[bench]'), or give a model: jitnn bench model MODEL.onnx")
+        return {"rows": [], "skipped": "torch or onnx not installed"}
     else:
         paths = []
         for name, options in (QUICK if run.quick else FULL):
@@ -78,6 +84,8 @@ COLUMNS = [
 
 
 def render(result: dict) -> list[str]:
+    if not result["rows"]:
+        return [f"(no model measured: {result.get('skipped', 'no rows')})"]
     lines = markdown_table(COLUMNS, result["rows"], result["peers"])
     for peer, label in (("onnxruntime", "ONNX Runtime"), ("torch", "PyTorch")):
         if peer in result["peers"]:
