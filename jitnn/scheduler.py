@@ -9,7 +9,8 @@ Each pass is a plain function from plan to plan, and each leaves a line in
 2. :func:`fold_batch_norms` - a batch normalization right after a conv2d is
    folded into the conv's filter and bias (when nothing else reads the conv);
 3. :func:`fuse_epilogues` - a conv2d absorbs a following residual add and an
-   activation into its kernel's epilogue;
+   activation into its kernel's epilogue; a matmul a bias or residual add and
+   an activation;
 4. :func:`fuse_eltwise_chains` - chains of single-consumer elementwise ops on
    blocked data become one pass over memory;
 5. :func:`insert_reorders` - a plain input of a blocked kernel gets one
@@ -205,33 +206,46 @@ def fold_batch_norms(plan: Plan) -> Plan:
 
 def fuse_epilogues(plan: Plan) -> Plan:
     """conv2d -> add(same-shape tensor) -> activation become one conv2d launch
-    (``act(conv + bias + residual)``), in that order only."""
+    (``act(conv + bias + residual)``), in that order only; matmul -> add(bias
+    row or residual) -> activation one gemm launch (see :func:`_matmul_epilogue`)."""
     fused = 0
     changed = True
     while changed:
         changed = False
         for step in list(plan.steps):
             v = step.value
-            if step.kind != "op" or step.node.kind != "conv2d" or step.removed:
+            if step.kind != "op" or step.node.kind not in ("conv2d", "matmul") or step.removed:
                 continue
             node = step.node
             reader = _fusible(plan, v)
             if reader is None:
                 continue
             consumer = reader.node
-            if consumer.kind != "eltwise" or consumer.inputs[0] is not v \
-                    or len(consumer.attrs["steps"]) != 1:
+            if node.kind == "matmul":
+                new = _matmul_epilogue(node, consumer, v, reader.value)
+                if new is not None:
+                    _fuse(plan, step, reader, new)
+                    fused += 1
+                    changed = True
+                continue
+            if consumer.kind != "eltwise" or len(consumer.attrs["steps"]) != 1:
                 continue
             kind, *args = consumer.attrs["steps"][0]
+            main = consumer.inputs[0]
+            # add commutes: the conv's result may be either operand of the add
+            residual = None
+            if kind == "binary" and args[0] == "add":
+                residual = args[1] if main is v else main if args[1] is v else None
+            elif main is not v:
+                continue
             attrs = dict(node.attrs)
             inputs = node.inputs
             if kind == "activation" and attrs["activation"][0] == eltwise_kernels.NONE:
                 attrs["activation"] = tuple(args)
-            elif (kind == "binary" and args[0] == "add" and attrs["residual"] is None
+            elif (residual is not None and attrs["residual"] is None
                   and attrs["activation"][0] == eltwise_kernels.NONE
-                  and args[1] is not None and args[1]._shape == v._shape
-                  and args[1]._axes == v._axes and args[1] is not v):
-                residual = args[1]
+                  and residual._shape == v._shape and residual._axes == v._axes
+                  and residual is not v):
                 attrs["residual"] = residual
                 inputs = inputs + (residual,)
                 block = layouts.block_of(v._layout)
@@ -248,6 +262,36 @@ def fuse_epilogues(plan: Plan) -> Plan:
     plan.fused_ops += fused
     plan.log.append(f"fuse_epilogues: {fused} op(s) fused into conv2d epilogues")
     return plan
+
+
+def _matmul_epilogue(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
+    """matmul -> add(bias or residual) -> activation as one gemm launch
+    (``act(alpha * A @ B + C)``), in that order only; None if it does not fit."""
+    attrs = dict(node.attrs)
+    if attrs["activation"][0] != eltwise_kernels.NONE:
+        return None
+    if consumer.kind == "eltwise_plain" and consumer.inputs[0] is v:
+        (step,) = consumer.attrs["steps"]
+        attrs["activation"] = tuple(step[1:])
+        return node.replace(attrs=attrs, fused=node.fused + (consumer.op,))
+    if consumer.kind == "binary_plain" and consumer.attrs["op"] == "add" \
+            and attrs["c"] is None and result._shape == v._shape and v.ndim == 2:
+        operands = [consumer.attrs["main"], consumer.attrs["other"]]
+        if sum(t is v for t in operands) != 1:
+            return None
+        other = operands[1] if operands[0] is v else operands[0]
+        if not isinstance(other, Value) or other.ndim > 2 \
+                or layouts.block_of(other._layout) is not None:
+            return None
+        try:
+            if np.broadcast_shapes(other._shape, v._shape) != v._shape:
+                return None
+        except ValueError:
+            return None
+        attrs["c"], attrs["beta"] = other, 1.0
+        return node.replace(inputs=node.inputs + (other,), attrs=attrs,
+                            fused=node.fused + (consumer.op,))
+    return None
 
 
 def fuse_eltwise_chains(plan: Plan) -> Plan:

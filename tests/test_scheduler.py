@@ -339,3 +339,40 @@ def test_two_threads_dispatch_and_read_on_one_context():
         for _ in range(3):
             want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
         _close(results[i], want)
+
+
+def test_matmul_bias_and_activation_fuse_into_one_gemm():
+    ctx = jitnn.Context()
+    a_np, w_np = _random((9, 33), 60), _random((33, 17), 61, 0.3)
+    bias_np, res_np = _random((17,), 62), _random((9, 17), 63)
+    w = ctx.tensor(w_np)
+    ctx.reset_stats()
+    y = jitnn.relu(jitnn.add(jitnn.matmul(a_np, w), bias_np))     # a fully connected layer
+    assert "matmul + add + relu" in jitnn.explain(y)
+    _close(y.numpy(), _relu(a_np.astype(np.float64) @ w_np + bias_np), atol=1e-4)
+    assert ctx.stats.launches == 1 and ctx.stats.fused_ops == 2
+    # residual (same shape, operand order swapped) + sigmoid; gemm with alpha keeps alpha
+    z = jitnn.sigmoid(jitnn.add(res_np, jitnn.gemm(a_np, w, alpha=0.5)))
+    want = 1 / (1 + np.exp(-(0.5 * (a_np.astype(np.float64) @ w_np) + res_np)))
+    _close(z.numpy(), want, atol=1e-5)
+    # an activation before the add is not an epilogue in that order: no fusion of the add
+    u = jitnn.add(jitnn.relu(jitnn.matmul(a_np, w)), bias_np)
+    _close(u.numpy(), _relu(a_np.astype(np.float64) @ w_np) + bias_np, atol=1e-4)
+    # a held matmul result is not fused away
+    held = jitnn.matmul(a_np, w)
+    v = jitnn.relu(held)
+    _close(v.numpy(), _relu(a_np.astype(np.float64) @ w_np), atol=1e-4)
+    assert not held.pending
+
+
+@pytest.mark.parametrize("conv_first", [True, False])
+def test_residual_add_fuses_whichever_operand_the_conv_is(conv_first):
+    ctx = jitnn.Context()
+    x_np, w_np = _random((1, 16, 8, 8), 70), _random((16, 16, 1, 1), 71, 0.3)
+    h = jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w_np))
+    conv = jitnn.conv2d(h, w_np)
+    y = jitnn.relu(jitnn.add(conv, h) if conv_first else jitnn.add(h, conv))
+    del conv
+    assert "conv2d + add + relu" in jitnn.explain(y)
+    h_want = _relu(conv2d_reference(x_np, w_np))
+    _close(y.numpy(), _relu(conv2d_reference(h_want, w_np) + h_want))

@@ -223,6 +223,11 @@ def _binary(op: str, a, b) -> Tensor:
 
     axes = main._axes if main is not None and main.ndim == 4 else "nchw"
     size = int(np.prod(out_shape, dtype=np.int64))
+    # the closures below hold Values, never the caller's handles (see tensor.Value)
+    a_value, b_value = (value_of(t) if isinstance(t, Tensor) else t for t in (a, b))
+    a = a_value
+    main = value_of(main) if main is not None else None
+    other = value_of(other) if isinstance(other, Tensor) else other
     if main is None:
         def main_values() -> np.ndarray:
             return np.ascontiguousarray(np.broadcast_to(plain_buffer(a), out_shape))
@@ -231,7 +236,7 @@ def _binary(op: str, a, b) -> Tensor:
             return plain_buffer(main)
     # how the other operand is passed: a scalar, lanes of an (outer, run, inner) view, a tensor
     run = None
-    if isinstance(other, Tensor) and other.size != 1 and other.shape != out_shape:
+    if isinstance(other, Value) and other.size != 1 and other.shape != out_shape:
         run = _varying_run(other.shape, out_shape)
         if run is not None and run[2] < _LANES_MIN_PLANE:
             run = None
@@ -241,7 +246,7 @@ def _binary(op: str, a, b) -> Tensor:
         out = np.empty(out_shape, np.float32)
         if size == 0:
             return out
-        if not isinstance(other, Tensor) or other.size == 1:
+        if not isinstance(other, Value) or other.size == 1:
             ctx._launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
                         reverse=reverse)
         elif run is not None:
@@ -254,9 +259,12 @@ def _binary(op: str, a, b) -> Tensor:
             ctx._launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
         return out
 
-    return Tensor(ctx, out_shape, plain_layout(len(out_shape), axes), producer=produce_plain,
-                  inputs=tuple(t for t in (a, b) if isinstance(t, Tensor)), op=op,
-                  axes=axes)
+    # a node the scheduler can fuse into a preceding matmul (bias or residual add)
+    inputs = tuple(t for t in (a_value, b_value) if isinstance(t, Value))
+    node = Node(op, inputs, kind="binary_plain",
+                attrs={"op": op, "main": main, "other": other, "reverse": reverse},
+                run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size)
+    return pending(ctx, out_shape, plain_layout(len(out_shape), axes), node, axes=axes)
 
 
 def add(a, b) -> Tensor:
@@ -301,15 +309,20 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
         return pending(ctx, x.shape, x.layout,
                        eltwise_node(op, (value_of(x),), [step], channels), axes=x._axes)
 
-    def produce_plain() -> np.ndarray:
-        data = x._materialize()
+    x_value = value_of(x)
+
+    def run_plain(ctx_, node, value, out) -> np.ndarray:
+        data = x_value._materialize()
         out = np.empty_like(data)
         if out.size:
             ctx._launch(eltwise_kernels.eltwise_unary_plain, data, out, code, param0, param1)
         return out
 
-    return Tensor(ctx, x.shape, x.layout, producer=produce_plain, axes=x._axes,
-                  inputs=(x,), op=op)
+    # a node the scheduler can fuse into a preceding matmul's epilogue
+    node = Node(op, (x_value,), kind="eltwise_plain",
+                attrs={"steps": [("activation", code, float(param0), float(param1))]},
+                run=run_plain, flops=x.size)
+    return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
 
 def _number(op: str, name: str, value: object) -> float:

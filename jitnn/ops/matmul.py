@@ -21,8 +21,8 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import matmul as mm
-from ..tensor import Tensor
-from ._common import as_tensor, context_of, parse_activation
+from ..tensor import Node, Tensor, Value
+from ._common import as_tensor, context_of, parse_activation, pending, value_of
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -112,18 +112,47 @@ def matmul(a, b, *, activation=None) -> Tensor:
 
 def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
                     out_shape: tuple[int, ...], code: int, p0: float, p1: float) -> Tensor:
-    pack = _worth_packing(m, n, k)
+    return _gemm_node(ctx, "matmul", a, b, None, m, k, n, out_shape, 1.0, 0.0, False, False,
+                      code, p0, p1)
 
-    def produce() -> np.ndarray:
-        out = np.empty((m, n), np.float32)
-        if out.size:
-            right = _packed_b(ctx, b, False) if pack else b._materialize().reshape(k, n)
-            ctx._launch(mm.gemm, a._materialize().reshape(m, k), right, out, beta=0.0,
-                        activation=code, param0=p0, param1=p1)
-        return out.reshape(out_shape)
 
-    return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce,
-                  inputs=(a, b), op="matmul")
+def _gemm_node(ctx, op: str, a: Tensor, b: Tensor, c: Tensor | None, m: int, k: int, n: int,
+               out_shape: tuple[int, ...], alpha: float, beta: float, a_transpose: bool,
+               b_transpose: bool, code: int, p0: float, p1: float) -> Tensor:
+    """A pending ``act(alpha * op(a) @ op(b) + beta * c)`` (plain ``(M, N)``, viewed as
+    ``out_shape``): a node the scheduler may give a bias/residual ``c`` and an
+    activation from the ops that follow it."""
+    attrs = {"a": value_of(a), "b": value_of(b), "c": value_of(c), "alpha": float(alpha),
+             "beta": float(beta), "a_transpose": bool(a_transpose),
+             "b_transpose": bool(b_transpose), "activation": (code, p0, p1),
+             "mkn": (m, k, n)}
+    inputs = (attrs["a"], attrs["b"]) + ((attrs["c"],) if c is not None else ())
+    node = Node(op, inputs, kind="matmul", attrs=attrs, run=run_gemm, flops=2 * m * n * k)
+    return pending(ctx, out_shape, layouts.plain_tag(len(out_shape)), node)
+
+
+def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
+    """Run a (possibly fused) matmul/gemm node with the kernel's epilogue."""
+    a = node.attrs
+    m, k, n = a["mkn"]
+    dest = np.empty((m, n), np.float32)
+    if dest.size == 0:
+        return dest.reshape(value.shape)
+    left, b = a["a"]._materialize(), a["b"]
+    if left.ndim != 2:                       # numpy's 1-D operands of matmul
+        left = left.reshape(m, k)
+    if _worth_packing(m, n, k):
+        right, b_transpose = _packed_b(ctx, b, a["b_transpose"]), False
+    else:
+        right, b_transpose = b._materialize(), a["b_transpose"]
+        if right.ndim != 2:
+            right = right.reshape(k, n)
+    c = None if a["c"] is None else a["c"]._materialize()
+    code, p0, p1 = a["activation"]
+    ctx._launch(mm.gemm, left, right, dest, alpha=a["alpha"],
+                beta=a["beta"] if c is not None else 0.0, c=c, activation=code, param0=p0,
+                param1=p1, a_transpose=a["a_transpose"], b_transpose=b_transpose)
+    return dest.reshape(value.shape)
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bool = False,
@@ -158,20 +187,5 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bo
         except ValueError:
             raise JitnnValueError(
                 f"{op}: c {c_t.shape} does not broadcast to the output shape ({m}, {n})") from None
-    pack = _worth_packing(m, n, k)
-
-    def produce() -> np.ndarray:
-        out = np.empty((m, n), np.float32)
-        if out.size == 0:
-            return out
-        right = _packed_b(ctx, b, b_transpose) if pack else b._materialize()
-        left = a._materialize()
-        c_array = c_t._materialize() if c_t is not None else None
-        ctx._launch(mm.gemm, left, right, out,
-                    alpha=float(alpha), beta=float(beta), c=c_array, activation=code,
-                    param0=p0, param1=p1, a_transpose=a_transpose,
-                    b_transpose=b_transpose and not pack)
-        return out
-
-    return Tensor(ctx, (m, n), "nc", producer=produce,
-                  inputs=(a, b) if c_t is None else (a, b, c_t), op=op)
+    return _gemm_node(ctx, op, a, b, c_t, m, k, n, (m, n), alpha, beta, a_transpose,
+                      b_transpose, code, p0, p1)
