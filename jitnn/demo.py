@@ -53,6 +53,7 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
     say(f"jitnn demo: op-by-op conv2d chains under three layout policies "
         f"({threads} thread{'s' if threads > 1 else ''}, block {default_context().block})")
     rows, explained = [], None
+    first_call = True
     for name, shape, kind, mid in workloads:
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         params = _parameters(kind, shape[1], mid, np)
@@ -65,12 +66,17 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
 
             def once(ctx=ctx, weights=weights):
                 return _jitnn_forward(jitnn, kind, ctx.tensor(x), weights).numpy(out=result)
+            if first_call:
+                print("warming up: the first run compiles jitnn's kernels (first time only, "
+                      "then they load from the disk cache) ...", end="", file=out, flush=True)
             start = time.perf_counter()
             once()                                  # compiles (first run) and packs filters
-            first = time.perf_counter() - start
-            if ctx.stats.compile_s > 0.5:
-                say(f"  compiled kernels for {policy} policy in {first:.1f} s "
-                    f"(first run only: they are cached on disk)")
+            seconds = time.perf_counter() - start
+            if first_call:
+                say(f" {seconds:.1f} s")
+                first_call = False
+            elif ctx.stats.compile_s > 0.5:
+                say(f"  compiled more kernels for {name} ({policy}) in {seconds:.1f} s")
             answers[policy] = result.copy()
             ctx.reset_stats()
             once()
