@@ -26,17 +26,9 @@ import numpy as np
 
 from . import default_context
 from .bench.chain import POLICIES, _jitnn_forward, _parameters, _workloads
+from .bench.harness import median_seconds
 
 PLOT = "jitnn-demo.png"
-
-
-def _median(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT,
@@ -81,7 +73,8 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
             ctx.reset_stats()
             once()
             stats = ctx.stats
-            seconds = _median(once, 3 if quick else 7)
+            # the bench suites' timing: median over >= 0.3 s of repeats after warm-up
+            seconds = median_seconds(once, min_time=0.05 if quick else 0.3)[0]
             rows.append({"workload": name, "policy": policy, "ms": seconds * 1e3,
                          "reorders": stats.reorders, "reorder_mb": stats.reorder_bytes / 1e6,
                          "reorder_ms": stats.reorder_s * 1e3, "launches": stats.launches,
