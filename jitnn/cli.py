@@ -9,14 +9,8 @@ import sys
 
 
 def _cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    from .bench.harness import cpu_model
+    return cpu_model()
 
 
 def _simd_level(features: dict) -> str:

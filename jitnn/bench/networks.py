@@ -298,16 +298,8 @@ def _input_of(path: str, batch: int):
 
 
 def _median_ms(function, min_time: float, min_reps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        function()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_reps or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return 1e3 * times[len(times) // 2]
+    from .harness import median_seconds
+    return 1e3 * median_seconds(function, min_time, min_reps, warmup)[0]
 
 
 def bench_model(path: str, batch: int = 1, threads: int = 1, *, peers=("onnxruntime", "torch"),
