@@ -88,7 +88,7 @@ from ._config import jit
 from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
-from .stack import stack_empty
+from .stack import prefetch, stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
@@ -461,6 +461,173 @@ def _make_conv_driver(cb: int, ci: int):
     return jit(parallel=True)(conv_driver)
 
 
+# --- 1x1 without padding: a GEMM over pixels ----------------------------------
+#
+# A 1x1 convolution without padding and groups is a GEMM: (pixels x C) times
+# (C x O). Pixel k of an output image (row-major, k = oh * OW + ow) is at
+# ``y[n, ob, k, :]``; with stride 1 it reads input pixel k, so a tile of P
+# consecutive pixels reads P adjacent input pixels at constant offsets from
+# one base register (no per-pixel pointers, and tiles cross row ends). Strided
+# inputs are first copied, per task and K-block, into a contiguous buffer
+# (oneDNN's "reduce to unit stride"), then read the same way.
+#
+# Blocking as in a GEMM: a task owns a chunk of pixels (its input K-block
+# stays in L2) and runs, per K-block of ``kcb`` input blocks, every
+# output-block group over every tile of the chunk: the group's weights for the
+# K-block (kcb x cb x B*cb, at most 16 KiB) stay in L1 while the chunk's
+# pixels stream past. Partial sums go to the output between K-blocks; the
+# first K-block starts from bias (+ residual), the last one applies the
+# epilogue.
+
+
+@jit()
+def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start, k_end,
+                   kb0, kb1, strided, has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B):
+    """Pixels ``k_start .. k_end-1`` of image ``n``, output-block groups
+    ``og0 .. og1-1``, input blocks ``kb0 .. kb1-1`` (one K-block; the first
+    when ``kb0 == 0``, the last when ``kb1 == CB``). ``buf`` holds the strided
+    input of the chunk (``(kb1-kb0) x chunk`` pixels), ``tail`` one tile's
+    worth (``(kb1-kb0) x P`` pixels) for a partial last tile."""
+    literally(cb)
+    literally(P)
+    literally(B)
+    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+     x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
+    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+    HW = OH * OW
+    y_ob = HW * cb
+    w_ib = cb * cb                       # packed weights: (OB, CB, 1, 1, cb, cb)
+    w_ob = CB * w_ib
+    first = kb0 == 0
+    last_k = kb1 == CB
+    nkb = kb1 - kb0
+    chunk = (k_end - k_start + P - 1) // P * P
+    if strided:
+        # the chunk's input pixels, block by block, made contiguous
+        for kb in range(nkb):
+            xbase = n * x_n + (kb0 + kb) * x_ib
+            for k in range(k_start, k_start + chunk):
+                d = (kb * chunk + k - k_start) * cb
+                if k < k_end:
+                    oh = k // OW
+                    ow = k - oh * OW
+                    s = xbase + oh * sh * x_row + ow * sw * cb
+                    for i in range(cb):
+                        buf[np.uint64(d + i)] = xf[np.uint64(s + i)]
+                else:
+                    for i in range(cb):
+                        buf[np.uint64(d + i)] = _ZERO
+    ntiles = chunk // P
+    for og in range(og0, og1):
+        ob0 = og * B
+        last = min(B, OB - ob0) - 1      # blocks past the last one re-read it
+        for tile in range(ntiles):
+            k0 = k_start + tile * P
+            nvalid = min(P, k_end - k0)
+            if strided:
+                src = buf
+                xo = tile * P * cb
+                s_ib = chunk * cb
+            elif nvalid == P:
+                src = xf
+                xo = n * x_n + kb0 * x_ib + k0 * cb
+                s_ib = x_ib
+            else:
+                # a partial tile at the end of the image: copy its pixels
+                # (the last one repeated) so the loop reads nothing past them
+                for kb in range(nkb):
+                    xbase = n * x_n + (kb0 + kb) * x_ib
+                    for p in range(P):
+                        s = xbase + (k0 + min(p, nvalid - 1)) * cb
+                        for i in range(cb):
+                            tail[np.uint64((kb * P + p) * cb + i)] = xf[np.uint64(s + i)]
+                src = tail
+                xo = 0
+                s_ib = P * cb
+            ybase = (n * OB * HW + k0) * cb
+            # accumulators: bias (+ residual) in the first K-block, else the
+            # partial sums stored by the previous one
+            # (nothing is read from the output unless needed: a load of a
+            # line not yet in cache would stall the tile's first FMAs)
+            for p in range(P):
+                for b in range(B):
+                    bo = (ob0 + min(b, last)) * cb
+                    for o in range(cb):
+                        acc[(p * B + b) * cb + o] = bias[np.uint64(bo + o)] if first else _ZERO
+            if has_res or not first:
+                rsrc = resf if first else yf
+                for p in range(P):
+                    for b in range(B):
+                        yo = ybase + min(p, nvalid - 1) * cb + (ob0 + min(b, last)) * y_ob
+                        for o in range(cb):
+                            acc[(p * B + b) * cb + o] += rsrc[np.uint64(yo + o)]
+            # the hot loop: per input lane, B weight vectors and P broadcasts
+            # at constant offsets from one input pointer
+            wo = ob0 * w_ob + kb0 * w_ib
+            for kb in range(nkb):
+                # the input of the tile after next, from memory on a first pass
+                for q in range((P * cb + 15) // 16):
+                    prefetch(src, (np.uint64(xo + 2 * P * cb + q * 16),))
+                for i in range(cb):
+                    wi = wo + i * cb
+                    for p in range(P):
+                        xv = src[np.uint64(xo + p * cb + i)]
+                        for b in range(B):
+                            wb = wi + min(b, last) * w_ob
+                            for o in range(cb):
+                                acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
+                wo += w_ib
+                xo += s_ib
+            for p in range(P):
+                if p < nvalid:
+                    for b in range(B):
+                        if b <= last:
+                            lim = O - (ob0 + b) * cb
+                            yo = ybase + p * cb + (ob0 + b) * y_ob
+                            for o in range(cb):
+                                v = acc[(p * B + b) * cb + o]
+                                if last_k:
+                                    if clamp:
+                                        v = min(max(v, lo), hi)
+                                    v = v if o < lim else _ZERO
+                                yf[np.uint64(yo + o)] = v
+            if post and last_k:
+                for b in range(last + 1):
+                    lanes = min(cb, O - (ob0 + b) * cb)
+                    _activate_pixels(yf, ybase + (ob0 + b) * y_ob, nvalid, cb, lanes,
+                                     act, p0, p1)
+
+
+def _make_conv1x1_driver(cb: int):
+    """The parallel 1x1 driver for block ``cb`` (no padding, no groups)."""
+    P, B = conv_tile_shape(cb)
+
+    def conv1x1_driver(xf, wf, bias, resf, yf, geom, chunk, kcb, gsets, has_res, clamp,
+                       lo, hi, post, act, p0, p1):
+        (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
+         x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
+        OG = (OB + B - 1) // B
+        nchunks = (OH * OW + chunk - 1) // chunk
+        per_set = (OG + gsets - 1) // gsets
+        strided = sh != 1 or sw != 1
+        for task in prange(N * nchunks * gsets):
+            n = task // (nchunks * gsets)
+            c = (task // gsets) % nchunks
+            og0 = (task % gsets) * per_set
+            og1 = min(OG, og0 + per_set)
+            k_start = c * chunk
+            k_end = min(OH * OW, k_start + chunk)
+            buf = np.empty(kcb * chunk * cb if strided else 0, np.float32)
+            tail = np.empty(kcb * P * cb, np.float32)
+            for kb0 in range(0, CB, kcb):
+                _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1,
+                               k_start, k_end, kb0, min(CB, kb0 + kcb), strided, has_res,
+                               clamp, lo, hi, post, act, p0, p1, cb, P, B)
+
+    conv1x1_driver.__qualname__ = f"conv1x1_driver_cb{cb}"
+    return jit(parallel=True)(conv1x1_driver)
+
+
 # --- depthwise -------------------------------------------------------------
 #
 # geom: N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m
@@ -635,6 +802,7 @@ def _make_depthwise_driver(cb: int):
 
 _conv_drivers: dict = {}
 _depthwise_drivers: dict = {}
+_conv1x1_drivers: dict = {}
 
 
 def conv_driver(cb: int, ci: int):
@@ -644,6 +812,14 @@ def conv_driver(cb: int, ci: int):
     driver = _conv_drivers.get(key)
     if driver is None:
         driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci))
+    return driver
+
+
+def conv1x1_driver(cb: int):
+    """The compiled 1x1 (GEMM) driver for block ``cb`` (made once)."""
+    driver = _conv1x1_drivers.get(cb)
+    if driver is None:
+        driver = _conv1x1_drivers.setdefault(cb, _make_conv1x1_driver(cb))
     return driver
 
 
@@ -800,6 +976,35 @@ _L2_WEIGHT_BYTES = 256 * 1024
 _L1_WEIGHT_BYTES = 20 * 1024
 
 
+# 1x1 as a GEMM: one output-block group's weights for a K-block stay in L1,
+# the input of a task's pixels for that K-block in L2.
+_L1_SLIVER_BYTES = 16 * 1024
+_L2_CHUNK_BYTES = 128 * 1024
+
+
+def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int):
+    """``(chunk, kcb, gsets)`` for the 1x1 driver: pixels per task (whole
+    tiles), input blocks per K-block, and how many sets the output-block
+    groups are split into (tasks = N x chunks x sets)."""
+    P, B = conv_tile_shape(cb)
+    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
+    nkb = -(-CB // kcb)
+    kcb = -(-CB // nkb)                         # balanced K-blocks
+    chunk = max(P, _L2_CHUNK_BYTES // (kcb * cb * 4) // P * P)
+    nchunks = -(-pixels // chunk)
+    threads = max(1, threads)
+    gsets = 1
+    if N * nchunks < 8 * threads and (N * nchunks) % threads:
+        # balance the threads: more pixel chunks while they stay long (a
+        # short chunk wastes its partial last tile), else split the groups
+        if N == 1 and pixels >= 16 * P * threads:
+            nchunks += -nchunks % threads
+        else:
+            gsets = min(-(-OB // B), threads)
+    chunk = -(-(-(-pixels // nchunks)) // P) * P
+    return chunk, kcb, gsets
+
+
 def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
                    padding=(0, 0, 0, 0), bias=None, residual=None, activation=NONE,
                    param0=0.0, param1=0.0):
@@ -872,6 +1077,14 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
         return out
 
     P, B = conv_tile_shape(cb)
+    if packed.path == "1x1" and packed.groups == 1 and not any(pad):
+        CB = _blocks(C, cb)
+        geom = (N, CB, H, W, OB, OH, OW, 1, 1, sh, sw, 1, 1, 0, 0, O,
+                CB * H * W * cb, H * W * cb, W * cb, cb, 1, 0, OH, 0, OW)
+        chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, numba.get_num_threads())
+        conv1x1_driver(cb)(xf, wf, bias, resf, yf, geom, chunk, kcb, gsets, has_res, clamp,
+                           lo, hi, post, act, p0, p1)
+        return out
     if packed.path == "first_layer":
         CB, ci = 1, C
         x_n, x_ib, x_row, x_px, x_lane = C * H * W, 0, W, 1, H * W

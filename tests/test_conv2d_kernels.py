@@ -319,6 +319,7 @@ def _fresh_asm(monkeypatch, name, run):
     drivers = {}
     monkeypatch.setattr(K, "_conv_drivers", drivers)
     monkeypatch.setattr(K, "_depthwise_drivers", drivers)
+    monkeypatch.setattr(K, "_conv1x1_drivers", drivers)
     run()
     asms = dict(fresh.inspect_asm())
     for key, driver in drivers.items():
@@ -413,3 +414,61 @@ def test_resnet_shapes(block):
     run_case(3, 3, 64, 64, 64, (7, 7), (2, 2), padding=(3, 3, 3, 3), block=block, plain=True)
     run_case(1, 144, 144, 28, 28, (3, 3), padding=(1, 1, 1, 1), groups=144, block=block)
     run_case(1, 512, 512, 7, 7, (3, 3), padding=(1, 1, 1, 1), block=block)
+
+
+# --- the 1x1 GEMM path ------------------------------------------------------------
+
+# (n, c, o, h, w, stride): K-blocks (c over 256 / 512 channels for blocks 16 / 4-8,
+# not a multiple of the K-block), pixel counts that end in a partial tile, strides
+GEMM_1X1 = [
+    (1, 300, 40, 7, 9, 1),        # 63 pixels, 2 K-blocks of unequal width
+    (2, 600, 24, 5, 5, 1),        # block 4: 2 K-blocks; 25 pixels
+    (1, 72, 24, 13, 3, 2),        # strided, rows shorter than a tile
+    (3, 17, 9, 11, 9, 3),         # stride 3, partial lanes in and out
+    (1, 520, 33, 9, 10, 2),       # strided with K-blocks
+    (2, 8, 8, 1, 1, 1),           # one pixel
+]
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("case", GEMM_1X1, ids=lambda c: f"c{c[1]}o{c[2]}_{c[3]}x{c[4]}s{c[5]}")
+def test_1x1_gemm_path(block, case):
+    n, c, o, h, w, s = case
+    packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=block,
+                      activation=(CLAMP, 0.25, 6.0), residual=True, seed=c)
+    assert packed.path == "1x1"
+    run_case(n, c, o, h, w, (1, 1), (s, s), block=block, activation=(SIGMOID, 0.0, 0.0),
+             residual=True, residual_in_place=True, seed=o)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_1x1_gemm_blocking(threads):
+    for N, C, O, pixels, cb in [(1, 2048, 512, 49, 8), (1, 64, 256, 3136, 8),
+                                (8, 256, 64, 49, 16), (1, 9, 1, 1, 4), (3, 1024, 256, 7, 8)]:
+        CB, OB = -(-C // cb), -(-O // cb)
+        P, B = K.conv_tile_shape(cb)
+        chunk, kcb, gsets = K._gemm_blocking(N, CB, OB, pixels, cb, threads)
+        assert chunk % P == 0 and chunk >= P and 1 <= kcb <= CB
+        assert 1 <= gsets <= max(1, -(-OB // B))
+        assert kcb * cb * cb * B * 4 <= K._L1_SLIVER_BYTES or kcb == 1
+    # one image of few pixels on 2 threads: the groups are split
+    assert K._gemm_blocking(1, 256, 64, 49, 8, 2)[2] == 2
+
+
+def test_1x1_gemm_split_groups_and_threads():
+    """The group split (2 threads, one short image) and the serial result agree."""
+    prev = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        run_case(1, 520, 40, 7, 7, (1, 1), block=8, residual=True, seed=3)
+        run_case(1, 64, 256, 3, 5, (1, 1), (2, 2), block=8, seed=4)
+    finally:
+        numba.set_num_threads(prev)
+
+
+@needs_release_build
+def test_conv1x1_tiles_use_packed_fma(monkeypatch):
+    asms = _fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: run_case(
+        1, 32, 16, 9, 9, (1, 1)))
+    # the driver's copy is checked with the drivers of the other paths
+    _check_packed_fma(asms)
