@@ -421,7 +421,7 @@ def plan_buffers(plan: Plan) -> Plan:
     plan.peak_bytes = peak
     plan.buffer_slots = len(slot_bytes)
     plan.log.append(f"plan_buffers: {len(slot_bytes)} intermediate buffer(s), "
-                    f"peak {_mib(peak)} for the plan's outputs and intermediates")
+                    f"peak {_mib(peak)} (outputs, intermediates and reorder copies)")
     return plan
 
 
@@ -432,7 +432,7 @@ def _kernel_layouts(node: Node) -> tuple[str, ...]:
         b = a["block"]
         tag = layouts.blocked_tag(b)
         x = a["x"]._layout if a["first_layer"] else tag
-        ic = 1 if a["first_layer"] else b
+        ic = a["in_channels"] if a["first_layer"] else b    # first layer: all C at once
         found = (x, f"OIhw{ic}i{b}o")
         return found + ((tag,) if a["residual"] is not None else ())
     return tuple(s._layout for s in node.inputs)
@@ -512,8 +512,9 @@ def describe(plan: Plan, title: str) -> str:
             lines.append(f"      inside: {label}, {nbytes / 1e6:.2f} MB"
                          + (f", {seconds * 1e3:.3f} ms" if seconds is not None else ""))
     lines += [f"  {line}" for line in plan.read_lines]
-    lines.append(f"  peak memory {_mib(plan.peak_bytes)} in {plan.buffer_slots} "
-                 f"intermediate buffer(s) plus kept outputs")
+    lines.append(f"  peak memory {_mib(plan.peak_bytes)}: the plan's kept outputs, "
+                 f"{plan.buffer_slots} reused intermediate buffer(s) and reorder copies "
+                 f"alive at once")
     if ran:
         reorder_s = sum(s.seconds or 0.0 for s in reorders) + sum(
             r[2] or 0.0 for s in plan.steps for r in s.inner_reorders)
