@@ -112,6 +112,40 @@ def test_irregular_large(a_t, b_t, threads):
     _check(out, *_reference(a, b, a_t, b_t))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packing_runs_and_thread_splits(threads, monkeypatch):
+    """Column counts whose panels fill no, part of, or several whole packing
+    runs (``_PACK_RUN``) and groups (``_PACK_GROUP``), with K over two
+    K-blocks, row counts that the threads do not split evenly, M < MR and
+    N < NR; the thread count set through numba as well as passed in."""
+    monkeypatch.setattr(mm, "DIRECT_MAX_MACS", 0)
+    monkeypatch.setattr(mm, "DIRECT_MAX_ROWS", 0)
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    rng = np.random.default_rng(11)
+    K = mm.KC + 37
+    shapes = [(3, 5), (mm.MR - 1, 3 * mm.NR + 1), (13, mm.NR * mm._PACK_RUN),
+              (mm.MR * 7 + 1, mm.NR * (mm._PACK_RUN + 1) + 3),
+              (61, mm.NR * (mm._PACK_GROUP + mm._PACK_RUN - 1) + 9),
+              (1, mm.NR * (2 * mm._PACK_GROUP + 1))]
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        for M, N in shapes:
+            for b_t in (False, True):
+                a = _random(rng, (M, K))
+                b = _random(rng, (N, K) if b_t else (K, N))
+                want, bound = _reference(a, b, False, b_t)
+                out = np.full((M, N), np.nan, np.float32)
+                mm.gemm(a, b, out, b_transpose=b_t)
+                _check(out, want, bound, f"M={M} N={N} b_t={b_t}")
+                out[:] = np.nan
+                mm.gemm(a, mm.pack_b(b, b_transpose=b_t, threads=threads), out,
+                        threads=threads)
+                _check(out, want, bound, f"pre-packed M={M} N={N} b_t={b_t}")
+    finally:
+        numba.set_num_threads(previous)
+
+
 @pytest.mark.parametrize("M", [1, 8])
 @pytest.mark.parametrize("b_t", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
