@@ -200,3 +200,15 @@ def test_chain_quick_policies_agree_and_overhead_is_reported(capsys, tmp_path):
         assert row["blocked_launches"] == 3
         assert row["blocked"] > 0 and row["eager"] > 0 and row["plain"] > 0
     assert run["overhead"]["ops"] == 20 and "us per op" in out
+
+
+
+def test_conv2d_suite_defaults_its_batches_when_the_cli_passes_none():
+    # `jitnn bench conv2d` without --batch hands the suite batches=None
+    from types import SimpleNamespace
+
+    from jitnn.bench.conv2d import batches_of
+    assert batches_of(SimpleNamespace(quick=False, options={"batches": None})) == [1, 8]
+    assert batches_of(SimpleNamespace(quick=False, options={})) == [1, 8]
+    assert batches_of(SimpleNamespace(quick=False, options={"batches": [8]})) == [8]
+    assert batches_of(SimpleNamespace(quick=True, options={"batches": [8]})) == [1]

@@ -63,6 +63,11 @@ def layers(quick: bool) -> list[tuple]:
     return chosen
 
 
+def batches_of(run: Run) -> list[int]:
+    """The batch sizes to run: 1 in quick mode, else ``--batch`` or 1 and 8."""
+    return [1] if run.quick else list(run.options.get("batches") or [1, 8])
+
+
 def measure(run: Run) -> dict:
     import numpy as np
 
@@ -77,7 +82,7 @@ def measure(run: Run) -> dict:
         import torch.utils.mkldnn  # noqa: F401 - to_mkldnn for modules
     ctx = jitnn.Context(num_threads=run.threads)
     block = ctx.block
-    batches = [1] if run.quick else list(run.options.get("batches", [1, 8]))
+    batches = batches_of(run)
     todo = [(batch, layer) for batch in batches for layer in layers(run.quick)]
     rows = []
     for index, (batch, ((name, c, o, hw, k, s, p, g), net)) in enumerate(todo):
