@@ -5,6 +5,10 @@ AVX2) between them; ``t.numpy()`` converts back once, straight into the
 caller's array. See README.md and DESIGN.md.
 """
 
+from . import _memory
+
+_memory.tune_allocator()
+
 from .context import POLICIES, Context, Stats, default_context, host_block, read_all
 from .errors import JitnnError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor

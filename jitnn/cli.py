@@ -33,6 +33,7 @@ def _human_bytes(count: int) -> str:
 
 
 def info(_args: argparse.Namespace) -> int:
+    from . import _memory
     import llvmlite
     import llvmlite.binding as llvm
     import numba
@@ -53,6 +54,7 @@ def info(_args: argparse.Namespace) -> int:
         ("block", f"{ctx.block} float32 channels (layout nChw{ctx.block}c)"),
         ("threads", f"{ctx.num_threads} (NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS})"),
         ("threading layer", _config.threading_layer()),
+        ("allocator", _memory.status),
         ("numba", f"{numba.__version__}, llvmlite {llvmlite.__version__}, LLVM {llvm_version}"),
         ("numpy", np.__version__),
         ("python", platform.python_version()),

@@ -104,11 +104,9 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
     diffs = [r["max_diff"] for r in rows if "max_diff" in r]
     say(f"\nall three policies give the same numbers (largest difference {max(diffs):.1e}); "
         "only the cost differs.")
-    say("part of the cost in a fresh process is memory: eager and plain allocate new buffers for "
-        "every op, and each new\nmulti-MB buffer costs page faults on first touch; blocked reuses "
-        "its intermediates. To see the layout\neffect alone, rerun with the allocator keeping freed "
-        "memory: GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:\nglibc.malloc.trim_threshold="
-        "134217728 jitnn demo")
+    say("(jitnn keeps freed tensor memory for reuse, see `jitnn info`; with JITNN_MALLOC_TUNING=0 "
+        "the eager and plain\npolicies, which allocate new buffers for every op, also pay a page "
+        "fault per 4 KiB of each new buffer)")
     say("\nthe blocked plan of the seed chain (jitnn.explain after the run):\n")
     say(explained)
     result_info = {"rows": rows, "explain": explained, "threads": threads, "plot": None}
