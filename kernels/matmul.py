@@ -146,8 +146,11 @@ _ROW_TILE = 4 * NR  # accumulators of the one-row kernel on packed B
 #: costs several microseconds, more when the cores are shared)
 PARALLEL_MIN_MACS = 1 << 20
 #: tasks per thread the parallel driver aims for, so that dynamic scheduling
-#: can even out threads that run at different speeds
-_TASKS_PER_THREAD = 4
+#: can even out threads that run at different speeds. Not more: each task
+#: streams all of its columns of packed B past its rows of A, so smaller row
+#: blocks read B more often (256^3 on 2 threads: 2 tasks per thread 150
+#: GFLOP/s, 4 per thread 143; 512^3 and 1024^3 the same either way)
+_TASKS_PER_THREAD = 2
 
 _ONE = np.float32(1.0)
 _ZERO = np.float32(0.0)
