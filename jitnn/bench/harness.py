@@ -52,7 +52,13 @@ _RESULT_MARK = "JITNN_BENCH_RESULT "
 def median_seconds(function: Callable[[], object], min_time: float = 0.3, min_reps: int = 5,
                    warmup: int = 2) -> tuple[float, float, float]:
     """Median and spread (min, max) of ``function()``'s run time in seconds,
-    after ``warmup`` untimed calls (compilation happens in the warm-up)."""
+    after ``warmup`` untimed calls (compilation happens in the warm-up).
+
+    A full measurement (``min_time >= 0.3``) first sleeps 0.2 s: OpenBLAS keeps
+    its threads spinning for ~0.1 s after a call, which slowed whatever was
+    timed right after a numpy peer by up to 2x at 2 threads."""
+    if min_time >= 0.3:
+        time.sleep(0.2)
     for _ in range(warmup):
         function()
     times = []
