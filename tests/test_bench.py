@@ -93,7 +93,8 @@ def test_conv2d_quick_with_every_installed_peer(capsys, tmp_path):
     rows = _table_rows(out, header)
     assert [r[0] for r in rows] == ["conv1 7x7/2", "3x3 64ch 56", "1x1 256->64 56", "dw 144ch 56"]
     assert all(r[-1].endswith("%") for r in rows)        # fraction of peak
-    assert "geomean resnet50 batch 1" in out
+    if harness.installed("torch") or harness.installed("onnxruntime"):
+        assert "geomean resnet50 batch 1" in out            # ratios need a peer
     for peer in ("torch", "onnxruntime"):
         if harness.installed(peer):
             assert peer in info["peers"]
@@ -127,8 +128,16 @@ def test_blocks_quick_with_plot(capsys, tmp_path):
     assert all(r["gflops"] > 0 and r["vs_block8"] > 0 for r in data["rows"])
     assert by_key[(64, 8, False)]["vs_block8"] == 1.0
     assert "fastest block per C" in out
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"plot written to {png}" in out
+    if _has("matplotlib"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plot written to {png}" in out
+    else:
+        assert "pip install matplotlib" in out
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
 
 
 def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch, tmp_path):
@@ -191,7 +200,8 @@ def test_benchmark_scripts_wrap_the_package(capsys, tmp_path):
 def test_chain_quick_policies_agree_and_overhead_is_reported(capsys, tmp_path):
     out, err, data = _bench(capsys, tmp_path, "chain", "--peers", "torch")
     info, run = _check_common(out, err, data, "chain", "--peers torch")
-    assert "| workload | jitnn blocked ms |" in out and "torch NCHW ms" in out
+    assert "| workload | jitnn blocked ms |" in out
+    assert ("torch NCHW ms" in out) == harness.installed("torch")
     labels = {r[0] for r in _table_rows(out, "| workload |")}
     assert labels == {"seed chain (quick)", "bottleneck (quick)"}
     for row in data["rows"]:
