@@ -540,3 +540,28 @@ def bench(suites: list[str], threads: list[int] | None = None,
     if plot_path:
         print(plot(suite_runs, plot_path), file=out)
     return 0
+
+
+def script_main(suite: str, doc: str, argv: list[str] | None = None,
+                batches: bool = False) -> int:
+    """The ``benchmarks/<suite>.py`` command line: ``--threads 1,2``, ``--quick``,
+    ``--peers``, ``--json``, ``--plot`` (and ``--batches 1,8`` for conv2d), the
+    same run as ``jitnn bench <suite>``."""
+    import argparse
+    import shlex
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes only")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="comma list of peers (torch, onnxruntime, numpy)")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument("--plot", help="also draw a PNG (needs matplotlib)")
+    if batches:
+        parser.add_argument("--batches", default="1,8", help="batch sizes, e.g. 1,8")
+    args = parser.parse_args(argv)
+    options = {"batches": [int(b) for b in args.batches.split(",")]} if batches else None
+    return bench([suite], [int(t) for t in args.threads.split(",")],
+                 [p for p in args.peers.split(",") if p], args.quick, args.json, args.plot,
+                 command=shlex.join(["python", f"benchmarks/{suite}.py", *argv]),
+                 options=options)
