@@ -25,7 +25,7 @@ from typing import TextIO
 import numpy as np
 
 from . import default_context
-from .bench.chain import POLICIES, _jitnn_forward, _parameters, _workloads
+from .bench.chain import POLICIES, jitnn_forward, parameters, workloads
 from .bench.harness import median_seconds
 
 PLOT = "jitnn-demo.png"
@@ -41,14 +41,13 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
         print(text, file=out, flush=True)
 
     threads = threads or default_context().num_threads
-    workloads = [(name, shape, kind, mid) for name, shape, kind, mid in _workloads(quick)]
     say(f"jitnn demo: op-by-op conv2d chains under three layout policies "
         f"({threads} thread{'s' if threads > 1 else ''}, block {default_context().block})")
     rows, explained = [], None
     first_call = True
-    for name, shape, kind, mid in workloads:
+    for name, shape, kind, mid in workloads(quick):
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        params = _parameters(kind, shape[1], mid, np)
+        params = parameters(kind, shape[1], mid, np)
         result = np.empty(shape, np.float32)
         answers = {}
         for policy in POLICIES:
@@ -57,7 +56,7 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
                        for w, bn, pad in params]
 
             def once(ctx=ctx, weights=weights):
-                return _jitnn_forward(jitnn, kind, ctx.tensor(x), weights).numpy(out=result)
+                return jitnn_forward(jitnn, kind, ctx.tensor(x), weights).numpy(out=result)
             if first_call:
                 print("warming up: the first run compiles jitnn's kernels (first time only, "
                       "then they load from the disk cache) ...", end="", file=out, flush=True)
@@ -84,7 +83,7 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
                          "tax": tax, "reorder_ms": tax * seconds * 1e3,
                          "launches": stats.launches, "fused": stats.fused_ops})
             if policy == "blocked" and kind == "seed":
-                h = _jitnn_forward(jitnn, kind, ctx.tensor(x), weights)
+                h = jitnn_forward(jitnn, kind, ctx.tensor(x), weights)
                 h.numpy(out=result)
                 explained = jitnn.explain(h)
         worst = max(float(np.abs(answers[p] - answers["blocked"]).max()) for p in POLICIES)
@@ -124,10 +123,10 @@ def _plot(rows: list[dict], path: str, say) -> str | None:
         say(f"\n(no plot: matplotlib is not installed; `pip install matplotlib` or "
             f"`pip install 'jitnn[bench]'` to get {path})")
         return None
-    workloads = list(dict.fromkeys(r["workload"] for r in rows))
-    figure = Figure(figsize=(4 + 3 * len(workloads), 4))
-    axes = figure.subplots(1, len(workloads), squeeze=False)[0]
-    for ax, workload in zip(axes, workloads):
+    names = list(dict.fromkeys(r["workload"] for r in rows))
+    figure = Figure(figsize=(4 + 3 * len(names), 4))
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    for ax, workload in zip(axes, names):
         chosen = [r for r in rows if r["workload"] == workload]
         labels = [r["policy"] for r in chosen]
         reorder = [min(r["reorder_ms"], r["ms"]) for r in chosen]

@@ -32,7 +32,7 @@ PEERS = ("torch",)
 POLICIES = ("blocked", "eager", "plain")
 
 
-def _workloads(quick: bool):
+def workloads(quick: bool):
     """(name, input shape, list of conv specs) with specs (C, O, k, pad, bn)."""
     if quick:
         return [("seed chain (quick)", (1, 16, 14, 14), "seed", 16),
@@ -41,7 +41,7 @@ def _workloads(quick: bool):
             ("ResNet-50 bottleneck 256-64-256 56", (1, 256, 56, 56), "bottleneck", 64)]
 
 
-def _parameters(kind: str, channels: int, mid: int, np):
+def parameters(kind: str, channels: int, mid: int, np):
     rng = np.random.default_rng(0)
     if kind == "seed":
         return [(rng.standard_normal((mid, mid, 3, 3)).astype(np.float32) * 0.05, None, 1)
@@ -58,7 +58,7 @@ def _parameters(kind: str, channels: int, mid: int, np):
     return params
 
 
-def _jitnn_forward(jitnn, kind, x, params):
+def jitnn_forward(jitnn, kind, x, params):
     if kind == "seed":
         h = x
         for w, _, pad in params:
@@ -109,9 +109,9 @@ def measure(run: Run) -> dict:
         import torch
         import torch.utils.mkldnn  # noqa: F401
     rows = []
-    for name, shape, kind, mid in _workloads(run.quick):
+    for name, shape, kind, mid in workloads(run.quick):
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-        params = _parameters(kind, shape[1], mid, np)
+        params = parameters(kind, shape[1], mid, np)
         out = np.empty(shape, np.float32)
         row = {"label": name, "kind": kind, "threads": run.threads}
         results = {}
@@ -121,7 +121,7 @@ def measure(run: Run) -> dict:
                        for w, bn, pad in params]
 
             def once(ctx=ctx, weights=weights):
-                return _jitnn_forward(jitnn, kind, ctx.tensor(x), weights).numpy(out=out)
+                return jitnn_forward(jitnn, kind, ctx.tensor(x), weights).numpy(out=out)
             once()
             results[policy] = out.copy()
             ctx.reset_stats()
