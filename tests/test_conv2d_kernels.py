@@ -129,6 +129,32 @@ def test_geometry_block8(case):
     assert packed.path == expected_path
 
 
+
+PADDED = [case for case in GEOMETRY if any(case[8]) and case[5] != (1, 1)]
+
+
+@pytest.mark.parametrize("pad_copy", [True, False], ids=["pad_copy", "border_tiles"])
+@pytest.mark.parametrize("case", PADDED, ids=lambda c: "x".join(map(str, c[1:3])) + f"_k{c[5][0]}{c[5][1]}_s{c[6][0]}{c[6][1]}_p{''.join(map(str, c[8]))}_g{c[9]}")
+def test_padding_both_ways(monkeypatch, case, pad_copy):
+    """Padded convolutions agree whether the wrapper pads the whole input
+    once (pad_blocked, every pixel interior) or runs border tiles on per-tile
+    patches: forced both ways, whatever share the border has."""
+    monkeypatch.setattr(K, "_PAD_COPY_SHARE", 0.0 if pad_copy else 2.0)
+    n, c, o, h, w, kernel, strides, dilations, padding, groups = case
+    run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block=8,
+             activation=(RELU, 0.0, 0.0), residual=True, seed=c * 10 + o)
+
+
+def test_pad_blocked_matches_numpy_pad():
+    rng = np.random.default_rng(3)
+    x = _random((2, 3, 5, 7, 8), rng)
+    pt, pb, pl, pr = 2, 1, 0, 3
+    expected = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)))
+    got = np.full(expected.shape, np.nan, np.float32)
+    K.pad_blocked(x.reshape(-1), got.reshape(-1), 2, 3, 5, 7, 8, pt, pl, 5 + pt + pb,
+                  7 + pl + pr)
+    np.testing.assert_array_equal(got, expected)
+
 DEPTHWISE = [
     # (n, c, multiplier, h, w, kernel, strides, dilations, padding)
     (1, 8, 1, 9, 11, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
