@@ -126,6 +126,8 @@ class Context:
         # One flush at a time per context: plans read and rewrite shared nodes.
         self._flush_lock = threading.RLock()
         self._trace = threading.local()
+        # per thread: ops recorded by a compute's dispatch, which flushes them itself
+        self._computing = threading.local()
         self._symbolic = False      # a GraphBuilder's shape-only context: never runs
         # single-op graphs: an op's validated signature, by op, shapes, layouts
         # and options (bounded: varying shapes do not grow memory without limit)
@@ -243,11 +245,19 @@ class Context:
 
     def _recorded(self, value: "Value") -> None:
         """A new pending value: run it now (eager, plain) or keep it for the next
-        flush, flushing early when the pending work passes its bound."""
+        flush, flushing early when the pending work passes its bound (a
+        compute's own values are neither: it flushes them at once)."""
         if self._symbolic:
             return
         if self.policy != "blocked":
             self._flush([value])
+            return
+        if getattr(self._computing, "active", False):
+            # A compute's own op on this thread: it is flushed as soon as the
+            # graph is dispatched, so it is not pending work for anyone else
+            # (another thread's flush would split the compute's plan) and does
+            # not count towards the bound (an auto-flush in the middle of the
+            # dispatch would split it too, and make every value it holds kept).
             return
         with self._lock:
             self._pending.append(weakref.ref(value))
@@ -266,14 +276,15 @@ class Context:
         if values:
             self._flush(values)
 
-    def _flush(self, values: list["Value"]) -> "Plan | None":
-        """Plan and run the pending work behind ``values`` (one flush at a time)."""
+    def _flush(self, values: list["Value"], capture=None) -> "Plan | None":
+        """Plan and run the pending work behind ``values`` (one flush at a time);
+        ``capture``: an :class:`jitnn.executor.Capture` to record the run in."""
         with self._flush_lock:
             values = [v for v in values if v._data is None]
             if not values:
                 return None
             plan = _scheduler().schedule(self, values)
-            _executor().execute(self, plan)
+            _executor().execute(self, plan, capture)
             self._count(flushes=1)
         if self._pending:
             with self._lock:  # forget what is done
@@ -308,8 +319,18 @@ class Context:
     def compute(self, graph: "Graph", inputs: Mapping[str, object],
                 outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run ``graph`` now and write every output, in standard layout, into the
-        caller's array in ``outputs`` ({name: float32 C-contiguous array})."""
+        caller's array in ``outputs`` ({name: float32 C-contiguous array}).
+
+        Inputs are checked and copied in at every call, as by :meth:`dispatch`.
+        The first call dispatches the graph and schedules it like any pending
+        work; later calls replay that scheduled plan (the same kernel steps,
+        fused nodes and buffers, the same ``stats`` counts) on the new inputs,
+        without dispatching the ops or running the scheduler's passes again.
+        The graph keeps the plan and its intermediate buffers for this (see
+        jitnn/replay.py, which also lists when a call takes the first path).
+        """
         from .graph import Graph
+        from . import replay
         if not isinstance(graph, Graph):
             raise JitnnTypeError(f"compute: expected a jitnn Graph, got {type(graph).__name__}")
         if not isinstance(outputs, Mapping):
@@ -331,9 +352,7 @@ class Context:
                     f"of shape {names[name]}, got "
                     + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
                        else type(array).__name__))
-        tensors = graph._dispatch(self, inputs)
-        order = list(outputs)
-        self.read_all([tensors[name] for name in order], [outputs[name] for name in order])
+        replay.compute(self, graph, inputs, outputs)
         return dict(outputs)
 
     # --- readback ----------------------------------------------------------------
@@ -369,13 +388,21 @@ class Context:
         for index, (tensor, buf) in enumerate(zip(tensors, outs)):
             if buf is not None:
                 tensor._check_out(buf, op=f"read_all (item {index})")
-        if len(tensors) <= 1:
-            return [t.numpy(out=o) for t, o in zip(tensors, outs)]
-        # Compute what the tensors need first (one flush), then convert in parallel.
-        self._flush([t._v for t in tensors])
-        share = max(1, self.num_threads // min(len(tensors), self.num_threads))
+        values = [t._v for t in tensors]
+        if len(values) > 1:
+            # Compute what the tensors need first (one flush), then convert in parallel.
+            self._flush(values)
+        return self._read_values(values, outs)
+
+    def _read_values(self, values: Sequence["Value"],
+                     outs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        """Read ``values`` (computed, or one pending: read flushes it) into
+        ``outs`` (checked), several at once on the readback threads."""
+        if len(values) <= 1:
+            return [v._read_into(o, None) for v, o in zip(values, outs)]
+        share = max(1, self.num_threads // min(len(values), self.num_threads))
         pool = self._readback_pool()
-        futures = [pool.submit(t._read_into, o, share) for t, o in zip(tensors, outs)]
+        futures = [pool.submit(v._read_into, o, share) for v, o in zip(values, outs)]
         return [f.result() for f in futures]
 
     async def read_async(self, tensor: "Tensor", out: np.ndarray | None = None) -> np.ndarray:

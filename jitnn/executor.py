@@ -5,21 +5,49 @@ one; a dead intermediate is released (its value can never be read again: the
 scheduler only frees what nobody holds or reads later). The plan keeps only
 descriptions and timings once it has run, so ``explain`` on a result never
 keeps its inputs alive.
+
+``ctx.compute`` asks :func:`execute` for a :class:`Capture` of the steps
+(with their values and nodes) before they are dropped, and runs them again
+with :func:`replay` (see jitnn/replay.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .ops._common import blocked_buffer
-from .scheduler import Plan, physical_shape
+from .scheduler import STRUCTURED, Plan, Step, physical_shape
+from .tensor import Node, Value
 
 if TYPE_CHECKING:
     from .context import Context
+
+
+@dataclasses.dataclass(frozen=True)
+class CapturedStep:
+    """One step of a plan with what running it again needs (the plan's own
+    step keeps its description and gets each run's times)."""
+
+    step: Step
+    value: Value
+    node: Node | None
+    frees: tuple
+    shape: tuple[int, ...]         # the value's physical shape (its slot's view)
+
+
+@dataclasses.dataclass
+class Capture:
+    """What :func:`execute` saw: the steps, and for each buffer slot the array
+    its first writer made, when that writer is a kernel that writes into the
+    buffer it is given (a run again hands it the same array: no allocation)."""
+
+    steps: list[CapturedStep] = dataclasses.field(default_factory=list)
+    seeds: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...]):
@@ -50,8 +78,9 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> N
         ctx._count(fused_ops=len(node.fused))
 
 
-def execute(ctx: "Context", plan: Plan) -> None:
-    """Run every step of ``plan``; values get their buffers, plan its times."""
+def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
+    """Run every step of ``plan``; values get their buffers, plan its times.
+    With ``capture``, also record what :func:`replay` needs to run it again."""
     slots: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     previous = ctx._tracing(None)
@@ -64,13 +93,59 @@ def execute(ctx: "Context", plan: Plan) -> None:
                 # the reorder's own count is in inner_reorders; show it as the step
                 step.inner_reorders.clear()
             else:
+                first = step.buffer and step.buffer not in slots
                 _run_op(ctx, step, slots, plan)
+                if capture is not None and first and step.node.kind in STRUCTURED:
+                    capture.seeds[step.buffer] = slots[step.buffer]
             step.seconds = time.perf_counter() - t0
     finally:
         ctx._tracing(previous)
     plan.seconds = time.perf_counter() - start
+    if capture is not None:
+        capture.steps = [CapturedStep(step, step.value, step.node, step.frees,
+                                      physical_shape(step.value) if step.buffer else ())
+                         for step in plan.steps]
     # keep descriptions only: the values may go
     for step in plan.steps:
         step.value = step.node = None
         step.frees = ()
     plan.roots = []
+
+
+def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
+           seeds: dict[str, np.ndarray]) -> None:
+    """Run captured ``steps`` again, as :func:`execute` ran them: the same
+    nodes, buffer slots (starting from ``seeds``) and frees. The caller has
+    given the plan's inputs new data and cleared everything computed from the
+    old (jitnn/replay.py); ``plan`` gets this run's times. Fused-op and flush
+    counts are the caller's (one count for the whole run)."""
+    slots = dict(seeds)
+    start = time.perf_counter()
+    previous = ctx._tracing(None)
+    try:
+        for captured in steps:
+            step = captured.step
+            t0 = time.perf_counter()
+            reorders = step.inner_reorders
+            reorders.clear()
+            ctx._tracing(reorders)
+            v = captured.value
+            if step.kind == "reorder":
+                blocked_buffer(ctx, v, step.reorder_block, v._axes)
+                reorders.clear()
+            else:
+                node = captured.node
+                out = _out_from_slot(slots, step.buffer, captured.shape) if step.buffer \
+                    else None
+                data = node.run(ctx, node, v, out)
+                v._data = data
+                if step.buffer:
+                    slots[step.buffer] = data
+                for dead in captured.frees:
+                    dead._data = None
+                    dead._released = True
+                    dead._derived.clear()
+            step.seconds = time.perf_counter() - t0
+    finally:
+        ctx._tracing(previous)
+    plan.seconds = time.perf_counter() - start

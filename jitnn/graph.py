@@ -12,12 +12,15 @@ tensors are the builder's operands. Shapes are inferred and options validated
 when the op is added (the eager op runs on shape-only placeholders, so the
 graph and eager ops share one definition and one set of errors). A dispatch
 replays the ops on real tensors as pending work: the scheduler then fuses and
-plans the whole graph at once, exactly as it does for eager calls.
+plans the whole graph at once, exactly as it does for eager calls. A compute
+does that once and then replays the scheduled plan on new inputs (see
+jitnn/replay.py): no op is re-dispatched and no pass runs again.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
@@ -203,9 +206,14 @@ def _plain_tag(ndim: int) -> str:
 
 class Graph:
     """A built graph: its inputs and outputs with their shapes. Immutable;
-    run it with ``ctx.dispatch`` (lazy) or ``ctx.compute`` (synchronous)."""
+    run it with ``ctx.dispatch`` (lazy) or ``ctx.compute`` (synchronous).
 
-    __slots__ = ("_ctx", "_inputs", "_input_index", "_constants", "_ops", "_outputs")
+    ``ctx.compute`` keeps the scheduled plan of this graph for its next calls
+    (at most :data:`jitnn.replay.IDLE_PROGRAMS` of them, with their
+    intermediate buffers: see jitnn/replay.py); they go with the graph."""
+
+    __slots__ = ("_ctx", "_inputs", "_input_index", "_constants", "_ops", "_outputs",
+                 "_programs", "_programs_lock")
 
     def __init__(self, ctx, inputs, input_index, constants, ops, outputs):
         self._ctx = ctx
@@ -214,6 +222,9 @@ class Graph:
         self._constants = constants
         self._ops = ops
         self._outputs = outputs
+        # compute's replayable programs not in use right now (jitnn/replay.py)
+        self._programs: list = []
+        self._programs_lock = threading.Lock()
 
     @property
     def inputs(self) -> dict[str, tuple[int, ...]]:
@@ -228,6 +239,17 @@ class Graph:
         return f"Graph(inputs={self.inputs}, outputs={self.outputs}, ops=[{ops}])"
 
     def _check_inputs(self, ctx: "Context", inputs: Mapping[str, Any], op: str) -> dict:
+        """The inputs as Tensors: a Tensor as it is, anything else copied (as
+        ``jitnn.tensor`` does), after :meth:`_input_items`'s checks."""
+        return {name: item if isinstance(item, Tensor) else
+                Tensor(ctx, item.shape, _plain_tag(item.ndim), data=item)
+                for name, item in self._input_items(ctx, inputs, op).items()}
+
+    def _input_items(self, ctx: "Context", inputs: Mapping[str, Any],
+                     op: str) -> dict[str, "Tensor | np.ndarray"]:
+        """Check ``inputs`` (names, dtypes, shapes); a Tensor input is returned
+        as it is, anything else as a new float32 copy (later changes to the
+        caller's array never leak in)."""
         if not isinstance(inputs, Mapping):
             raise JitnnTypeError(f"{op}: inputs must be a dict {{name: tensor}}, "
                                  f"got {type(inputs).__name__}")
@@ -239,36 +261,63 @@ class Graph:
         if missing:
             raise JitnnTypeError(f"{op}: missing input {missing[0]!r} (the graph's inputs: "
                                  f"{sorted(self._inputs)})")
-        tensors = {}
+        items: dict[str, Tensor | np.ndarray] = {}
         for name, value in inputs.items():
             expected = self._inputs[name]
             if isinstance(value, Tensor):
                 if value.context is not ctx:
                     raise JitnnTypeError(f"{op}: input {name!r} belongs to another context")
-                tensor = value
+                item: Tensor | np.ndarray = value
             else:
                 dtype = getattr(value, "dtype", None)
                 if dtype is not None and np.dtype(dtype) != FLOAT32:
                     raise JitnnTypeError(
                         f"{op}: input {name!r} has dtype {dtype}, expected float32")
-                tensor = ctx.tensor(value)
-            if tensor.shape != expected:
+                item = as_float32_copy(value)
+            if item.shape != expected:
                 raise JitnnTypeError(
-                    f"{op}: input {name!r} has shape {tensor.shape}, expected {expected}")
-            tensors[name] = tensor
-        return tensors
+                    f"{op}: input {name!r} has shape {item.shape}, expected {expected}")
+            items[name] = item
+        return items
 
-    def _dispatch(self, ctx: "Context", inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+    def _check_context(self, ctx: "Context") -> None:
         if ctx is not self._ctx:
             raise JitnnValueError("dispatch: the graph was built for another context "
                                   "(its constants live there)")
-        tensors = self._check_inputs(ctx, inputs, "dispatch")
+
+    def _dispatch(self, ctx: "Context", inputs: Mapping[str, Any]) -> dict[str, Tensor]:
+        self._check_context(ctx)
+        return self._run_ops(ctx, self._check_inputs(ctx, inputs, "dispatch"))
+
+    def _run_ops(self, ctx: "Context", tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """Replay the recorded ops on checked input ``tensors`` (pending work);
+        the outputs by name."""
         env: dict[int, Tensor] = {self._input_index[n]: t for n, t in tensors.items()}
         env.update(self._constants)
+
+        def lookup(operand: Operand) -> Tensor:
+            return env[operand._index]
         for recorded in self._ops:
-            def lookup(operand: Operand) -> Tensor:
-                return env[operand._index]
             env[recorded.index] = recorded.function(
                 *_substitute(recorded.args, lookup), **_substitute(recorded.kwargs, lookup))
         # only the outputs keep handles: intermediates may be fused away
         return {name: env[index] for name, (index, _) in self._outputs.items()}
+
+    def _fixed_tensors(self) -> list[Tensor]:
+        """The tensors every dispatch shares: the constants, and any Tensor
+        passed to an op as it is (not an operand)."""
+        found = list(self._constants.values())
+
+        def scan(value: Any) -> None:
+            if isinstance(value, Tensor):
+                found.append(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    scan(item)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    scan(item)
+        for recorded in self._ops:
+            scan(recorded.args)
+            scan(recorded.kwargs)
+        return found

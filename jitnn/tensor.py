@@ -56,6 +56,10 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
     return np.array(array, dtype=np.float32, order="C", copy=True)
 
 
+#: guards every Value's consumer list (appends and pruning)
+_CONSUMERS_LOCK = threading.Lock()
+
+
 class Node:
     """One pending op application: what produces a pending :class:`Value`.
 
@@ -129,7 +133,7 @@ class Value:
         if node is not None:
             me = weakref.ref(self)
             for source in node.inputs:
-                source._consumers.append(me)
+                source._add_consumer(me)
 
     # the same read-only vocabulary as Tensor, so ops take either
     shape = property(lambda self: self._shape)
@@ -142,6 +146,17 @@ class Value:
     def held(self) -> bool:
         """True while the user holds a Tensor handle on this value."""
         return self._handle is not None and self._handle() is not None
+
+    def _add_consumer(self, ref: "weakref.ref[Value]") -> None:
+        # A constant is read by every dispatch of its graph: drop the dead
+        # references whenever the list doubles, so it stays as long as the
+        # live ones (amortized O(1); under a lock of its own, no append is
+        # lost, and _derive's lock may be held by the caller).
+        with _CONSUMERS_LOCK:
+            consumers = self._consumers
+            consumers.append(ref)
+            if len(consumers) >= 16 and len(consumers) & (len(consumers) - 1) == 0:
+                consumers[:] = [r for r in consumers if r() is not None]
 
     def live_consumers(self) -> list["Value"]:
         """Values not yet computed that read this one."""

@@ -146,3 +146,244 @@ def test_graph_of_a_bottleneck_fuses_like_eager_ops():
             / np.sqrt(var[:, None, None] + 1e-5)
         want = np.maximum(want, 0) if i < 2 else np.maximum(want + x_np, 0)
     _close(got, want, atol=5e-4)
+
+
+# --- compute replays the scheduled plan -----------------------------------------------
+
+_COUNTED = ("reorders", "reorder_bytes", "launches", "fused_ops", "flushes")
+
+
+def _counts(ctx):
+    stats = ctx.stats
+    return {name: getattr(stats, name) for name in _COUNTED}
+
+
+def _resnet_block_graph(ctx):
+    """conv+bn+relu, conv+bn + residual add (a plain input: reordered), two
+    pools, a channel concat, global pool, flatten, matmul + bias add, gemm with
+    bias, softmax; and a matmul whose right operand is computed from an input
+    (packed again every call). ``features`` is also an intermediate of ``probs``."""
+    rng = np.random.default_rng(40)
+    c = 12                                       # not a multiple of the block: padding lanes
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, c, 10, 10))
+    z = b.input("z", (64, 96))
+
+    def const(*shape, scale=0.2):
+        return b.constant((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def bn(t):
+        return b.batch_normalization(t, const(c), b.constant((rng.random(c) + .5).astype(np.float32)),
+                                     const(c), const(c))
+    y = b.relu(bn(b.conv2d(x, const(c, c, 3, 3), padding=1)))
+    y = bn(b.conv2d(y, const(c, c, 3, 3), padding=1))
+    features = b.relu(b.add(y, x))
+    pooled = b.concat([b.max_pool2d(features, 2, strides=2),
+                       b.average_pool2d(features, 2, strides=2)], axis=1)
+    flat = b.flatten(b.global_average_pool2d(pooled))
+    hidden = b.relu(b.add(b.matmul(flat, const(2 * c, 16)), const(16)))
+    logits = b.gemm(hidden, const(16, 10), const(10))
+    graph = b.build({"probs": b.softmax(logits), "features": features, "pooled": pooled,
+                     "gram": b.matmul(z, b.transpose(z))})
+    return graph
+
+
+def _block_inputs(seed):
+    return {"x": _random((1, 12, 10, 10), seed), "z": _random((64, 96), seed + 1000)}
+
+
+def _nan_outputs(graph):
+    return {name: np.full(shape, np.nan, np.float32) for name, shape in graph.outputs.items()}
+
+
+def _dispatched(ctx, graph, inputs):
+    return {name: t.numpy() for name, t in ctx.dispatch(graph, inputs).items()}
+
+
+@pytest.mark.parametrize("block", [8, 4])
+def test_compute_replays_the_plan_bit_identically_on_new_inputs(block, monkeypatch):
+    ctx = jitnn.Context(block=block)
+    graph = _resnet_block_graph(ctx)
+    dispatches = []
+    run_ops = jitnn.graph.Graph._run_ops
+    monkeypatch.setattr(jitnn.graph.Graph, "_run_ops",
+                        lambda self, *args: dispatches.append(1) or run_ops(self, *args))
+    counts = []
+    for seed in range(4):                        # new inputs every call: stale data would show
+        inputs = _block_inputs(seed)
+        outs = _nan_outputs(graph)
+        ctx.reset_stats()
+        result = ctx.compute(graph, inputs, outs)
+        counts.append(_counts(ctx))
+        assert all(result[name] is outs[name] for name in outs)
+        want = _dispatched(ctx, graph, inputs)
+        for name in outs:
+            np.testing.assert_array_equal(outs[name], want[name], err_msg=name)
+    assert len(dispatches) == 1 + 4             # compute dispatched once; the 4 dispatches
+    assert counts[0]["flushes"] == 1 and counts[0]["reorders"] >= 2
+    assert all(c == counts[0] for c in counts[1:]), counts
+    # the normal path counts the same: dispatch and read_all
+    inputs = _block_inputs(9)
+    ctx.reset_stats()
+    tensors = ctx.dispatch(graph, inputs)
+    ctx.read_all(list(tensors.values()), [np.empty(graph.outputs[n], np.float32) for n in tensors])
+    assert _counts(ctx) == counts[0]
+    # between calls the program holds no data of any input or result
+    (program,) = graph._programs
+    assert all(v._data is None and not v._derived for v in program.dynamic)
+    # and a replay is right, not only the same (the packed right operand is this call's)
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, inputs, outs)
+    np.testing.assert_allclose(outs["gram"], inputs["z"] @ inputs["z"].T, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(outs["probs"].sum(axis=1), 1, rtol=1e-5)
+
+
+def test_compute_copies_the_inputs_at_every_call():
+    ctx = jitnn.Context()
+    graph = _resnet_block_graph(ctx)
+    first, second = _block_inputs(1), _block_inputs(2)
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, first, outs)
+    kept = {name: array.copy() for name, array in outs.items()}
+    want_first = _dispatched(ctx, graph, first)
+    first["x"] += 1.0                            # the caller's arrays change after the call
+    first["z"] *= 2.0
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, second, outs)             # a replay, on other inputs
+    want_second = _dispatched(ctx, graph, second)
+    for name in outs:
+        np.testing.assert_array_equal(kept[name], want_first[name])
+        np.testing.assert_array_equal(outs[name], want_second[name])
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, first, outs)              # the changed arrays, passed again
+    want_changed = _dispatched(ctx, graph, first)
+    for name in outs:
+        np.testing.assert_array_equal(outs[name], want_changed[name])
+    assert not np.array_equal(outs["gram"], want_first["gram"])
+    # a wrong input still fails as before, with a program cached
+    assert graph._programs
+    bad = {**second, "x": np.zeros((1, 12, 10, 11), np.float32)}
+    with pytest.raises(TypeError, match=r"input 'x' has shape \(1, 12, 10, 11\), expected"):
+        ctx.compute(graph, bad, _nan_outputs(graph))
+    with pytest.raises(TypeError, match="input 'z' has dtype float64, expected float32"):
+        ctx.compute(graph, {**second, "z": second["z"].astype(np.float64)}, _nan_outputs(graph))
+    with pytest.raises(TypeError, match="missing input 'z'"):
+        ctx.compute(graph, {"x": second["x"]}, _nan_outputs(graph))
+    with pytest.raises(jitnn.JitnnValueError, match="another context"):
+        jitnn.Context().compute(graph, second, _nan_outputs(graph))
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, second, outs)             # and the program still works
+    for name in outs:
+        np.testing.assert_array_equal(outs[name], want_second[name])
+
+
+def test_compute_of_outputs_that_are_inputs_or_constants():
+    ctx = jitnn.Context()
+    w = _random((8, 5, 3, 3), 1, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 5, 7, 6))
+    k = b.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = b.relu(b.conv2d(x, b.constant(w), padding=1))
+    graph = b.build({"x": x, "k": k, "y": y, "y again": y})
+    only = jitnn.GraphBuilder(ctx)
+    x_only = only.input("x", (2, 5, 7, 6))
+    nothing_to_run = only.build({"x": x_only, "k": only.constant(np.ones((3,), np.float32))})
+    for seed in range(3):
+        inputs = {"x": _random((2, 5, 7, 6), seed)}
+        outs = _nan_outputs(graph)
+        ctx.reset_stats()
+        ctx.compute(graph, inputs, outs)
+        # the first-layer conv reads x as it is; both reads of y convert it
+        assert _counts(ctx) == {"reorders": 2, "reorder_bytes": 2 * (2 * 8 * 7 * 6 * 4),
+                                "launches": 1, "fused_ops": 1, "flushes": 1}
+        counts = _counts(ctx)
+        ctx.reset_stats()
+        want = _dispatched(ctx, graph, inputs)
+        assert _counts(ctx) == counts
+        np.testing.assert_array_equal(outs["x"], inputs["x"])
+        np.testing.assert_array_equal(outs["k"], np.arange(6, dtype=np.float32).reshape(2, 3))
+        np.testing.assert_array_equal(outs["y"], want["y"])
+        np.testing.assert_array_equal(outs["y again"], want["y"])
+        outs = _nan_outputs(nothing_to_run)
+        ctx.reset_stats()
+        ctx.compute(nothing_to_run, inputs, outs)
+        assert _counts(ctx) == dict.fromkeys(_COUNTED, 0)     # as dispatch + read: no flush
+        np.testing.assert_array_equal(outs["x"], inputs["x"])
+        np.testing.assert_array_equal(outs["k"], np.ones((3,), np.float32))
+        inputs["x"][:] = 0                                    # never leaks into the next call
+
+
+def test_compute_takes_the_normal_path_for_tensor_inputs_and_other_policies():
+    x = _random((2, 5, 7, 6), 3)
+    for policy in ("eager", "plain"):
+        ctx = jitnn.Context(policy=policy)
+        w = _random((8, 5, 3, 3), 1, 0.3)
+        b = jitnn.GraphBuilder(ctx)
+        graph = b.build({"y": b.relu(b.conv2d(b.input("x", x.shape), b.constant(w), padding=1))})
+        for _ in range(2):
+            out = np.full((2, 8, 7, 6), np.nan, np.float32)
+            ctx.compute(graph, {"x": x}, {"y": out})
+            _close(out, _want(x, w)[0])
+        assert not graph._programs
+    ctx = jitnn.Context()
+    graph = _resnet_block_graph(ctx)
+    inputs = _block_inputs(4)
+    pending = jitnn.relu(ctx.tensor(inputs["x"] - 1))        # a pending user tensor
+    outs = _nan_outputs(graph)
+    ctx.compute(graph, {"x": pending, "z": ctx.tensor(inputs["z"])}, outs)
+    assert not graph._programs                                 # nothing kept: the caller's tensors
+    want = _dispatched(ctx, graph, {"x": np.maximum(inputs["x"] - 1, 0), "z": inputs["z"]})
+    for name in outs:
+        np.testing.assert_array_equal(outs[name], want[name])
+
+
+def test_two_threads_compute_one_graph_at_once():
+    import threading
+    ctx = jitnn.Context()
+    graph = _resnet_block_graph(ctx)
+    inputs = [_block_inputs(20 + i) for i in range(6)]
+    wants = [_dispatched(ctx, graph, i) for i in inputs]
+    errors = []
+
+    def worker(offset):
+        try:
+            for call in range(20):
+                i = (offset + call) % len(inputs)
+                outs = _nan_outputs(graph)
+                ctx.compute(graph, inputs[i], outs)
+                for name in outs:
+                    np.testing.assert_array_equal(outs[name], wants[i][name])
+        except BaseException as error:   # reported by the main thread
+            errors.append(error)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert 1 <= len(graph._programs) <= jitnn.replay.IDLE_PROGRAMS
+
+
+def test_compute_of_a_graph_holding_a_pending_tensor_records_once_it_is_computed():
+    ctx = jitnn.Context()
+    lanes = np.arange(8, dtype=np.float32)[:, None, None]
+    user = jitnn.relu(ctx.tensor(np.full((1, 8, 4, 4), -2, np.float32) + lanes))  # pending
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, 8, 4, 4))
+    # an op given a tensor as it is (not an operand): every dispatch reads that tensor
+    graph = b.build({"x": x, "y": b.sigmoid(user)})
+    want_user = np.maximum(np.full((1, 8, 4, 4), -2, np.float32) + lanes, 0)
+    ys = []
+    for seed in range(3):
+        x_np = _random((1, 8, 4, 4), seed)
+        outs = _nan_outputs(graph)
+        ctx.compute(graph, {"x": x_np}, outs)
+        np.testing.assert_array_equal(outs["x"], x_np)
+        ys.append(outs["y"])
+        # the first call computed the caller's tensor and kept no program; later ones replay
+        assert len(graph._programs) == min(seed, 1)
+        np.testing.assert_array_equal(user.numpy(), want_user)   # never dropped by a replay
+    want_y = _dispatched(ctx, graph, {"x": x_np})["y"]
+    _close(want_y, 1 / (1 + np.exp(-want_user)))
+    for y in ys:
+        np.testing.assert_array_equal(y, want_y)
