@@ -60,6 +60,14 @@ def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ..
     return array.reshape(-1).reshape(shape) if array.flags.c_contiguous else None
 
 
+def _release(dead_values) -> None:
+    """Hand the buffers of values nobody reads again back (their slots are reused)."""
+    for dead in dead_values:
+        dead._data = None
+        dead._released = True
+        dead._derived.clear()
+
+
 def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> None:
     v = step.value
     node = step.node
@@ -70,10 +78,7 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> N
     v._plan = plan
     if step.buffer:
         slots[step.buffer] = data
-    for dead in step.frees:
-        dead._data = None
-        dead._released = True
-        dead._derived.clear()
+    _release(step.frees)
     if node.fused:
         ctx._count(fused_ops=len(node.fused))
 
@@ -141,10 +146,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 v._data = data
                 if step.buffer:
                     slots[step.buffer] = data
-                for dead in captured.frees:
-                    dead._data = None
-                    dead._released = True
-                    dead._derived.clear()
+                _release(captured.frees)
             step.seconds = time.perf_counter() - t0
     finally:
         ctx._tracing(previous)
