@@ -536,13 +536,20 @@ def _make_conv_driver(cb: int, ci: int):
 
 
 @jit()
-def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start, k_end,
-                   kb0, kb1, strided, has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B):
+def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_end,
+                   kb0, kb1, copy_input, has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B):
     """Pixels ``k_start .. k_end-1`` of image ``n``, output-block groups
     ``og0 .. og1-1``, input blocks ``kb0 .. kb1-1`` (one K-block; the first
-    when ``kb0 == 0``, the last when ``kb1 == CB``). ``buf`` holds the strided
-    input of the chunk (``(kb1-kb0) x chunk`` pixels), ``tail`` one tile's
-    worth (``(kb1-kb0) x P`` pixels) for a partial last tile."""
+    when ``kb0 == 0``, the last when ``kb1 == CB``).
+
+    ``copy_input`` (strided input, or a chunk shorter than a tile): the
+    chunk's input pixels are first copied into ``buf`` (``(kb1-kb0) x chunk``
+    pixels, zeros past ``k_end``) and the tiles read ``buf``. Otherwise they
+    read ``x`` in place, and a partial last tile is moved back to end at
+    ``k_end``: it recomputes pixels of the tile before it but stores only its
+    own, so it reads nothing past the chunk. The source array is chosen once
+    per call: an array variable assigned per tile costs reference-count calls
+    per tile (atomic, shared between threads), 10 % of a short-K 1x1 conv."""
     literally(cb)
     literally(P)
     literally(B)
@@ -557,7 +564,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start
     last_k = kb1 == CB
     nkb = kb1 - kb0
     chunk = (k_end - k_start + P - 1) // P * P
-    if strided:
+    if copy_input:
         # the chunk's input pixels, block by block, made contiguous
         for kb in range(nkb):
             xbase = n * x_n + (kb0 + kb) * x_ib
@@ -572,50 +579,49 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start
                 else:
                     for i in range(cb):
                         buf[np.uint64(d + i)] = _ZERO
+        src = buf
+        s_ib = chunk * cb
+    else:
+        src = xf
+        s_ib = x_ib
     ntiles = chunk // P
     for og in range(og0, og1):
         ob0 = og * B
         last = min(B, OB - ob0) - 1      # blocks past the last one re-read it
         for tile in range(ntiles):
+            # the tile's pixels k0 .. k0+P-1; it stores pixels p_lo .. p_hi-1
             k0 = k_start + tile * P
-            nvalid = min(P, k_end - k0)
-            if strided:
-                src = buf
+            p_lo = 0
+            p_hi = min(P, k_end - k0)
+            if copy_input:
                 xo = tile * P * cb
-                s_ib = chunk * cb
-            elif nvalid == P:
-                src = xf
-                xo = n * x_n + kb0 * x_ib + k0 * cb
-                s_ib = x_ib
             else:
-                # a partial tile at the end of the image: copy its pixels
-                # (the last one repeated) so the loop reads nothing past them
-                for kb in range(nkb):
-                    xbase = n * x_n + (kb0 + kb) * x_ib
-                    for p in range(P):
-                        s = xbase + (k0 + min(p, nvalid - 1)) * cb
-                        for i in range(cb):
-                            tail[np.uint64((kb * P + p) * cb + i)] = xf[np.uint64(s + i)]
-                src = tail
-                xo = 0
-                s_ib = P * cb
+                if p_hi < P:             # the partial last tile, moved back
+                    p_lo = P - p_hi
+                    p_hi = P
+                    k0 = k_end - P
+                xo = n * x_n + kb0 * x_ib + k0 * cb
             ybase = (n * OB * HW + k0) * cb
             # accumulators: bias (+ residual) in the first K-block, else the
-            # partial sums stored by the previous one
-            # (nothing is read from the output unless needed: a load of a
-            # line not yet in cache would stall the tile's first FMAs)
+            # partial sums stored by the previous one (the rows of a copied
+            # tile past k_end re-read its last pixel, inside the output)
             for p in range(P):
                 for b in range(B):
                     bo = (ob0 + min(b, last)) * cb
                     for o in range(cb):
                         acc[(p * B + b) * cb + o] = bias[np.uint64(bo + o)] if first else _ZERO
-            if has_res or not first:
-                rsrc = resf if first else yf
+            if first and has_res:
                 for p in range(P):
                     for b in range(B):
-                        yo = ybase + min(p, nvalid - 1) * cb + (ob0 + min(b, last)) * y_ob
+                        yo = ybase + min(p, p_hi - 1) * cb + (ob0 + min(b, last)) * y_ob
                         for o in range(cb):
-                            acc[(p * B + b) * cb + o] += rsrc[np.uint64(yo + o)]
+                            acc[(p * B + b) * cb + o] += resf[np.uint64(yo + o)]
+            elif not first:
+                for p in range(P):
+                    for b in range(B):
+                        yo = ybase + min(p, p_hi - 1) * cb + (ob0 + min(b, last)) * y_ob
+                        for o in range(cb):
+                            acc[(p * B + b) * cb + o] += yf[np.uint64(yo + o)]
             # the hot loop: per input lane, B weight vectors and P broadcasts
             # at constant offsets from one input pointer
             wo = ob0 * w_ob + kb0 * w_ib
@@ -633,7 +639,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start
                                 acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
                 wo += w_ib
                 xo += s_ib
-            if nvalid == P and last == B - 1 and O >= (ob0 + B) * cb:
+            if p_lo == 0 and p_hi == P and last == B - 1 and O >= (ob0 + B) * cb:
                 # a whole tile of real lanes: stores without per-lane masks
                 # (the masked form below stores lane by lane: 16 -> 96
                 # channels at 112x112 ran at 39 GFLOP/s with it, 53 without)
@@ -647,7 +653,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start
                             yf[np.uint64(yo + o)] = v
             else:
                 for p in range(P):
-                    if p < nvalid:
+                    if p_lo <= p < p_hi:
                         for b in range(B):
                             if b <= last:
                                 lim = O - (ob0 + b) * cb
@@ -662,8 +668,8 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1, k_start
             if post and last_k:
                 for b in range(last + 1):
                     lanes = min(cb, O - (ob0 + b) * cb)
-                    _activate_pixels(yf, ybase + (ob0 + b) * y_ob, nvalid, cb, lanes,
-                                     act, p0, p1)
+                    _activate_pixels(yf, ybase + (p_lo * cb) + (ob0 + b) * y_ob, p_hi - p_lo,
+                                     cb, lanes, act, p0, p1)
 
 
 def _make_conv1x1_driver(cb: int):
@@ -685,11 +691,11 @@ def _make_conv1x1_driver(cb: int):
             og1 = min(OG, og0 + per_set)
             k_start = c * chunk
             k_end = min(OH * OW, k_start + chunk)
-            buf = np.empty(kcb * chunk * cb if strided else 0, np.float32)
-            tail = np.empty(kcb * P * cb, np.float32)
+            copy_input = strided or k_end - k_start < P
+            buf = np.empty(kcb * chunk * cb if copy_input else 0, np.float32)
             for kb0 in range(0, CB, kcb):
-                _conv1x1_tiles(xf, wf, bias, resf, yf, buf, tail, geom, n, og0, og1,
-                               k_start, k_end, kb0, min(CB, kb0 + kcb), strided, has_res,
+                _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1,
+                               k_start, k_end, kb0, min(CB, kb0 + kcb), copy_input, has_res,
                                clamp, lo, hi, post, act, p0, p1, cb, P, B)
 
     conv1x1_driver.__qualname__ = f"conv1x1_driver_cb{cb}"
@@ -751,6 +757,10 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
     lim = O - bo
     plane = H * W * cb
     tiled = m == 1 and owb - owa >= P
+    # the tiles' source, chosen once: an array variable assigned per tile
+    # costs two atomic reference-count calls per tile, more than the FMAs of
+    # a 3x3 tile of 7 pixels
+    src = xf if m == 1 else buf
     for oh in range(oh_start, oh_end):
         kh0, kh1 = _clip_range(oh * sh - pt, dh, KH, H)
         ih0 = oh * sh - pt
@@ -811,12 +821,10 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
                     for o in range(cb):
                         acc[p * cb + o] += resf[np.uint64(yo + o)]
             if m == 1:
-                src = xf
                 base = xrow + iw0 * cb
                 s_kh = dh * W * cb
             else:
                 _dw_fill_patch(buf, xf, geom, lane_off, n, ob, ih0, kh0, kh1, iw0, span, cb)
-                src = buf
                 base = 0
                 s_kh = span * cb
             # The hot loop, once per stride 1, 2 and any: with the pixel
