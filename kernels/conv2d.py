@@ -81,7 +81,8 @@ How it is fast (see the design notes on Numba kernels):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -960,6 +961,8 @@ class PackedConv2dFilter:
     weights: np.ndarray
     ib_begin: np.ndarray
     ib_end: np.ndarray
+    #: :func:`conv2d_forward`'s launch plans for this filter, by shapes and options
+    launches: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def out_blocks(self) -> int:
@@ -1119,14 +1122,42 @@ def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int)
     return chunk, kcb, gsets
 
 
+_scratch = threading.local()
+
+
 def _pad_input(xf, N: int, CB: int, H: int, W: int, cb: int, pad):
     """``(xp, H + pt + pb, W + pl + pr)``: the flat blocked input ``xf``
-    zero-padded by ``pad = (pt, pb, pl, pr)`` (:func:`pad_blocked`)."""
+    zero-padded by ``pad = (pt, pb, pl, pr)`` (:func:`pad_blocked`).
+
+    ``xp`` is this thread's scratch buffer, valid until its next call: a new
+    array per call cost more than the copy (~45 us for 500 KiB in a model,
+    its pages faulted in again), so the largest one stays allocated."""
     pt, pb, pl, pr = pad
     Hp, Wp = H + pt + pb, W + pl + pr
-    padded = aligned_empty((N * CB * Hp * Wp * cb,))
+    count = N * CB * Hp * Wp * cb
+    scratch = getattr(_scratch, "padded", None)
+    if scratch is None or scratch.size < count:
+        scratch = _scratch.padded = aligned_empty((count,))
+    padded = scratch[:count]
     pad_blocked(xf, padded, N, CB, H, W, cb, pt, pl, Hp, Wp)
     return padded, Hp, Wp
+
+
+@dataclass(frozen=True)
+class _Conv2dLaunch:
+    """What :func:`conv2d_forward` derives from the shapes and options, once:
+    the driver and its arguments after the five arrays (x, w, bias, residual,
+    y), and the zero padding to copy the input into first (or None)."""
+    driver: object
+    weights: np.ndarray
+    tail: tuple
+    pad_copy: tuple | None           # (N, CB, H, W, cb, pad) for _pad_input
+    bias_lanes: int                  # O_phys
+    out_channels: int                # O
+    zero_bias: np.ndarray
+
+
+_MAX_LAUNCHES = 16                   # per filter: shapes x options seen
 
 
 def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
@@ -1141,7 +1172,76 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     :mod:`kernels.epilogue` with its two parameters. ``padding`` is
     ``[top, bottom, left, right]``. Raises ValueError on any mismatch (the
     kernels themselves do not check bounds). Returns ``out``.
+
+    The geometry, path choice and blocking are worked out once per shapes and
+    options and kept on ``packed`` (a model runs the same convolutions again
+    and again: that work cost more than a small convolution); every call
+    still checks its arrays.
     """
+    try:
+        key = (x.shape, out.shape, _as_key(strides), _as_key(dilations), _as_key(padding),
+               bias is None, residual is None, int(activation), float(param0),
+               float(param1),
+               # only the 1x1 path's blocking depends on the thread count
+               numba.get_num_threads() if packed.path == "1x1" else 0)
+        launch = packed.launches.get(key)
+    except (AttributeError, TypeError, ValueError):
+        key = launch = None              # malformed: the full checks below say why
+    if launch is None:
+        launch = _plan_conv2d(x, packed, out, strides, dilations, padding,
+                              residual is not None, activation, param0, param1)
+        if key is not None:
+            if len(packed.launches) >= _MAX_LAUNCHES:
+                packed.launches.clear()
+            packed.launches[key] = launch
+    return _run_conv2d(launch, x, out, bias, residual)
+
+
+def _as_key(value):
+    return value if isinstance(value, (int, tuple)) else tuple(value)
+
+
+def _check_array(name, array):
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
+        raise ValueError(f"conv2d: {name} must be a float32 numpy array, "
+                         f"got {getattr(array, 'dtype', type(array))}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"conv2d: {name} must be C-contiguous")
+
+
+def _run_conv2d(launch: _Conv2dLaunch, x, out, bias, residual):
+    """The per-call checks of the arrays (shapes were checked by the plan),
+    then the driver."""
+    _check_array("x", x)
+    _check_array("out", out)
+    if np.may_share_memory(x, out):
+        raise ValueError("conv2d: out must not overlap x")
+    if bias is None:
+        bias = launch.zero_bias
+    else:
+        if not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.ndim != 1:
+            raise ValueError("conv2d: bias must be a 1-D float32 array")
+        lanes, channels = launch.bias_lanes, launch.out_channels
+        if bias.shape[0] == channels and channels != lanes:
+            bias = np.concatenate([bias, np.zeros(lanes - channels, np.float32)])
+        _check_buffer("bias", bias, (lanes,))
+    if residual is not None:
+        _check_buffer("residual", residual, out.shape)
+        if residual is not out and np.may_share_memory(residual, out) and not (
+                residual.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
+            raise ValueError("conv2d: residual must be out itself or not overlap it")
+    resf = (residual if residual is not None else out).reshape(-1)
+    xf = x.reshape(-1)
+    if launch.pad_copy is not None:
+        xf = _pad_input(xf, *launch.pad_copy)[0]
+    launch.driver(xf, launch.weights, bias, resf, out.reshape(-1), *launch.tail)
+    return out
+
+
+def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding,
+                 has_res: bool, activation, param0, param1) -> _Conv2dLaunch:
+    """Check the shapes and options of a conv2d_forward call; choose the path,
+    padding copy and blocking."""
     cb = packed.block
     sh, sw = _pair(strides, "strides")
     dh, dw = _pair(dilations, "dilations")
@@ -1173,40 +1273,27 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
                          f"{KH}x{KW}, strides {(sh, sw)}, dilations {(dh, dw)}, padding {pad}")
     OB = packed.out_blocks
     _check_buffer("out", out, (N, OB, OH, OW, cb))
-    if np.may_share_memory(x, out):
-        raise ValueError("conv2d: out must not overlap x")
-    if bias is None:
-        bias = np.zeros(OB * cb, np.float32)
-    else:
-        if not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.ndim != 1:
-            raise ValueError("conv2d: bias must be a 1-D float32 array")
-        if bias.shape[0] == O and O != OB * cb:
-            bias = np.concatenate([bias, np.zeros(OB * cb - O, np.float32)])
-        _check_buffer("bias", bias, (OB * cb,))
-    has_res = residual is not None
-    if has_res:
-        _check_buffer("residual", residual, out.shape)
-        if residual is not out and np.may_share_memory(residual, out) and not (
-                residual.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
-            raise ValueError("conv2d: residual must be out itself or not overlap it")
-    resf = (residual if has_res else out).reshape(-1)
-    clamp, lo, hi, post, act, p0, p1 = _epilogue_args(activation, param0, param1)
-    xf, wf, yf = x.reshape(-1), packed.weights.reshape(-1), out.reshape(-1)
+    epilogue = _epilogue_args(activation, param0, param1)
+    wf = packed.weights.reshape(-1)
+
+    def launch(driver, tail, pad_copy=None):
+        return _Conv2dLaunch(driver, wf, tail, pad_copy, OB * cb, O,
+                             np.zeros(OB * cb, np.float32))
 
     if packed.path == "depthwise":
         CB = _blocks(C, cb)
+        pad_copy = None
         # border columns run pixel by pixel, and so does a row whose interior
         # is narrower than a tile: then pad the input (a copy costs about a
         # third of a depthwise conv, so only then)
         owa, owb = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
         if packed.multiplier == 1 and (pl or pr) and owb - owa < depthwise_tile_pixels(cb):
-            xf, H, W = _pad_input(xf, N, CB, H, W, cb, pad)
+            pad_copy = (N, CB, H, W, cb, pad)
+            H, W = H + pt + pb, W + pl + pr
             pt = pl = 0
         geom = (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C,
                 packed.multiplier)
-        depthwise_driver(cb)(xf, wf, bias, resf, yf, geom, has_res, clamp, lo, hi, post,
-                             act, p0, p1)
-        return out
+        return launch(depthwise_driver(cb), (geom, has_res) + epilogue, pad_copy)
 
     P, B = conv_tile_shape(cb)
     if packed.path == "1x1" and packed.groups == 1 and not any(pad):
@@ -1214,9 +1301,8 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
         geom = (N, CB, H, W, OB, OH, OW, 1, 1, sh, sw, 1, 1, 0, 0, O,
                 CB * H * W * cb, H * W * cb, W * cb, cb, 1, 0, OH, 0, OW)
         chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, numba.get_num_threads())
-        conv1x1_driver(cb)(xf, wf, bias, resf, yf, geom, chunk, kcb, gsets, has_res, clamp,
-                           lo, hi, post, act, p0, p1)
-        return out
+        return launch(conv1x1_driver(cb), (geom, chunk, kcb, gsets, has_res) + epilogue)
+    pad_copy = None
     if packed.path == "first_layer":
         CB, ci = 1, C
         x_n, x_ib, x_row, x_px, x_lane = C * H * W, 0, W, 1, H * W
@@ -1228,7 +1314,8 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     c0, c1 = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
     if ci == cb and OH * OW - (r1 - r0) * (c1 - c0) >= _PAD_COPY_SHARE * OH * OW:
         # many border pixels: pad the input once, then every pixel is interior
-        xf, H, W = _pad_input(xf, N, CB, H, W, cb, pad)
+        pad_copy = (N, CB, H, W, cb, pad)
+        H, W = H + pt + pb, W + pl + pr
         pt = pl = 0
         x_n, x_ib, x_row = CB * H * W * cb, H * W * cb, W * cb
         r0, r1 = _clip_range.py_func(0, sh, OH, H - (KH - 1) * dh)
@@ -1241,9 +1328,9 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     # into L2 once) over many tiles.
     chunk = P * max(-(-OW // P), 1 if og_inner else 16)
     group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES
-    conv_driver(cb, ci)(xf, wf, bias, resf, yf, geom, packed.ib_begin, packed.ib_end, chunk,
-                        og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1)
-    return out
+    return launch(conv_driver(cb, ci),
+                  (geom, packed.ib_begin, packed.ib_end, chunk, og_inner, group_fits_l1,
+                   has_res) + epilogue, pad_copy)
 
 
 def conv2d_flops(packed: PackedConv2dFilter, batch: int, out_h: int, out_w: int) -> int:

@@ -297,6 +297,75 @@ def test_parallel_matches_serial():
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def test_launch_plans_are_reused_and_arrays_still_checked():
+    """conv2d_forward plans a shape once per filter; a second call with other
+    data reuses the plan, is right, and still rejects bad arrays."""
+    rng = np.random.default_rng(5)
+    w = _random((24, 16, 1, 1), rng)
+    packed = K.pack_conv2d_filter(w, 16, 1, 8)
+    out = np.empty((2, 3, 5, 7, 8), np.float32)
+    for trial in range(2):
+        x = _random((2, 16, 5, 7), rng)
+        K.conv2d_forward(_to_blocked(x, 8), packed, out, activation=RELU)
+        got = np.empty((2, 24, 5, 7), np.float32)
+        layout.blocked_to_nchw(out, got)
+        np.testing.assert_allclose(got, conv2d_reference(x, w, None, None, (1, 1), (1, 1),
+                                                         (0, 0, 0, 0), 1, RELU, 0, 0),
+                                   rtol=1e-5, atol=1e-5)
+    assert len(packed.launches) == 1
+    xb = _to_blocked(x, 8)
+    with pytest.raises(ValueError, match="float32"):
+        K.conv2d_forward(xb, packed, out.astype(np.float64), activation=RELU)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.conv2d_forward(np.asfortranarray(xb), packed, out, activation=RELU)
+    with pytest.raises(ValueError, match="bias"):
+        K.conv2d_forward(xb, packed, out, bias=np.zeros(23, np.float32))
+    # the 1x1 blocking depends on the thread count: one plan per count
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        K.conv2d_forward(xb, packed, out, activation=RELU)
+    finally:
+        numba.set_num_threads(saved)
+    # plans: (no bias, threads), (a bias: the bad one, planned before its check),
+    # and (no bias, 1 thread) unless that was the count already
+    assert len(packed.launches) == (2 if saved == 1 else 3)
+    # the plans kept per filter are bounded
+    for width in range(1, 2 * K._MAX_LAUNCHES):
+        K.conv2d_forward(np.zeros((1, 2, 1, width, 8), np.float32), packed,
+                         np.empty((1, 3, 1, width, 8), np.float32))
+    assert len(packed.launches) <= K._MAX_LAUNCHES
+
+
+def test_padded_convs_on_two_threads():
+    """The padded-input scratch buffer is per thread: two threads running
+    padded convolutions of different sizes at once get their own answers."""
+    import threading
+    rng = np.random.default_rng(6)
+    cases = []
+    for c, o, h in [(16, 16, 7), (24, 8, 9), (8, 16, 5)]:
+        x = _to_blocked(_random((1, c, h, h), rng), 8)
+        packed = K.pack_conv2d_filter(_random((o, c, 3, 3), rng), c, 1, 8)
+        expected = np.empty((1, -(-o // 8), h, h, 8), np.float32)
+        K.conv2d_forward(x, packed, expected, padding=(1, 1, 1, 1))
+        cases.append((x, packed, expected))
+    errors = []
+
+    def work(order):
+        for i in range(30):
+            x, packed, expected = cases[order[i % 3]]
+            out = np.empty_like(expected)
+            K.conv2d_forward(x, packed, out, padding=(1, 1, 1, 1))
+            if not np.array_equal(out, expected):
+                errors.append(i)
+    threads = [threading.Thread(target=work, args=(order,)) for order in ((0, 1, 2), (2, 0, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_wrapper_rejects_bad_buffers():
     rng = np.random.default_rng(3)
     x = _to_blocked(_random((1, 8, 6, 6), rng), 8)
@@ -456,6 +525,8 @@ GEMM_1X1 = [
     (3, 17, 9, 11, 9, 3),         # stride 3, partial lanes in and out
     (1, 520, 33, 9, 10, 2),       # strided with K-blocks
     (2, 8, 8, 1, 1, 1),           # one pixel
+    (3, 24, 40, 2, 2, 1),         # images shorter than a tile: copied
+    (2, 40, 24, 7, 7, 1),         # 49 pixels: the last tile moved back
 ]
 
 

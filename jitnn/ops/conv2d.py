@@ -195,7 +195,11 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     o = a["out_channels"]
     o_phys = layouts.padded_channels(o, block)
     bias_array = None
-    if a["bias"] is not None or bn_shift is not None:
+    if a["bias"] is not None and bn_shift is None:
+        # padded to whole blocks once per bias tensor (a model runs it again)
+        bias_array = a["bias"]._derive(("conv2d_bias", o_phys),
+                                       lambda: _padded_bias(a["bias"], o, o_phys))
+    elif a["bias"] is not None or bn_shift is not None:
         bias_array = np.zeros(o_phys, np.float32)
         if a["bias"] is not None:
             bias_array[:o] = a["bias"]._materialize()
@@ -216,6 +220,12 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     result = np.empty(value.shape, np.float32)
     kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
     return ctx._reorder(kernel, dest, result)
+
+
+def _padded_bias(bias: Value, channels: int, lanes: int) -> np.ndarray:
+    padded = np.zeros(lanes, np.float32)
+    padded[:channels] = bias._materialize()
+    return padded
 
 
 def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
