@@ -611,6 +611,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                     bo = (ob0 + min(b, last)) * cb
                     for o in range(cb):
                         acc[(p * B + b) * cb + o] = bias[np.uint64(bo + o)] if first else _ZERO
+            # (two loops, not one over a chosen array: see the docstring)
             if first and has_res:
                 for p in range(P):
                     for b in range(B):
