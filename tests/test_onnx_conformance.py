@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx", reason="the ONNX tests need onnx (in the test extra: pip install -e \".[test]\")")
 
 import jitnn.onnx  # noqa: E402
 from jitnn.onnx import backend  # noqa: E402

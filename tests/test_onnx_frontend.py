@@ -67,7 +67,7 @@ def test_graph_builder_has_the_new_ops():
 
 # --- the frontend -------------------------------------------------------------
 
-onnx = pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx", reason="the ONNX tests need onnx (in the test extra: pip install -e \".[test]\")")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import jitnn.onnx  # noqa: E402

@@ -6,7 +6,7 @@ reduced-width variants run by default; the full networks are ``slow``."""
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
+pytest.importorskip("onnx", reason="the ONNX tests need onnx (in the test extra: pip install -e \".[test]\")")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("torch")
 
