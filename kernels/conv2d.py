@@ -92,6 +92,7 @@ from ._config import jit
 from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
+from .register_tile import fma_tile
 from .stack import prefetch, stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
@@ -586,9 +587,13 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
         src = xf
         s_ib = x_ib
     ntiles = chunk // P
+    # a whole tile starts from the bias (first K-block) or from the partial
+    # sums in the output (chosen once per call: see the docstring)
+    init = bias if first else yf
     for og in range(og0, og1):
         ob0 = og * B
         last = min(B, OB - ob0) - 1      # blocks past the last one re-read it
+        whole_blocks = last == B - 1 and O >= (ob0 + B) * cb
         for tile in range(ntiles):
             # the tile's pixels k0 .. k0+P-1; it stores pixels p_lo .. p_hi-1
             k0 = k_start + tile * P
@@ -603,6 +608,21 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                     k0 = k_end - P
                 xo = n * x_n + kb0 * x_ib + k0 * cb
             ybase = (n * OB * HW + k0) * cb
+            if whole_blocks and p_lo == 0 and p_hi == P:
+                # the common case, accumulators in registers throughout
+                yo = ybase + ob0 * y_ob
+                if first:
+                    io, i_px, i_ob = ob0 * cb, 0, cb
+                else:
+                    io, i_px, i_ob = yo, cb, y_ob
+                fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob, w_ib,
+                         init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
+                         last_k and clamp, lo, hi)
+                if post and last_k:
+                    for b in range(B):
+                        _activate_pixels(yf, yo + b * y_ob, P, cb, cb, act, p0, p1)
+                continue
+            # partial tiles: the same steps in numba, accumulators on the stack
             # accumulators: bias (+ residual) in the first K-block, else the
             # partial sums stored by the previous one (the rows of a copied
             # tile past k_end re-read its last pixel, inside the output)

@@ -541,6 +541,17 @@ def test_1x1_gemm_path(block, case):
              residual=True, residual_in_place=True, seed=o)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [1, 32])
+@pytest.mark.parametrize("case", GEMM_1X1[:2] + GEMM_1X1[-1:],
+                         ids=lambda c: f"c{c[1]}o{c[2]}_{c[3]}x{c[4]}s{c[5]}")
+def test_1x1_gemm_path_blocks_1_32(block, case):
+    """The register tile at its narrowest and widest vectors (1 and 32 lanes)."""
+    n, c, o, h, w, s = case
+    run_case(n, c, o, h, w, (1, 1), (s, s), block=block, activation=(CLAMP, 0.25, 6.0),
+             residual=True, seed=c)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_1x1_gemm_blocking(threads):
     for N, C, O, pixels, cb in [(1, 2048, 512, 49, 8), (1, 64, 256, 3136, 8),
