@@ -593,7 +593,10 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
     for og in range(og0, og1):
         ob0 = og * B
         last = min(B, OB - ob0) - 1      # blocks past the last one re-read it
+        # register tiles need whole output blocks: B of them, or a group of
+        # one at the end (O = 24 at cb 8 is a group of 2 and one of 1)
         whole_blocks = last == B - 1 and O >= (ob0 + B) * cb
+        single_block = last == 0 and O >= (ob0 + 1) * cb
         for tile in range(ntiles):
             # the tile's pixels k0 .. k0+P-1; it stores pixels p_lo .. p_hi-1
             k0 = k_start + tile * P
@@ -608,19 +611,26 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                     k0 = k_end - P
                 xo = n * x_n + kb0 * x_ib + k0 * cb
             ybase = (n * OB * HW + k0) * cb
-            if whole_blocks and p_lo == 0 and p_hi == P:
-                # the common case, accumulators in registers throughout
+            if p_hi == P and (whole_blocks or single_block):
+                # the common case, accumulators in registers throughout (a
+                # moved-back tile stores only from p_lo)
                 yo = ybase + ob0 * y_ob
                 if first:
                     io, i_px, i_ob = ob0 * cb, 0, cb
                 else:
                     io, i_px, i_ob = yo, cb, y_ob
-                fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob, w_ib,
-                         init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
-                         last_k and clamp, lo, hi)
+                if whole_blocks:
+                    fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
+                             w_ib, init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
+                             p_lo, last_k and clamp, lo, hi)
+                else:
+                    fma_tile(P, 1, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
+                             w_ib, init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
+                             p_lo, last_k and clamp, lo, hi)
                 if post and last_k:
-                    for b in range(B):
-                        _activate_pixels(yf, yo + b * y_ob, P, cb, cb, act, p0, p1)
+                    for b in range(last + 1):
+                        _activate_pixels(yf, yo + p_lo * cb + b * y_ob, P - p_lo, cb, cb, act,
+                                         p0, p1)
                 continue
             # partial tiles: the same steps in numba, accumulators on the stack
             # accumulators: bias (+ residual) in the first K-block, else the

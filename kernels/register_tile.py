@@ -18,7 +18,7 @@ load to the last store, so they live in ymm registers throughout.
          w, w_offset, w_out_stride, w_in_stride,
          init, init_offset, init_pixel_stride, init_block_stride,
          residual, use_residual,
-         y, y_offset, y_block_stride,
+         y, y_offset, y_block_stride, first_pixel,
          clamp, lo, hi)
 
 All offsets are flat element indices into C-contiguous float32 arrays, and
@@ -32,7 +32,9 @@ there is no bounds check: the caller keeps every access in bounds.
   ``x[x_offset + k * x_block_stride + p * cb + i]``, and its weights for
   output block ``b`` the vector at ``w_offset + k * w_in_stride + i * cb +
   b * w_out_stride`` of ``w``;
-* the result goes to ``y_offset + p * cb + b * y_block_stride`` of ``y``,
+* the result goes to ``y_offset + p * cb + b * y_block_stride`` of ``y``
+  for the pixels ``p >= first_pixel`` (a tile moved back over pixels that
+  are already done computes them again but does not store them),
   clamped to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo), hi)`` with NaN
   passing through, as numba's min and max do).
 
@@ -55,7 +57,8 @@ def _is_float_array(array) -> bool:
 @intrinsic
 def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offset,
              w_out_stride, w_in_stride, init, init_offset, init_pixel_stride, init_block_stride,
-             residual, use_residual, y, y_offset, y_block_stride, clamp, lo, hi):
+             residual, use_residual, y, y_offset, y_block_stride, first_pixel, clamp, lo,
+             hi):
     """The register tile of ``P`` pixels x ``B`` blocks of ``cb`` lanes (see
     the module docstring)."""
     if not all(isinstance(n, types.IntegerLiteral) for n in (P, B, cb)):
@@ -67,13 +70,14 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
     index = types.intp
     signature = types.void(*shape_types, x, index, index, index, w, index, index,
                            index, init, index, index, index, residual, types.boolean,
-                           y, index, index, types.boolean, types.float32, types.float32)
+                           y, index, index, index, types.boolean, types.float32,
+                           types.float32)
 
     def codegen(context, builder, sig, args):
         args = args[3:]
         (x_arg, x_offset, x_block_stride, blocks, w_arg, w_offset, w_out_stride,
          w_in_stride, init_arg, init_offset, init_pixel_stride, init_block_stride,
-         residual_arg, use_residual, y_arg, y_offset, y_block_stride,
+         residual_arg, use_residual, y_arg, y_offset, y_block_stride, first_pixel,
          clamp, lo, hi) = args
 
         def data(position):
@@ -172,20 +176,39 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
             phi.add_incoming(value, body_end)
         builder.branch(header)
 
-        # --- store, clamped or not ---------------------------------------
+        # --- store, clamped or not; pixels before first_pixel go to a scratch
         builder.position_at_end(done)
-        with builder.if_else(clamp) as (clamped, unclamped):
-            with clamped:
-                low, high = splat(lo), splat(hi)
-                for value, (p, b) in zip(acc_phis, tiles):
-                    # max(v, lo) then min(., hi) as numba writes them: NaN stays NaN
-                    value = builder.select(builder.fcmp_ordered(">", low, value), low, value)
-                    value = builder.select(builder.fcmp_ordered("<", high, value), high,
-                                           value)
-                    builder.store(value, vector_pointer(y_data, output_offset(p, b)), align=4)
-            with unclamped:
-                for value, (p, b) in zip(acc_phis, tiles):
-                    builder.store(value, vector_pointer(y_data, output_offset(p, b)), align=4)
+        with builder.goto_entry_block():
+            scratch = builder.alloca(vector)
+
+        def store_all(cropped):
+            def target(p, b):
+                pointer = vector_pointer(y_data, output_offset(p, b))
+                if not cropped or p == P - 1:      # the last pixel is always stored
+                    return pointer
+                keep = builder.icmp_signed("<=", first_pixel, const(p))
+                return builder.select(keep, pointer, scratch)
+
+            with builder.if_else(clamp) as (clamped, unclamped):
+                with clamped:
+                    low, high = splat(lo), splat(hi)
+                    for value, (p, b) in zip(acc_phis, tiles):
+                        # max(v, lo) then min(., hi) as numba writes them: NaN stays NaN
+                        value = builder.select(builder.fcmp_ordered(">", low, value), low, value)
+                        value = builder.select(builder.fcmp_ordered("<", high, value), high,
+                                               value)
+                        builder.store(value, target(p, b), align=4)
+                with unclamped:
+                    for value, (p, b) in zip(acc_phis, tiles):
+                        builder.store(value, target(p, b), align=4)
+
+        # the cropped stores (a moved-back tile) as a separate branch: the
+        # common whole tile stores without selects
+        with builder.if_else(builder.icmp_signed("==", first_pixel, const(0))) as (whole, cropped):
+            with whole:
+                store_all(False)
+            with cropped:
+                store_all(True)
         return context.get_dummy_value()
 
     return signature, codegen
