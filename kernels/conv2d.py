@@ -92,7 +92,7 @@ from ._config import jit
 from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
-from .register_tile import fma_tile
+from .register_tile import conv_tile, fma_tile
 from .stack import prefetch, stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
@@ -388,6 +388,28 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
 
         ob0 = og * B
         last = min(B, OB - ob0) - 1  # blocks past the last one re-read it
+        if ci == cb and nvalid == P and O >= (ob0 + last + 1) * cb and (
+                last == B - 1 or last == 0):
+            # the common case: whole output blocks (B, or a group of one at
+            # the end), accumulators in registers throughout
+            ib = ib_begin[ob0]
+            taps = KH * KW
+            steps = (ib_end[ob0 + last] - ib) * taps
+            if last == B - 1:
+                conv_tile(P, B, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
+                          wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
+                          yf, ob0 * y_ob, yos, y_ob, clamp, lo, hi)
+            else:
+                conv_tile(P, 1, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
+                          wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
+                          yf, ob0 * y_ob, yos, y_ob, clamp, lo, hi)
+            if post:
+                for p in range(P):
+                    for b in range(last + 1):
+                        _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
+            continue
+        # partial tiles, and plain input: the same steps in numba,
+        # accumulators on the stack
         # accumulators start from bias (+ residual)
         for p in range(P):
             for b in range(B):
@@ -621,11 +643,11 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                     io, i_px, i_ob = yo, cb, y_ob
                 if whole_blocks:
                     fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
-                             w_ib, init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
+                             init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
                              p_lo, last_k and clamp, lo, hi)
                 else:
                     fma_tile(P, 1, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
-                             w_ib, init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
+                             init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
                              p_lo, last_k and clamp, lo, hi)
                 if post and last_k:
                     for b in range(last + 1):

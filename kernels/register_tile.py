@@ -1,28 +1,30 @@
-"""A register tile written out in LLVM IR: P pixels x B output blocks of cb lanes.
+"""Register tiles written out in LLVM IR: P pixels x B output blocks of cb lanes.
 
-The 1x1 convolution's tile is a small GEMM: ``acc[p, b] (a cb-lane vector)
-+= x[p, i] * w[i, b]`` over the input lanes ``i`` of ``blocks`` input blocks.
-Written in numba with a stack array for the accumulators, LLVM keeps that
-array in memory (its store loop over the pixels stays a loop, so the array
-is not split into registers): every tile stores the initial values, loads
-them before its k loop, stores them after it and loads them again to write
-the output. That is ~110 cycles per tile, against 6 per input lane of FMAs:
-with the 16 to 64 input channels of MobileNetV2's 1x1 convs, a third to
-two thirds of the time. Here the accumulators are SSA values from the first
-load to the last store, so they live in ymm registers throughout.
+A convolution's tile is a small GEMM: ``acc[p, b] (a cb-lane vector) +=
+x[p, i] * w[i, b]`` over the input lanes ``i`` of every (input block, tap)
+step. Written in numba with a stack array for the accumulators, LLVM keeps
+that array in memory (its store loop over the pixels stays a loop, so the
+array is not split into registers): every tile stores the initial values,
+loads them before its k loop, stores them after it and loads them again to
+write the output. That is ~110 cycles per tile, against 6 per input lane of
+FMAs: with the 16 to 64 input channels of MobileNetV2's 1x1 convs, a third
+to two thirds of the time. Here the accumulators are SSA values from the
+first load to the last store, so they live in ymm registers throughout.
 
-``fma_tile`` is a numba intrinsic, called from a kernel as::
+Two numba intrinsics, called from the kernels in conv2d.py. All offsets are
+flat element indices into C-contiguous arrays (float32 data, int64 offset
+tables), and there is no bounds check: the caller keeps every access in
+bounds. ``P``, ``B`` and ``cb`` are compile-time constants (literals).
 
-    fma_tile(P, B, cb,                 # compile-time constants (literals)
-         x, x_offset, x_block_stride, blocks,
-         w, w_offset, w_out_stride, w_in_stride,
-         init, init_offset, init_pixel_stride, init_block_stride,
-         residual, use_residual,
-         y, y_offset, y_block_stride, first_pixel,
-         clamp, lo, hi)
+``fma_tile`` (the 1x1 conv: pixels adjacent, input blocks a stride apart)::
 
-All offsets are flat element indices into C-contiguous float32 arrays, and
-there is no bounds check: the caller keeps every access in bounds.
+    fma_tile(P, B, cb,
+             x, x_offset, x_block_stride, blocks,
+             w, w_offset, w_out_stride,
+             init, init_offset, init_pixel_stride, init_block_stride,
+             residual, use_residual,
+             y, y_offset, y_block_stride, first_pixel,
+             clamp, lo, hi)
 
 * accumulator ``(p, b)`` starts as the vector at ``init_offset +
   p * init_pixel_stride + b * init_block_stride`` of ``init`` (a bias: pixel
@@ -30,17 +32,36 @@ there is no bounds check: the caller keeps every access in bounds.
   ``use_residual``, the vector at the output position of ``residual``;
 * input block ``k`` (``k < blocks``): pixel ``p``'s lane ``i`` is
   ``x[x_offset + k * x_block_stride + p * cb + i]``, and its weights for
-  output block ``b`` the vector at ``w_offset + k * w_in_stride + i * cb +
-  b * w_out_stride`` of ``w``;
+  output block ``b`` the vector at ``w_offset + k * cb * cb + i * cb +
+  b * w_out_stride`` of ``w`` (the packed filter's order);
 * the result goes to ``y_offset + p * cb + b * y_block_stride`` of ``y``
   for the pixels ``p >= first_pixel`` (a tile moved back over pixels that
-  are already done computes them again but does not store them),
-  clamped to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo), hi)`` with NaN
-  passing through, as numba's min and max do).
+  are already done computes them again but does not store them).
 
 Per input block it also prefetches the input of the tile after next
 (``2 * P * cb`` floats ahead), which a first pass over a chunk reads from
 memory.
+
+``conv_tile`` (the direct conv: any pixel positions, taps within a block)::
+
+    conv_tile(P, B, cb,
+              x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
+              w, w_offset, w_out_stride,
+              bias, bias_offset, residual, use_residual,
+              y, y_offset, pixel_y, y_block_stride,
+              clamp, lo, hi)
+
+* accumulator ``(p, b)`` starts as ``bias[bias_offset + b * cb ...]`` plus,
+  when ``use_residual``, the residual at the output position;
+* step ``s`` (``s < steps``) is tap ``t = s % taps`` of input block ``k = s
+  // taps``: pixel ``p``'s lane ``i`` is ``x[pixel_x[p] + x_offset + k *
+  x_block_stride + tap_x[t] + i]``; the weights walk on by ``cb * cb`` per
+  step from ``w_offset`` (the packed filter's order), output block ``b``
+  ``w_out_stride`` further;
+* the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``.
+
+Both clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
+hi)`` with NaN passing through, as numba's min and max do).
 """
 
 from llvmlite import ir
@@ -48,167 +69,264 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-
-def _is_float_array(array) -> bool:
-    return isinstance(array, types.Array) and array.layout == "C" and \
-        array.dtype == types.float32
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
 
 
-@intrinsic
-def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offset,
-             w_out_stride, w_in_stride, init, init_offset, init_pixel_stride, init_block_stride,
-             residual, use_residual, y, y_offset, y_block_stride, first_pixel, clamp, lo,
-             hi):
-    """The register tile of ``P`` pixels x ``B`` blocks of ``cb`` lanes (see
-    the module docstring)."""
+def _is_array(array, dtype=types.float32) -> bool:
+    return isinstance(array, types.Array) and array.layout == "C" and array.dtype == dtype
+
+
+def _tile_shape(P, B, cb):
+    """The literal tile shape, or None when it is not constant."""
     if not all(isinstance(n, types.IntegerLiteral) for n in (P, B, cb)):
-        return None          # numba then says the tile shape must be constant
-    if not all(_is_float_array(a) for a in (x, w, init, residual, y)):
         return None
-    shape_types = (P, B, cb)
-    P, B, cb = (n.literal_value for n in shape_types)
-    index = types.intp
-    signature = types.void(*shape_types, x, index, index, index, w, index, index,
-                           index, init, index, index, index, residual, types.boolean,
-                           y, index, index, index, types.boolean, types.float32,
-                           types.float32)
+    return tuple(n.literal_value for n in (P, B, cb))
 
-    def codegen(context, builder, sig, args):
-        args = args[3:]
-        (x_arg, x_offset, x_block_stride, blocks, w_arg, w_offset, w_out_stride,
-         w_in_stride, init_arg, init_offset, init_pixel_stride, init_block_stride,
-         residual_arg, use_residual, y_arg, y_offset, y_block_stride, first_pixel,
-         clamp, lo, hi) = args
 
-        def data(position):
-            return context.make_array(sig.args[3 + position])(
-                context, builder, args[position]).data
-        x_data, w_data, init_data, residual_data, y_data = (
-            data(0), data(4), data(8), data(12), data(14))
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        vector = ir.VectorType(ir.FloatType(), cb)
+class _TileEmitter:
+    """IR building blocks shared by both tiles: loads, FMAs, the k loop, stores."""
 
-        def const(value):
-            return ir.Constant(i64, value)
+    def __init__(self, builder, P: int, B: int, cb: int):
+        self.builder, self.P, self.B, self.cb = builder, P, B, cb
+        self.vector = ir.VectorType(ir.FloatType(), cb)
+        self.tiles = [(p, b) for p in range(P) for b in range(B)]
+        self.fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
+            f"llvm.fma.v{cb}f32")
 
-        def address(base, *terms):
-            offset = base
-            for term in terms:
-                offset = builder.add(offset, term)
-            return offset
+    @staticmethod
+    def const(value: int):
+        return ir.Constant(_I64, value)
 
-        def vector_pointer(array_data, offset):
-            return builder.bitcast(builder.gep(array_data, [offset]), vector.as_pointer())
+    def add(self, *terms):
+        total = terms[0]
+        for term in terms[1:]:
+            total = self.builder.add(total, term)
+        return total
 
-        def load(array_data, offset):
-            return builder.load(vector_pointer(array_data, offset), align=4)
+    def times(self, value, factor: int):
+        return self.builder.mul(value, self.const(factor))
 
-        def splat(scalar):
-            one = builder.insert_element(ir.Constant(vector, None), scalar, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(i32, cb),
-                                                                [0] * cb))
+    def pointer(self, data, offset):
+        return self.builder.bitcast(self.builder.gep(data, [offset]), self.vector.as_pointer())
 
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vector, [vector] * 3), f"llvm.fma.v{cb}f32")
-        i8_pointer = ir.IntType(8).as_pointer()
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8_pointer, i32, i32, i32]),
-            "llvm.prefetch.p0")
-        tiles = [(p, b) for p in range(P) for b in range(B)]
+    def load(self, data, offset):
+        return self.builder.load(self.pointer(data, offset), align=4)
 
-        def output_offset(p, b):       # y's and the residual's element (p, b)
-            return address(y_offset, const(p * cb), builder.mul(y_block_stride, const(b)))
+    def splat(self, scalar):
+        builder = self.builder
+        one = builder.insert_element(ir.Constant(self.vector, None), scalar, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, self.cb),
+                                                            [0] * self.cb))
 
-        # --- initial values: init, plus the residual when asked ---------
-        acc = [load(init_data, address(init_offset,
-                                       builder.mul(init_pixel_stride, const(p)),
-                                       builder.mul(init_block_stride, const(b))))
-               for p, b in tiles]
+    def plus_residual(self, acc, use_residual, residual_data, output_offset):
+        """``acc`` plus the residual at each output position when ``use_residual``."""
+        builder = self.builder
         before = builder.block
         with builder.if_then(use_residual):
-            with_residual = [builder.fadd(a, load(residual_data, output_offset(p, b)))
-                             for a, (p, b) in zip(acc, tiles)]
-            residual_end = builder.block
+            summed = [builder.fadd(a, self.load(residual_data, output_offset(p, b)))
+                      for a, (p, b) in zip(acc, self.tiles)]
+            after = builder.block
         merged = []
-        for plain, summed in zip(acc, with_residual):
-            phi = builder.phi(vector)
+        for plain, with_residual in zip(acc, summed):
+            phi = builder.phi(self.vector)
             phi.add_incoming(plain, before)
-            phi.add_incoming(summed, residual_end)
+            phi.add_incoming(with_residual, after)
             merged.append(phi)
-        acc = merged
+        return merged
 
-        # --- the k loop: per input lane, B weight vectors, P broadcasts --
+    def k_loop(self, acc, steps, x_data, pixel_x, tap_offset, block_start, block_stride,
+               taps, w_data, w_offset, w_out_stride, prefetch_ahead=None):
+        """The hot loop over ``steps`` (input block, tap) steps; returns the sums.
+
+        Per step: the input offset is ``block + tap_offset(t)`` (``t`` the tap,
+        ``block`` the block's start), pixel ``p``'s lane ``i`` at that plus
+        ``pixel_x[p] + i``; per lane, B weight vectors and P broadcasts. The
+        weights walk on by ``cb * cb`` per step."""
+        builder, const, P, B, cb = self.builder, self.const, self.P, self.B, self.cb
+        # Pointers and a count-down as loop variables: with 6 pixel offsets
+        # also live, offsets from base pointers ran out of registers (a
+        # spill in the hot loop of the 3x3 conv).
+        first_block = builder.gep(x_data, [block_start])
+        first_weights = builder.gep(w_data, [w_offset])
         preheader = builder.block
         header = builder.append_basic_block("tile.k")
         body = builder.append_basic_block("tile.k.body")
         done = builder.append_basic_block("tile.k.done")
         builder.branch(header)
         builder.position_at_end(header)
-        k = builder.phi(i64)
-        x_at = builder.phi(i64)
-        w_at = builder.phi(i64)
-        acc_phis = [builder.phi(vector) for _ in tiles]
-        for phi, value in zip([k, x_at, w_at] + acc_phis,
-                              [const(0), x_offset, w_offset] + acc):
+        remaining, tap = builder.phi(_I64), builder.phi(_I64)
+        block, w_at = builder.phi(x_data.type), builder.phi(w_data.type)
+        sums = [builder.phi(self.vector) for _ in acc]
+        carried = [remaining, tap, block, w_at] + sums
+        for phi, value in zip(carried, [steps, const(0), first_block, first_weights] + acc):
             phi.add_incoming(value, preheader)
-        builder.cbranch(builder.icmp_signed("<", k, blocks), body, done)
+        builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
 
         builder.position_at_end(body)
-        for line in range((P * cb + 15) // 16):
-            ahead = builder.gep(x_data, [address(x_at, const(2 * P * cb + 16 * line))])
-            builder.call(prefetch, [builder.bitcast(ahead, i8_pointer), ir.Constant(i32, 0),
-                                    ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        new = list(acc_phis)
+        base = builder.gep(block, [tap_offset(tap)])
+        if prefetch_ahead is not None:
+            i8_pointer = ir.IntType(8).as_pointer()
+            prefetch = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [i8_pointer, _I32, _I32, _I32]),
+                "llvm.prefetch.p0")
+            for line in range((P * cb + 15) // 16):
+                ahead = builder.gep(base, [self.add(pixel_x[0], const(prefetch_ahead + 16 * line))])
+                # (address, read, keep in all cache levels, data)
+                builder.call(prefetch, [builder.bitcast(ahead, i8_pointer), ir.Constant(_I32, 0),
+                                        ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        new = list(sums)
         for lane in range(cb):
-            weights = [load(w_data, address(w_at, const(lane * cb),
-                                            builder.mul(w_out_stride, const(b))))
+            weights = [self.load(w_at, self.add(const(lane * cb), self.times(w_out_stride, b)))
                        for b in range(B)]
             for p in range(P):
-                pixel = builder.load(builder.gep(x_data, [address(x_at, const(p * cb + lane))]),
+                pixel = builder.load(builder.gep(base, [self.add(pixel_x[p], const(lane))]),
                                      align=4)
-                broadcast = splat(pixel)
+                broadcast = self.splat(pixel)
                 for b in range(B):
-                    new[p * B + b] = builder.call(fma, [broadcast, weights[b], new[p * B + b]])
+                    new[p * B + b] = builder.call(self.fma, [broadcast, weights[b], new[p * B + b]])
+        next_tap = builder.add(tap, const(1))
+        wrapped = builder.icmp_signed("==", next_tap, taps)
         body_end = builder.block
-        for phi, value in zip([k, x_at, w_at] + acc_phis,
-                              [builder.add(k, const(1)), builder.add(x_at, x_block_stride),
-                               builder.add(w_at, w_in_stride)] + new):
+        for phi, value in zip(carried, [
+                builder.sub(remaining, const(1)),
+                builder.select(wrapped, const(0), next_tap),
+                builder.select(wrapped, builder.gep(block, [block_stride]), block),
+                builder.gep(w_at, [const(cb * cb)])] + new):
             phi.add_incoming(value, body_end)
         builder.branch(header)
-
-        # --- store, clamped or not; pixels before first_pixel go to a scratch
         builder.position_at_end(done)
+        return sums
+
+    def store(self, sums, y_data, output_offset, clamp, lo, hi, first_pixel=None):
+        """Store the sums, clamped when ``clamp``; with ``first_pixel``, the
+        pixels before it go to a scratch vector instead (as a separate branch:
+        the common whole tile stores without selects)."""
+        builder = self.builder
         with builder.goto_entry_block():
-            scratch = builder.alloca(vector)
+            scratch = builder.alloca(self.vector)
 
         def store_all(cropped):
             def target(p, b):
-                pointer = vector_pointer(y_data, output_offset(p, b))
-                if not cropped or p == P - 1:      # the last pixel is always stored
+                pointer = self.pointer(y_data, output_offset(p, b))
+                if not cropped or p == self.P - 1:     # the last pixel is always stored
                     return pointer
-                keep = builder.icmp_signed("<=", first_pixel, const(p))
+                keep = builder.icmp_signed("<=", first_pixel, self.const(p))
                 return builder.select(keep, pointer, scratch)
 
             with builder.if_else(clamp) as (clamped, unclamped):
                 with clamped:
-                    low, high = splat(lo), splat(hi)
-                    for value, (p, b) in zip(acc_phis, tiles):
+                    low, high = self.splat(lo), self.splat(hi)
+                    for value, (p, b) in zip(sums, self.tiles):
                         # max(v, lo) then min(., hi) as numba writes them: NaN stays NaN
                         value = builder.select(builder.fcmp_ordered(">", low, value), low, value)
                         value = builder.select(builder.fcmp_ordered("<", high, value), high,
                                                value)
                         builder.store(value, target(p, b), align=4)
                 with unclamped:
-                    for value, (p, b) in zip(acc_phis, tiles):
+                    for value, (p, b) in zip(sums, self.tiles):
                         builder.store(value, target(p, b), align=4)
 
-        # the cropped stores (a moved-back tile) as a separate branch: the
-        # common whole tile stores without selects
-        with builder.if_else(builder.icmp_signed("==", first_pixel, const(0))) as (whole, cropped):
+        if first_pixel is None:
+            store_all(False)
+            return
+        with builder.if_else(builder.icmp_signed("==", first_pixel, self.const(0))) as (
+                whole, cropped):
             with whole:
                 store_all(False)
             with cropped:
                 store_all(True)
+
+
+def _array_data(context, builder, array_type, value):
+    return context.make_array(array_type)(context, builder, value).data
+
+
+@intrinsic
+def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offset,
+             w_out_stride, init, init_offset, init_pixel_stride, init_block_stride,
+             residual, use_residual, y, y_offset, y_block_stride, first_pixel, clamp, lo,
+             hi):
+    """The 1x1 conv's register tile (see the module docstring)."""
+    shape = _tile_shape(P, B, cb)
+    if shape is None or not all(_is_array(a) for a in (x, w, init, residual, y)):
+        return None              # numba then reports the call it cannot type
+    index = types.intp
+    signature = types.void(P, B, cb, x, index, index, index, w, index, index,
+                           init, index, index, index, residual, types.boolean,
+                           y, index, index, index, types.boolean, types.float32,
+                           types.float32)
+
+    def codegen(context, builder, sig, args):
+        (x_arg, x_offset, x_block_stride, blocks, w_arg, w_offset, w_out_stride,
+         init_arg, init_offset, init_pixel_stride, init_block_stride,
+         residual_arg, use_residual, y_arg, y_offset, y_block_stride, first_pixel,
+         clamp, lo, hi) = args[3:]
+        x_data, w_data, init_data, residual_data, y_data = (
+            _array_data(context, builder, sig.args[3 + i], args[3 + i])
+            for i in (0, 4, 7, 11, 13))
+        tile = _TileEmitter(builder, *shape)
+        const, add, times = tile.const, tile.add, tile.times
+        P, B, cb = shape
+
+        def output_offset(p, b):         # y's and the residual's element (p, b)
+            return add(y_offset, const(p * cb), times(y_block_stride, b))
+
+        acc = [tile.load(init_data, add(init_offset, times(init_pixel_stride, p),
+                                        times(init_block_stride, b)))
+               for p, b in tile.tiles]
+        acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
+        # one tap per input block
+        sums = tile.k_loop(acc, blocks, x_data, [const(p * cb) for p in range(P)],
+                           lambda tap: x_offset, const(0), x_block_stride, const(1),
+                           w_data, w_offset, w_out_stride, prefetch_ahead=2 * P * cb)
+        tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
+              w, w_offset, w_out_stride, bias, bias_offset, residual, use_residual, y,
+              y_offset, pixel_y, y_block_stride, clamp, lo, hi):
+    """The direct conv's register tile (see the module docstring)."""
+    shape = _tile_shape(P, B, cb)
+    if shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
+            not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y)):
+        return None
+    index = types.intp
+    signature = types.void(P, B, cb, x, pixel_x, tap_x, index, index, index, index,
+                           w, index, index, bias, index, residual, types.boolean,
+                           y, index, pixel_y, index, types.boolean, types.float32,
+                           types.float32)
+
+    def codegen(context, builder, sig, args):
+        (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
+         w_arg, w_offset, w_out_stride, bias_arg, bias_offset, residual_arg, use_residual,
+         y_arg, y_offset, pixel_y_arg, y_block_stride, clamp, lo, hi) = args[3:]
+        (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
+         pixel_y_data) = (_array_data(context, builder, sig.args[3 + i], args[3 + i])
+                          for i in (0, 1, 2, 7, 10, 12, 14, 16))
+        tile = _TileEmitter(builder, *shape)
+        const, add, times = tile.const, tile.add, tile.times
+        P, B, cb = shape
+
+        def entry(data, i):
+            return builder.load(builder.gep(data, [const(i)]), align=8)
+        pixel_x = [entry(pixel_x_data, p) for p in range(P)]
+        pixel_y = [entry(pixel_y_data, p) for p in range(P)]
+
+        def output_offset(p, b):
+            return add(y_offset, pixel_y[p], times(y_block_stride, b))
+
+        acc = [tile.load(bias_data, add(bias_offset, const(b * cb))) for p, b in tile.tiles]
+        acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
+        sums = tile.k_loop(acc, steps, x_data, pixel_x,
+                           lambda tap: builder.load(builder.gep(tap_x_data, [tap]), align=8),
+                           x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride)
+        tile.store(sums, y_data, output_offset, clamp, lo, hi)
         return context.get_dummy_value()
 
     return signature, codegen
