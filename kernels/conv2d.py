@@ -92,7 +92,7 @@ from ._config import jit
 from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
-from .register_tile import conv_tile, fma_tile
+from .register_tile import conv_tile, depthwise_tile, fma_tile
 from .stack import prefetch, stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
@@ -864,6 +864,29 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
             nvalid = min(P, end - ow0)
             iw0 = ow0 * sw - pl
             ypix = yrow + ow0 * cb
+            if nvalid == P and lim >= cb:
+                # the common case, accumulators in registers throughout
+                if m == 1:
+                    base, s_kh = xrow + iw0 * cb, dh * W * cb
+                else:
+                    _dw_fill_patch(buf, xf, geom, lane_off, n, ob, ih0, kh0, kh1, iw0, span, cb)
+                    base, s_kh = 0, span * cb
+                x0 = base + kh0 * s_kh
+                w0 = (ob * KH + kh0) * KW * cb
+                if sw == 1:
+                    depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                elif sw == 2:
+                    depthwise_tile(P, cb, 2 * cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                else:
+                    depthwise_tile(P, cb, xps, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                if post:
+                    _activate_pixels(yf, ypix, P, cb, cb, act, p0, p1)
+                ow0 += P
+                continue
+            # a partial tile: the same steps in numba, accumulators on the stack
             # (the residual only when there is one: a load of an output line
             # not in cache would stall the tile)
             for p in range(P):

@@ -11,7 +11,7 @@ FMAs: with the 16 to 64 input channels of MobileNetV2's 1x1 convs, a third
 to two thirds of the time. Here the accumulators are SSA values from the
 first load to the last store, so they live in ymm registers throughout.
 
-Two numba intrinsics, called from the kernels in conv2d.py. All offsets are
+Three numba intrinsics, called from the kernels in conv2d.py. All offsets are
 flat element indices into C-contiguous arrays (float32 data, int64 offset
 tables), and there is no bounds check: the caller keeps every access in
 bounds. ``P``, ``B`` and ``cb`` are compile-time constants (literals).
@@ -60,7 +60,20 @@ memory.
   ``w_out_stride`` further;
 * the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``.
 
-Both clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
+``depthwise_tile`` (one output block; each lane its own channel)::
+
+    depthwise_tile(P, cb, pixel_step,      # pixel_step: a literal or not
+                   x, x_offset, row_stride, tap_stride, rows, taps,
+                   w, w_offset, bias, bias_offset, residual, use_residual,
+                   y, y_offset, clamp, lo, hi)
+
+* accumulator ``p`` starts as ``bias[bias_offset ...]`` (+ the residual);
+* tap ``(r, t)`` (``r < rows``, ``t < taps``) adds ``x[x_offset + r *
+  row_stride + t * tap_stride + p * pixel_step ...]`` times the weight
+  vector ``w_offset + (r * taps + t) * cb`` (lane by lane: no broadcast);
+* the result goes to ``y_offset + p * cb``.
+
+All three clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
 hi)`` with NaN passing through, as numba's min and max do).
 """
 
@@ -326,6 +339,88 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
         sums = tile.k_loop(acc, steps, x_data, pixel_x,
                            lambda tap: builder.load(builder.gep(tap_x_data, [tap]), align=8),
                            x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride)
+        tile.store(sums, y_data, output_offset, clamp, lo, hi)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@intrinsic
+def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_stride, rows, taps,
+                   w, w_offset, bias, bias_offset, residual, use_residual, y, y_offset,
+                   clamp, lo, hi):
+    """The depthwise conv's register tile (see the module docstring)."""
+    shape = _tile_shape(P, types.IntegerLiteral(1), cb)
+    if shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y)):
+        return None
+    # the pixel step (stride x cb) as a constant when the caller has one:
+    # then every load is a fixed offset from one pointer
+    step_is_constant = isinstance(pixel_step, types.IntegerLiteral)
+    index = types.intp
+    signature = types.void(P, cb, pixel_step if step_is_constant else index, x, index, index,
+                           index, index, index, w, index, bias, index, residual,
+                           types.boolean, y, index, types.boolean, types.float32, types.float32)
+
+    def codegen(context, builder, sig, args):
+        (x_arg, x_offset, row_stride, tap_stride, rows, taps, w_arg, w_offset, bias_arg,
+         bias_offset, residual_arg, use_residual, y_arg, y_offset, clamp, lo, hi) = args[3:]
+        x_data, w_data, bias_data, residual_data, y_data = (
+            _array_data(context, builder, sig.args[3 + i], args[3 + i])
+            for i in (0, 6, 8, 10, 12))
+        tile = _TileEmitter(builder, *shape)
+        const, add = tile.const, tile.add
+        P, _, cb = shape
+        if step_is_constant:
+            pixel_step = const(sig.args[2].literal_value)
+        else:
+            pixel_step = args[2]
+
+        def output_offset(p, b):
+            return add(y_offset, const(p * cb))
+
+        start = tile.load(bias_data, bias_offset)
+        acc = tile.plus_residual([start] * P, use_residual, residual_data, output_offset)
+
+        # taps in the packed order: kw inside kh; the weights walk on by cb
+        first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
+        count = builder.mul(rows, taps)
+        preheader = builder.block
+        header = builder.append_basic_block("dw.tap")
+        body = builder.append_basic_block("dw.tap.body")
+        done = builder.append_basic_block("dw.tap.done")
+        builder.branch(header)
+        builder.position_at_end(header)
+        remaining, column = builder.phi(_I64), builder.phi(_I64)
+        x_at, w_at = builder.phi(x_data.type), builder.phi(w_data.type)
+        sums = [builder.phi(tile.vector) for _ in acc]
+        carried = [remaining, column, x_at, w_at] + sums
+        for phi, value in zip(carried, [count, const(0), first_x, first_w] + acc):
+            phi.add_incoming(value, preheader)
+        builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
+
+        builder.position_at_end(body)
+        weight = tile.load(w_at, const(0))
+        new = []
+        pixel = x_at
+        for p in range(P):
+            # a chain of pointer adds, not P offsets kept live (the runtime
+            # stride ran out of registers); constant steps fold into the loads
+            new.append(builder.call(tile.fma, [tile.load(pixel, const(0)), weight, sums[p]]))
+            pixel = builder.gep(pixel, [pixel_step])
+        next_column = builder.add(column, const(1))
+        wrapped = builder.icmp_signed("==", next_column, taps)
+        # the next tap: one column on, or the first column of the next row
+        next_row = builder.gep(x_at, [builder.sub(row_stride,
+                                                  builder.mul(tap_stride, column))])
+        body_end = builder.block
+        for phi, value in zip(carried, [
+                builder.sub(remaining, const(1)),
+                builder.select(wrapped, const(0), next_column),
+                builder.select(wrapped, next_row, builder.gep(x_at, [tap_stride])),
+                builder.gep(w_at, [const(cb)])] + new):
+            phi.add_incoming(value, body_end)
+        builder.branch(header)
+        builder.position_at_end(done)
         tile.store(sums, y_data, output_offset, clamp, lo, hi)
         return context.get_dummy_value()
 
