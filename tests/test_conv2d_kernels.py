@@ -390,6 +390,13 @@ def test_wrapper_rejects_bad_buffers():
         K.conv2d_forward(x, packed, out, activation=99)
     with pytest.raises(ValueError, match="overlap"):
         K.conv2d_forward(x, packed, x.reshape(-1)[:128].reshape(1, 1, 4, 4, 8))
+    # a residual sharing out's memory: accepted as another view of the same
+    # buffer, rejected when it starts elsewhere
+    big = np.zeros(136, np.float32)
+    out_view = big[:128].reshape(1, 1, 4, 4, 8)
+    K.conv2d_forward(x, packed, out_view, residual=big[:128].reshape(1, 1, 4, 4, 8))
+    with pytest.raises(ValueError, match="residual must be out itself or not overlap"):
+        K.conv2d_forward(x, packed, out_view, residual=big[8:].reshape(1, 1, 4, 4, 8))
     with pytest.raises(ValueError, match="groups"):
         K.pack_conv2d_filter(_random((8, 3, 3, 3), rng), 8, 3, 8)
     with pytest.raises(ValueError, match="input channels"):

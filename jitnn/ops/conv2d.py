@@ -214,7 +214,8 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     dest = out if out is not None and not plain_result else np.empty(blocked, np.float32)
     code, p0, p1 = a["activation"]
     ctx._launch(conv_kernels.conv2d_forward, source, packed, dest, a["strides"],
-                a["dilations"], a["padding"], bias_array, residual, code, p0, p1)
+                a["dilations"], a["padding"], bias_array, residual, code, p0, p1,
+                num_threads=ctx.num_threads)
     if not plain_result:
         return dest
     result = np.empty(value.shape, np.float32)
