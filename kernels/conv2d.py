@@ -350,6 +350,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
     ngroups = og1 - og0
     current = -1
     nvalid = 0
+    p_lo = 0
     for step in range(ntiles * ngroups):
         if groups_outside:
             tile = step % ntiles
@@ -361,6 +362,15 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             current = tile
             k0 = k_start + tile * P
             nvalid = min(P, k_end - k0)
+            p_lo = 0
+            if interior and ci == cb and nvalid < P and k_end >= P:
+                # the partial last tile moved back to end at k_end (49 pixels
+                # of a 7x7 image: 8 tiles and one of a single pixel): it
+                # recomputes pixels before it, maybe another task's, and
+                # stores only its own (what it reads there is never used)
+                p_lo = P - nvalid
+                nvalid = P
+                k0 = k_end - P
             # the tile's pixels; those past nvalid repeat the last one
             if interior:
                 width = c1 - c0
@@ -398,13 +408,13 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             if last == B - 1:
                 conv_tile(P, B, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
                           wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
-                          yf, ob0 * y_ob, yos, y_ob, clamp, lo, hi)
+                          yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             else:
                 conv_tile(P, 1, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
                           wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
-                          yf, ob0 * y_ob, yos, y_ob, clamp, lo, hi)
+                          yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             if post:
-                for p in range(P):
+                for p in range(p_lo, P):
                     for b in range(last + 1):
                         _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
             continue
@@ -467,7 +477,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                                         acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
 
         # the store: relu/clamp in registers, padding lanes zero
-        if nvalid == P and last == B - 1 and O >= (ob0 + B) * cb:
+        if p_lo == 0 and nvalid == P and last == B - 1 and O >= (ob0 + B) * cb:
             # a whole tile of real lanes: stores without per-lane masks
             # (the masked form below stores lane by lane: 25 % slower on 1x1)
             for p in range(P):
@@ -480,7 +490,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                         yf[np.uint64(yo + o)] = v
         else:
             for p in range(P):
-                if p < nvalid:
+                if p_lo <= p < nvalid:
                     for b in range(B):
                         if b <= last:
                             lim = O - (ob0 + b) * cb
@@ -491,7 +501,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                                     v = min(max(v, lo), hi)
                                 yf[np.uint64(yo + o)] = v if o < lim else _ZERO
         if post:
-            for p in range(nvalid):
+            for p in range(p_lo, nvalid):
                 for b in range(last + 1):
                     lanes = min(cb, O - (ob0 + b) * cb)
                     _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,

@@ -48,7 +48,7 @@ memory.
               x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
               w, w_offset, w_out_stride,
               bias, bias_offset, residual, use_residual,
-              y, y_offset, pixel_y, y_block_stride,
+              y, y_offset, pixel_y, y_block_stride, first_pixel,
               clamp, lo, hi)
 
 * accumulator ``(p, b)`` starts as ``bias[bias_offset + b * cb ...]`` plus,
@@ -58,7 +58,8 @@ memory.
   x_block_stride + tap_x[t] + i]``; the weights walk on by ``cb * cb`` per
   step from ``w_offset`` (the packed filter's order), output block ``b``
   ``w_out_stride`` further;
-* the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``.
+* the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``
+  for the pixels ``p >= first_pixel``.
 
 ``depthwise_tile`` (one output block; each lane its own channel)::
 
@@ -303,7 +304,7 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
 @intrinsic
 def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
               w, w_offset, w_out_stride, bias, bias_offset, residual, use_residual, y,
-              y_offset, pixel_y, y_block_stride, clamp, lo, hi):
+              y_offset, pixel_y, y_block_stride, first_pixel, clamp, lo, hi):
     """The direct conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, B, cb)
     if shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
@@ -312,13 +313,13 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
     index = types.intp
     signature = types.void(P, B, cb, x, pixel_x, tap_x, index, index, index, index,
                            w, index, index, bias, index, residual, types.boolean,
-                           y, index, pixel_y, index, types.boolean, types.float32,
+                           y, index, pixel_y, index, index, types.boolean, types.float32,
                            types.float32)
 
     def codegen(context, builder, sig, args):
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
          w_arg, w_offset, w_out_stride, bias_arg, bias_offset, residual_arg, use_residual,
-         y_arg, y_offset, pixel_y_arg, y_block_stride, clamp, lo, hi) = args[3:]
+         y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo, hi) = args[3:]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
          pixel_y_data) = (_array_data(context, builder, sig.args[3 + i], args[3 + i])
                           for i in (0, 1, 2, 7, 10, 12, 14, 16))
@@ -339,7 +340,7 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
         sums = tile.k_loop(acc, steps, x_data, pixel_x,
                            lambda tap: builder.load(builder.gep(tap_x_data, [tap]), align=8),
                            x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride)
-        tile.store(sums, y_data, output_offset, clamp, lo, hi)
+        tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
         return context.get_dummy_value()
 
     return signature, codegen

@@ -254,6 +254,19 @@ def test_residual_may_be_the_output():
              residual_in_place=True, activation=(SIGMOID, 0.0, 0.0))
 
 
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_direct_moved_back_last_tile(block):
+    """49 and 25 interior pixels: the last tile moves back over pixels already
+    stored (register tile, and the stack-array path for partial output lanes
+    at O = 20); with an in-place residual and an activation applied after the
+    store, a pixel stored twice would come out wrong."""
+    for o in (24, 20):
+        run_case(1, 16, o, 7, 7, (3, 3), padding=(1, 1, 1, 1), block=block, residual=True,
+                 residual_in_place=True, activation=(SIGMOID, 0.0, 0.0), seed=o)
+        run_case(2, 9, o, 5, 5, (3, 3), padding=(1, 1, 1, 1), block=block, residual=True,
+                 activation=(CLAMP, -0.5, 0.5), seed=o + 1)
+
+
 @pytest.mark.parametrize("name, view", [
     ("hwio", lambda w: np.ascontiguousarray(w.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)),
     ("ohwi", lambda w: np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)),
