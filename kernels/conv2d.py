@@ -40,11 +40,21 @@ How it is fast (see the design notes on Numba kernels):
 * **Register tile.** A tile computes ``P`` output pixels for ``B`` output
   blocks: ``P x B x cb`` accumulators, 6 x 2 x 8 = 12 ymm registers for
   cb 8 on AVX2, plus 2 weight vectors and 1 broadcast = 15 of 16
-  (:func:`conv_tile_shape`). The accumulators live in a fixed-size stack array
-  indexed only by constant-trip loops, so LLVM keeps them in registers and
-  the SLP vectorizer packs them. ``cb`` (and the lanes per input block ``ci``)
-  are compile-time constants: one driver per block size, built by a factory,
-  whose helpers ask for literals with ``numba.literally``.
+  (:func:`conv_tile_shape`). A whole tile (all P pixels, whole output blocks)
+  runs one of the intrinsics in ``register_tile.py`` (``conv_tile``,
+  ``fma_tile`` for 1x1, ``depthwise_tile``), written in LLVM IR so the
+  accumulators stay in registers from the bias load to the store. The same
+  steps written in numba, with the accumulators in a fixed-size stack array,
+  are the fallback for partial tiles and plain input: there LLVM keeps the
+  array in memory and every tile stores and reloads it twice (~110 cycles, a
+  third of a 1x1 conv over 32 input channels). ``cb`` (and the lanes per
+  input block ``ci``) are compile-time constants: one driver per block size,
+  built by a factory, whose helpers ask for literals with ``numba.literally``.
+* **Moved-back last tile.** When a run of pixels (1x1: a task's chunk;
+  direct: the interior region; depthwise: a row's interior columns) does not
+  end on a whole tile, its last tile starts ``P`` pixels before the end
+  instead: it recomputes some pixels and stores only its own (storing them
+  again would add an in-place residual twice), so it runs as a whole tile.
 * **No wraparound checks.** Flat 1-D buffers are indexed with
   ``np.uint64(offset)``: numba adds ``if i < 0: i += n`` to every signed index
   it cannot prove non-negative, which breaks vectorization.
@@ -869,8 +879,12 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
         # tiles of P pixels
         ow0 = first
         while ow0 < end:
-            if m == 1:
-                ow0 = min(ow0, end - P)       # whole tiles only: overlap the last one
+            p_lo = 0                          # the tile stores pixels p_lo .. nvalid-1
+            if m == 1 and ow0 + P > end:
+                # whole tiles only: the last one moved back, storing only its
+                # own pixels (an in-place residual must not be added twice)
+                p_lo = ow0 + P - end
+                ow0 = end - P
             nvalid = min(P, end - ow0)
             iw0 = ow0 * sw - pl
             ypix = yrow + ow0 * cb
@@ -885,18 +899,19 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
                 w0 = (ob * KH + kh0) * KW * cb
                 if sw == 1:
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
-                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 2:
                     depthwise_tile(P, cb, 2 * cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
-                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 else:
                     depthwise_tile(P, cb, xps, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
-                                   bias, bo, resf, has_res, yf, ypix, clamp, lo, hi)
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 if post:
-                    _activate_pixels(yf, ypix, P, cb, cb, act, p0, p1)
+                    _activate_pixels(yf, ypix + p_lo * cb, P - p_lo, cb, cb, act, p0, p1)
                 ow0 += P
                 continue
-            # a partial tile: the same steps in numba, accumulators on the stack
+            # a partial tile (pixels, or lanes of the last block): the same
+            # steps in numba, accumulators on the stack
             # (the residual only when there is one: a load of an output line
             # not in cache would stall the tile)
             for p in range(P):
@@ -945,25 +960,17 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
                             for o in range(cb):
                                 acc[p * cb + o] += (src[np.uint64(xo + p * xps + o)]
                                                     * wf[np.uint64(wo + o)])
-            if nvalid == P and lim >= cb:
-                # whole tile, real lanes: stores without per-lane masks
-                for p in range(P):
+            for p in range(P):
+                if p_lo <= p < nvalid:
+                    yo = ypix + p * cb
                     for o in range(cb):
                         v = acc[p * cb + o]
                         if clamp:
                             v = min(max(v, lo), hi)
-                        yf[np.uint64(ypix + p * cb + o)] = v
-            else:
-                for p in range(P):
-                    if p < nvalid:
-                        yo = ypix + p * cb
-                        for o in range(cb):
-                            v = acc[p * cb + o]
-                            if clamp:
-                                v = min(max(v, lo), hi)
-                            yf[np.uint64(yo + o)] = v if o < lim else _ZERO
+                        yf[np.uint64(yo + o)] = v if o < lim else _ZERO
             if post:
-                _activate_pixels(yf, ypix, nvalid, cb, min(cb, lim), act, p0, p1)
+                _activate_pixels(yf, ypix + p_lo * cb, nvalid - p_lo, cb, min(cb, lim), act,
+                                 p0, p1)
             ow0 += P
 
 

@@ -66,13 +66,13 @@ memory.
     depthwise_tile(P, cb, pixel_step,      # pixel_step: a literal or not
                    x, x_offset, row_stride, tap_stride, rows, taps,
                    w, w_offset, bias, bias_offset, residual, use_residual,
-                   y, y_offset, clamp, lo, hi)
+                   y, y_offset, first_pixel, clamp, lo, hi)
 
 * accumulator ``p`` starts as ``bias[bias_offset ...]`` (+ the residual);
 * tap ``(r, t)`` (``r < rows``, ``t < taps``) adds ``x[x_offset + r *
   row_stride + t * tap_stride + p * pixel_step ...]`` times the weight
   vector ``w_offset + (r * taps + t) * cb`` (lane by lane: no broadcast);
-* the result goes to ``y_offset + p * cb``.
+* the result goes to ``y_offset + p * cb`` for the pixels ``p >= first_pixel``.
 
 All three clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
 hi)`` with NaN passing through, as numba's min and max do).
@@ -349,7 +349,7 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
 @intrinsic
 def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_stride, rows, taps,
                    w, w_offset, bias, bias_offset, residual, use_residual, y, y_offset,
-                   clamp, lo, hi):
+                   first_pixel, clamp, lo, hi):
     """The depthwise conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, types.IntegerLiteral(1), cb)
     if shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y)):
@@ -360,11 +360,13 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
     index = types.intp
     signature = types.void(P, cb, pixel_step if step_is_constant else index, x, index, index,
                            index, index, index, w, index, bias, index, residual,
-                           types.boolean, y, index, types.boolean, types.float32, types.float32)
+                           types.boolean, y, index, index, types.boolean, types.float32,
+                           types.float32)
 
     def codegen(context, builder, sig, args):
         (x_arg, x_offset, row_stride, tap_stride, rows, taps, w_arg, w_offset, bias_arg,
-         bias_offset, residual_arg, use_residual, y_arg, y_offset, clamp, lo, hi) = args[3:]
+         bias_offset, residual_arg, use_residual, y_arg, y_offset, first_pixel, clamp, lo,
+         hi) = args[3:]
         x_data, w_data, bias_data, residual_data, y_data = (
             _array_data(context, builder, sig.args[3 + i], args[3 + i])
             for i in (0, 6, 8, 10, 12))
@@ -422,7 +424,7 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
             phi.add_incoming(value, body_end)
         builder.branch(header)
         builder.position_at_end(done)
-        tile.store(sums, y_data, output_offset, clamp, lo, hi)
+        tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
         return context.get_dummy_value()
 
     return signature, codegen

@@ -254,6 +254,16 @@ def test_residual_may_be_the_output():
              residual_in_place=True, activation=(SIGMOID, 0.0, 0.0))
 
 
+@pytest.mark.parametrize("width", [17, 20, 56])
+def test_depthwise_moved_back_tile_with_in_place_residual(width):
+    """A row's interior that is not a whole number of tiles ends with a tile
+    moved back over pixels already stored: it must not store them again (an
+    in-place residual was added twice there before this test)."""
+    for activation in ((RELU, 0.0, 0.0), (SIGMOID, 0.0, 0.0)):
+        run_case(1, 16, 16, 5, width, (3, 3), padding=(1, 1, 1, 1), groups=16, residual=True,
+                 residual_in_place=True, activation=activation, seed=width)
+
+
 @pytest.mark.parametrize("block", [4, 8, 16])
 def test_direct_moved_back_last_tile(block):
     """49 and 25 interior pixels: the last tile moves back over pixels already
