@@ -897,7 +897,11 @@ def _dw_rows(xf, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_en
                     base, s_kh = 0, span * cb
                 x0 = base + kh0 * s_kh
                 w0 = (ob * KH + kh0) * KW * cb
-                if sw == 1:
+                if sw == 1 and dw == 1 and KW == 3:
+                    # the common 3x3: each input column loaded once per row
+                    depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, 3, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
+                elif sw == 1:
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 2:
@@ -1177,6 +1181,8 @@ def _epilogue_args(activation, param0, param1):
 # Border pixels at least this share of the output: pad the input once
 # instead (see pad_blocked). At 56x56 (7 % border) the two ways cost the same.
 _PAD_COPY_SHARE = 0.1
+# Depthwise, stride 1: pad the input once up to this output width (below).
+_DW_PAD_WIDTH = 28
 
 # All weights that fit comfortably in L2 (512 KiB here): then a task runs
 # every output-block group over its pixels (og_inner), else one group.
@@ -1385,10 +1391,12 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
         CB = _blocks(C, cb)
         pad_copy = None
         # border columns run pixel by pixel, and so does a row whose interior
-        # is narrower than a tile: then pad the input (a copy costs about a
-        # third of a depthwise conv, so only then)
+        # is narrower than a tile: then pad the input. The copy costs about
+        # a third of a depthwise conv; with stride 1 up to 28 wide the two
+        # single pixels per row cost more (14x14: 78 -> 68 us for 384 ch).
         owa, owb = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
-        if packed.multiplier == 1 and (pl or pr) and owb - owa < depthwise_tile_pixels(cb):
+        if packed.multiplier == 1 and (pl or pr) and (
+                owb - owa < depthwise_tile_pixels(cb) or (sw == 1 and OW <= _DW_PAD_WIDTH)):
             pad_copy = (N, CB, H, W, cb, pad)
             H, W = H + pt + pb, W + pl + pr
             pt = pl = 0

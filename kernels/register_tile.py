@@ -72,6 +72,8 @@ memory.
 * tap ``(r, t)`` (``r < rows``, ``t < taps``) adds ``x[x_offset + r *
   row_stride + t * tap_stride + p * pixel_step ...]`` times the weight
   vector ``w_offset + (r * taps + t) * cb`` (lane by lane: no broadcast);
+  with ``taps`` a literal (stride and dilation 1: ``pixel_step`` and
+  ``tap_stride`` both ``cb``) each input column is loaded once per row;
 * the result goes to ``y_offset + p * cb`` for the pixels ``p >= first_pixel``.
 
 All three clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
@@ -357,9 +359,15 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
     # the pixel step (stride x cb) as a constant when the caller has one:
     # then every load is a fixed offset from one pointer
     step_is_constant = isinstance(pixel_step, types.IntegerLiteral)
+    # a constant tap count (with pixel step and tap stride both cb: stride 1,
+    # dilation 1) slides along the row instead (see below)
+    sliding = isinstance(taps, types.IntegerLiteral)
+    if sliding and not (step_is_constant and pixel_step.literal_value == cb.literal_value):
+        return None
     index = types.intp
     signature = types.void(P, cb, pixel_step if step_is_constant else index, x, index, index,
-                           index, index, index, w, index, bias, index, residual,
+                           index, index, taps if sliding else index, w, index, bias, index,
+                           residual,
                            types.boolean, y, index, index, types.boolean, types.float32,
                            types.float32)
 
@@ -383,6 +391,11 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
 
         start = tile.load(bias_data, bias_offset)
         acc = tile.plus_residual([start] * P, use_residual, residual_data, output_offset)
+        if sliding:
+            sums = _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride,
+                                           rows, sig.args[8].literal_value, w_data, w_offset)
+            tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
+            return context.get_dummy_value()
 
         # taps in the packed order: kw inside kh; the weights walk on by cb
         first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
@@ -428,3 +441,44 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+def _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, rows, taps,
+                            w_data, w_offset):
+    """Stride 1, dilation 1, ``taps`` known: per kernel row, each of the
+    ``P + taps - 1`` input columns is loaded once and feeds the ``taps``
+    pixels it is a tap of (``3 x (7 + 2)`` loads per 3x3 tile instead of
+    ``3 x 3 x 7``: FMA-bound instead of load-bound). Returns the sums."""
+    const, P, cb = tile.const, tile.P, tile.cb
+    first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
+    preheader = builder.block
+    header = builder.append_basic_block("dw.row")
+    body = builder.append_basic_block("dw.row.body")
+    done = builder.append_basic_block("dw.row.done")
+    builder.branch(header)
+    builder.position_at_end(header)
+    remaining = builder.phi(_I64)
+    x_row, w_row = builder.phi(x_data.type), builder.phi(w_data.type)
+    sums = [builder.phi(tile.vector) for _ in acc]
+    carried = [remaining, x_row, w_row] + sums
+    for phi, value in zip(carried, [rows, first_x, first_w] + acc):
+        phi.add_incoming(value, preheader)
+    builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
+
+    builder.position_at_end(body)
+    weights = [tile.load(w_row, const(t * cb)) for t in range(taps)]
+    new = list(sums)
+    for column in range(P + taps - 1):
+        value = tile.load(x_row, const(column * cb))
+        for t in range(taps):
+            p = column - t                 # the pixel this column is tap t of
+            if 0 <= p < P:
+                new[p] = builder.call(tile.fma, [value, weights[t], new[p]])
+    body_end = builder.block
+    for phi, value in zip(carried, [builder.sub(remaining, const(1)),
+                                    builder.gep(x_row, [row_stride]),
+                                    builder.gep(w_row, [const(taps * cb)])] + new):
+        phi.add_incoming(value, body_end)
+    builder.branch(header)
+    builder.position_at_end(done)
+    return sums
