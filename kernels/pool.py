@@ -55,6 +55,8 @@ _NEG_INF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 #: below this many output elements run serially
 _PARALLEL_MIN = 16384
+#: the widest channel block (the global average's stack accumulators)
+_MAX_LANES = 32
 
 
 # --- the row kernels --------------------------------------------------------
@@ -300,10 +302,62 @@ def average_pool2d(x, out, kernel, strides=1, dilations=1, padding=0,
 
 def global_average_pool2d(x, out):
     """``out: (N, C_phys // cb, 1, 1, cb)`` = the mean over H, W of
-    ``x: (N, C_phys // cb, H, W, cb)`` (an average pool with the whole plane
-    as window)."""
+    ``x: (N, C_phys // cb, H, W, cb)``.
+
+    Its own kernel, not the average pool with the whole plane as window: that
+    one built tap tables for a single huge window (0.1 ms for MobileNetV2's
+    1280 x 7 x 7, against 12 us in ONNX Runtime)."""
     _check_array("x", x)
-    return _pool2d(x, out, x.shape[2:4], 1, 1, 0, False, False)
+    _check_array("out", out)
+    N, CB, H, W, cb = x.shape
+    if cb not in (1, 4, 8, 16, 32):
+        raise ValueError(f"pool: the channel block must be 1, 4, 8, 16 or 32, got {cb}")
+    if out.shape != (N, CB, 1, 1, cb):
+        raise ValueError(f"pool: out has shape {out.shape}, expected ({N}, {CB}, 1, 1, {cb}) "
+                         f"for x {x.shape}")
+    if np.may_share_memory(x, out):
+        raise ValueError("pool: out must not overlap x")
+    _plane_means_parallel(x.reshape(-1), out.reshape(-1), N * CB, H * W, cb)
+    return out
+
+
+@jit()
+def _plane_means(xf, outf, first, end, pixels, cb):
+    """Planes ``first .. end-1`` (each ``pixels`` x ``cb`` floats): the mean
+    of each lane, summed in a stack array that stays in registers (``cb`` a
+    compile-time constant, so the lane loops have constant trip counts)."""
+    numba.literally(cb)
+    acc = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    scale = np.float32(1.0) / np.float32(pixels)
+    for plane in range(first, end):
+        base = plane * pixels * cb
+        for lane in range(cb):
+            acc[lane] = np.float32(0.0)
+        for p in range(pixels):
+            for lane in range(cb):
+                acc[lane] += xf[np.uint64(base + p * cb + lane)]
+        for lane in range(cb):
+            outf[np.uint64(plane * cb + lane)] = acc[lane] * scale
+
+
+@jit(parallel=True)
+def _plane_means_parallel(xf, outf, planes, pixels, cb):
+    """Tasks of 16 planes; ``cb`` handed on as a constant, one specialization
+    per block size (from Python, a literal argument would be dispatched anew
+    at every call)."""
+    chunks = (planes + 15) // 16
+    for chunk in prange(chunks):
+        first, end = chunk * 16, min(planes, chunk * 16 + 16)
+        if cb == 8:
+            _plane_means(xf, outf, first, end, pixels, 8)
+        elif cb == 16:
+            _plane_means(xf, outf, first, end, pixels, 16)
+        elif cb == 4:
+            _plane_means(xf, outf, first, end, pixels, 4)
+        elif cb == 32:
+            _plane_means(xf, outf, first, end, pixels, 32)
+        else:
+            _plane_means(xf, outf, first, end, pixels, 1)
 
 
 # --- the spec: numpy references on plain NCHW (float64) ---------------------------

@@ -121,6 +121,15 @@ def test_global_average_pool(channels, cb):
     _check(out, P.global_average_pool2d_reference(x), channels)
 
 
+def test_global_average_pool_many_planes():
+    """More planes than one task takes (16): every task's planes, both threads."""
+    x = _random((3, 300, 9, 11), seed=5)
+    xb = layouts.reference_nchw_to_blocked(x, 8)
+    out = np.full((3, xb.shape[1], 1, 1, 8), np.nan, np.float32)
+    P.global_average_pool2d(xb, out)
+    _check(out, P.global_average_pool2d_reference(x), 300)
+
+
 def test_max_ignores_padding_for_negative_inputs():
     """Padding never wins a max: an all-negative input stays negative."""
     x = -np.abs(_random((1, 3, 4, 4), seed=5)) - 1
