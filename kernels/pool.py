@@ -7,7 +7,8 @@ Buffers (float32, C-contiguous; ``cb`` is the channel block, one of 1, 4, 8,
 * output: ``out: (N, C_phys // cb, OH, OW, cb)``, every element written (``out``
   may come from ``np.empty``); padding lanes come out zero because the max and
   the average of zeros are zero
-* global average pooling: ``out: (N, C_phys // cb, 1, 1, cb)`` (its memory is
+* global average pooling: ``out: (N, C_phys // cb, 1, 1, cb)``, any ``cb`` (nhwc
+  data comes as one block of all C channels) (its memory is
   also ``(N, C_phys)``, the per-(n, c) operand of ``eltwise``)
 
 Geometry follows WebNN and ONNX: window ``(KH, KW)``, strides ``(sh, sw)``,
@@ -310,8 +311,6 @@ def global_average_pool2d(x, out):
     _check_array("x", x)
     _check_array("out", out)
     N, CB, H, W, cb = x.shape
-    if cb not in (1, 4, 8, 16, 32):
-        raise ValueError(f"pool: the channel block must be 1, 4, 8, 16 or 32, got {cb}")
     if out.shape != (N, CB, 1, 1, cb):
         raise ValueError(f"pool: out has shape {out.shape}, expected ({N}, {CB}, 1, 1, {cb}) "
                          f"for x {x.shape}")
@@ -356,8 +355,26 @@ def _plane_means_parallel(xf, outf, planes, pixels, cb):
             _plane_means(xf, outf, first, end, pixels, 4)
         elif cb == 32:
             _plane_means(xf, outf, first, end, pixels, 32)
-        else:
+        elif cb == 1:
             _plane_means(xf, outf, first, end, pixels, 1)
+        else:     # one "block" of all C channels: nhwc data seen as (N, 1, H, W, C)
+            _plane_means_any(xf, outf, first, end, pixels, cb)
+
+
+@jit()
+def _plane_means_any(xf, outf, first, end, pixels, lanes):
+    """:func:`_plane_means` for any lane count, summing in ``outf``."""
+    scale = np.float32(1.0) / np.float32(pixels)
+    for plane in range(first, end):
+        base = plane * pixels * lanes
+        o = plane * lanes
+        for lane in range(lanes):
+            outf[np.uint64(o + lane)] = np.float32(0.0)
+        for p in range(pixels):
+            for lane in range(lanes):
+                outf[np.uint64(o + lane)] += xf[np.uint64(base + p * lanes + lane)]
+        for lane in range(lanes):
+            outf[np.uint64(o + lane)] *= scale
 
 
 # --- the spec: numpy references on plain NCHW (float64) ---------------------------
