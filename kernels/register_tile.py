@@ -100,6 +100,33 @@ def _tile_shape(P, B, cb):
     return tuple(n.literal_value for n in (P, B, cb))
 
 
+def _counted_loop(builder, name: str, count, initial: list, body) -> list:
+    """Emit a loop that runs ``count`` times (a count-down: one register)
+    with loop-carried values: ``body(values)`` emits one iteration and
+    returns the next values. Returns the values after the loop (the builder
+    is left after it)."""
+    one = ir.Constant(_I64, 1)
+    preheader = builder.block
+    header = builder.append_basic_block(name)
+    loop_body = builder.append_basic_block(name + ".body")
+    done = builder.append_basic_block(name + ".done")
+    builder.branch(header)
+    builder.position_at_end(header)
+    remaining = builder.phi(_I64)
+    carried = [builder.phi(value.type) for value in initial]
+    for phi, value in zip([remaining] + carried, [count] + list(initial)):
+        phi.add_incoming(value, preheader)
+    builder.cbranch(builder.icmp_signed(">", remaining, ir.Constant(_I64, 0)), loop_body, done)
+    builder.position_at_end(loop_body)
+    following = body(carried)
+    body_end = builder.block
+    for phi, value in zip([remaining] + carried, [builder.sub(remaining, one)] + following):
+        phi.add_incoming(value, body_end)
+    builder.branch(header)
+    builder.position_at_end(done)
+    return carried
+
+
 class _TileEmitter:
     """IR building blocks shared by both tiles: loads, FMAs, the k loop, stores."""
 
@@ -166,54 +193,43 @@ class _TileEmitter:
         # spill in the hot loop of the 3x3 conv).
         first_block = builder.gep(x_data, [block_start])
         first_weights = builder.gep(w_data, [w_offset])
-        preheader = builder.block
-        header = builder.append_basic_block("tile.k")
-        body = builder.append_basic_block("tile.k.body")
-        done = builder.append_basic_block("tile.k.done")
-        builder.branch(header)
-        builder.position_at_end(header)
-        remaining, tap = builder.phi(_I64), builder.phi(_I64)
-        block, w_at = builder.phi(x_data.type), builder.phi(w_data.type)
-        sums = [builder.phi(self.vector) for _ in acc]
-        carried = [remaining, tap, block, w_at] + sums
-        for phi, value in zip(carried, [steps, const(0), first_block, first_weights] + acc):
-            phi.add_incoming(value, preheader)
-        builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
 
-        builder.position_at_end(body)
-        base = builder.gep(block, [tap_offset(tap)])
-        if prefetch_ahead is not None:
-            i8_pointer = ir.IntType(8).as_pointer()
-            prefetch = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [i8_pointer, _I32, _I32, _I32]),
-                "llvm.prefetch.p0")
-            for line in range((P * cb + 15) // 16):
-                ahead = builder.gep(base, [self.add(pixel_x[0], const(prefetch_ahead + 16 * line))])
-                # (address, read, keep in all cache levels, data)
-                builder.call(prefetch, [builder.bitcast(ahead, i8_pointer), ir.Constant(_I32, 0),
-                                        ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-        new = list(sums)
-        for lane in range(cb):
-            weights = [self.load(w_at, self.add(const(lane * cb), self.times(w_out_stride, b)))
-                       for b in range(B)]
-            for p in range(P):
-                pixel = builder.load(builder.gep(base, [self.add(pixel_x[p], const(lane))]),
-                                     align=4)
-                broadcast = self.splat(pixel)
-                for b in range(B):
-                    new[p * B + b] = builder.call(self.fma, [broadcast, weights[b], new[p * B + b]])
-        next_tap = builder.add(tap, const(1))
-        wrapped = builder.icmp_signed("==", next_tap, taps)
-        body_end = builder.block
-        for phi, value in zip(carried, [
-                builder.sub(remaining, const(1)),
-                builder.select(wrapped, const(0), next_tap),
-                builder.select(wrapped, builder.gep(block, [block_stride]), block),
-                builder.gep(w_at, [const(cb * cb)])] + new):
-            phi.add_incoming(value, body_end)
-        builder.branch(header)
-        builder.position_at_end(done)
-        return sums
+        def step(values):
+            tap, block, w_at = values[:3]
+            new = list(values[3:])
+            base = builder.gep(block, [tap_offset(tap)])
+            if prefetch_ahead is not None:
+                i8_pointer = ir.IntType(8).as_pointer()
+                prefetch = cgutils.get_or_insert_function(
+                    builder.module,
+                    ir.FunctionType(ir.VoidType(), [i8_pointer, _I32, _I32, _I32]),
+                    "llvm.prefetch.p0")
+                for line in range((P * cb + 15) // 16):
+                    ahead = builder.gep(base, [self.add(pixel_x[0],
+                                                        const(prefetch_ahead + 16 * line))])
+                    # (address, read, keep in all cache levels, data)
+                    builder.call(prefetch, [builder.bitcast(ahead, i8_pointer),
+                                            ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                                            ir.Constant(_I32, 1)])
+            for lane in range(cb):
+                weights = [self.load(w_at, self.add(const(lane * cb),
+                                                    self.times(w_out_stride, b)))
+                           for b in range(B)]
+                for p in range(P):
+                    pixel = builder.load(builder.gep(base, [self.add(pixel_x[p], const(lane))]),
+                                         align=4)
+                    broadcast = self.splat(pixel)
+                    for b in range(B):
+                        new[p * B + b] = builder.call(self.fma,
+                                                      [broadcast, weights[b], new[p * B + b]])
+            next_tap = builder.add(tap, const(1))
+            wrapped = builder.icmp_signed("==", next_tap, taps)
+            return [builder.select(wrapped, const(0), next_tap),
+                    builder.select(wrapped, builder.gep(block, [block_stride]), block),
+                    builder.gep(w_at, [const(cb * cb)])] + new
+
+        return _counted_loop(builder, "tile.k", steps,
+                             [const(0), first_block, first_weights] + acc, step)[3:]
 
     def store(self, sums, y_data, output_offset, clamp, lo, hi, first_pixel=None):
         """Store the sums, clamped when ``clamp``; with ``first_pixel``, the
@@ -399,44 +415,29 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
 
         # taps in the packed order: kw inside kh; the weights walk on by cb
         first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
-        count = builder.mul(rows, taps)
-        preheader = builder.block
-        header = builder.append_basic_block("dw.tap")
-        body = builder.append_basic_block("dw.tap.body")
-        done = builder.append_basic_block("dw.tap.done")
-        builder.branch(header)
-        builder.position_at_end(header)
-        remaining, column = builder.phi(_I64), builder.phi(_I64)
-        x_at, w_at = builder.phi(x_data.type), builder.phi(w_data.type)
-        sums = [builder.phi(tile.vector) for _ in acc]
-        carried = [remaining, column, x_at, w_at] + sums
-        for phi, value in zip(carried, [count, const(0), first_x, first_w] + acc):
-            phi.add_incoming(value, preheader)
-        builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
 
-        builder.position_at_end(body)
-        weight = tile.load(w_at, const(0))
-        new = []
-        pixel = x_at
-        for p in range(P):
-            # a chain of pointer adds, not P offsets kept live (the runtime
-            # stride ran out of registers); constant steps fold into the loads
-            new.append(builder.call(tile.fma, [tile.load(pixel, const(0)), weight, sums[p]]))
-            pixel = builder.gep(pixel, [pixel_step])
-        next_column = builder.add(column, const(1))
-        wrapped = builder.icmp_signed("==", next_column, taps)
-        # the next tap: one column on, or the first column of the next row
-        next_row = builder.gep(x_at, [builder.sub(row_stride,
-                                                  builder.mul(tap_stride, column))])
-        body_end = builder.block
-        for phi, value in zip(carried, [
-                builder.sub(remaining, const(1)),
-                builder.select(wrapped, const(0), next_column),
-                builder.select(wrapped, next_row, builder.gep(x_at, [tap_stride])),
-                builder.gep(w_at, [const(cb)])] + new):
-            phi.add_incoming(value, body_end)
-        builder.branch(header)
-        builder.position_at_end(done)
+        def tap_step(values):
+            column, x_at, w_at = values[:3]
+            weight = tile.load(w_at, const(0))
+            new = []
+            pixel = x_at
+            for p in range(P):
+                # a chain of pointer adds, not P offsets kept live (the runtime
+                # stride ran out of registers); constant steps fold into the loads
+                new.append(builder.call(tile.fma, [tile.load(pixel, const(0)), weight,
+                                                   values[3 + p]]))
+                pixel = builder.gep(pixel, [pixel_step])
+            next_column = builder.add(column, const(1))
+            wrapped = builder.icmp_signed("==", next_column, taps)
+            # the next tap: one column on, or the first column of the next row
+            next_row = builder.gep(x_at, [builder.sub(row_stride,
+                                                      builder.mul(tap_stride, column))])
+            return [builder.select(wrapped, const(0), next_column),
+                    builder.select(wrapped, next_row, builder.gep(x_at, [tap_stride])),
+                    builder.gep(w_at, [const(cb)])] + new
+
+        sums = _counted_loop(builder, "dw.tap", builder.mul(rows, taps),
+                             [const(0), first_x, first_w] + acc, tap_step)[3:]
         tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
         return context.get_dummy_value()
 
@@ -451,34 +452,17 @@ def _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, ro
     ``3 x 3 x 7``: FMA-bound instead of load-bound). Returns the sums."""
     const, P, cb = tile.const, tile.P, tile.cb
     first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
-    preheader = builder.block
-    header = builder.append_basic_block("dw.row")
-    body = builder.append_basic_block("dw.row.body")
-    done = builder.append_basic_block("dw.row.done")
-    builder.branch(header)
-    builder.position_at_end(header)
-    remaining = builder.phi(_I64)
-    x_row, w_row = builder.phi(x_data.type), builder.phi(w_data.type)
-    sums = [builder.phi(tile.vector) for _ in acc]
-    carried = [remaining, x_row, w_row] + sums
-    for phi, value in zip(carried, [rows, first_x, first_w] + acc):
-        phi.add_incoming(value, preheader)
-    builder.cbranch(builder.icmp_signed(">", remaining, const(0)), body, done)
 
-    builder.position_at_end(body)
-    weights = [tile.load(w_row, const(t * cb)) for t in range(taps)]
-    new = list(sums)
-    for column in range(P + taps - 1):
-        value = tile.load(x_row, const(column * cb))
-        for t in range(taps):
-            p = column - t                 # the pixel this column is tap t of
-            if 0 <= p < P:
-                new[p] = builder.call(tile.fma, [value, weights[t], new[p]])
-    body_end = builder.block
-    for phi, value in zip(carried, [builder.sub(remaining, const(1)),
-                                    builder.gep(x_row, [row_stride]),
-                                    builder.gep(w_row, [const(taps * cb)])] + new):
-        phi.add_incoming(value, body_end)
-    builder.branch(header)
-    builder.position_at_end(done)
-    return sums
+    def row_step(values):
+        x_row, w_row = values[:2]
+        weights = [tile.load(w_row, const(t * cb)) for t in range(taps)]
+        new = list(values[2:])
+        for column in range(P + taps - 1):
+            value = tile.load(x_row, const(column * cb))
+            for t in range(taps):
+                p = column - t                 # the pixel this column is tap t of
+                if 0 <= p < P:
+                    new[p] = builder.call(tile.fma, [value, weights[t], new[p]])
+        return [builder.gep(x_row, [row_stride]), builder.gep(w_row, [const(taps * cb)])] + new
+
+    return _counted_loop(builder, "dw.row", rows, [first_x, first_w] + acc, row_step)[2:]
