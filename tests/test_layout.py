@@ -121,6 +121,23 @@ def test_reorders_on_multi_task_and_partial_shapes(block, shape):
     np.testing.assert_array_equal(back, nhwc)
 
 
+# Past kernels.layout._STREAM_BYTES (8 MiB) the nhwc kernels switch to short
+# tiles: a partial block and odd sizes there too.
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shape", [(2, 17, 250, 251), (1, 72, 181, 163)])
+def test_nhwc_reorders_on_tensors_past_the_caches(block, shape):
+    assert np.prod(shape) * 4 >= kernels._STREAM_BYTES
+    x = _random(shape)
+    expected = layouts.reference_nchw_to_blocked(x, block)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    blocked = np.full(expected.shape, np.nan, np.float32)
+    kernels.nhwc_to_blocked(nhwc, blocked)
+    np.testing.assert_array_equal(blocked, expected)
+    back = np.full(nhwc.shape, np.nan, np.float32)
+    kernels.blocked_to_nhwc(expected, back)
+    np.testing.assert_array_equal(back, nhwc)
+
+
 def test_blocked_to_nhwc_ignores_padding_lane_values():
     # the partial block is stored as whole vectors that spill padding lanes
     # onto the next pixel before that pixel is written: garbage there must
