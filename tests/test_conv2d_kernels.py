@@ -172,6 +172,31 @@ DEPTHWISE = [
     (1, 16, 1, 5, 40, (3, 3), (3, 3), (1, 1), (1, 1, 1, 1)),      # stride 3: generic loop
 ]
 
+# Padded depthwise convs whose tasks pad their own input rows on the stack
+# (kernels.conv2d._DW_PATCH_ELEMENTS): several row chunks per plane, chunks
+# limited by the buffer, stride 2; and one too wide for the buffer (the whole
+# input is padded once instead).
+DEPTHWISE_STACK_PADDED = [
+    # (n, c, h, w, kernel, strides, dilations, padding, rows padded in the task)
+    (1, 8, 40, 20, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
+    (2, 9, 30, 16, (5, 5), (1, 1), (2, 2), (4, 4, 4, 4), True),
+    (1, 17, 60, 12, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
+    (1, 8, 20, 28, (7, 7), (1, 1), (2, 2), (6, 6, 6, 6), False),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_STACK_PADDED)
+def test_depthwise_padding_on_the_stack(case):
+    n, c, h, w, kernel, strides, dilations, padding, in_task = case
+    packed = run_case(n, c, c, h, w, kernel, strides, dilations, padding, groups=c, block=8,
+                      activation=(CLAMP, -1.0, 1.0), residual=True, seed=h + w)
+    (launch,) = packed.launches.values()
+    geom, has_res, pad_rows = launch.tail[:3]
+    oh = geom[5]
+    assert (pad_rows > 0) == in_task and (launch.pad_copy is None) == in_task
+    if in_task:  # several row chunks per plane
+        assert min(oh, 2048 // (geom[6] * 8), pad_rows) < oh
+
 
 @pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: f"c{c[1]}m{c[2]}_{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}_s{c[6][0]}_d{c[7][0]}")
 def test_depthwise_block8(case):
