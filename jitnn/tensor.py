@@ -72,7 +72,7 @@ class Node:
     ``"opaque"``: the scheduler runs it as it is and fuses nothing into it.
     """
 
-    __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops")
+    __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops", "memo")
 
     def __init__(self, op: str, inputs: tuple["Value", ...] = (), *, kind: str = "opaque",
                  attrs: dict | None = None, run: Callable | None = None,
@@ -84,10 +84,13 @@ class Node:
         self.run = run
         self.fused = fused
         self.flops = flops
+        #: what ``run`` may keep between runs of this node (a replayed program
+        #: runs the same nodes again); never copied by :meth:`replace`
+        self.memo = None
 
     def replace(self, **changes) -> "Node":
         """A copy with some fields changed (passes never mutate a node in place)."""
-        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields = {name: getattr(self, name) for name in self.__slots__ if name != "memo"}
         fields.update(changes)
         op, inputs = fields.pop("op"), fields.pop("inputs")
         return Node(op, inputs, **fields)

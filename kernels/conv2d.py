@@ -1311,6 +1311,8 @@ class _Conv2dLaunch:
     bias_lanes: int                  # O_phys
     out_channels: int                # O
     zero_bias: np.ndarray
+    x_shape: tuple                   # the shapes it was planned for
+    out_shape: tuple
 
 
 _MAX_LAUNCHES = 16                   # per filter: shapes x options seen
@@ -1333,11 +1335,23 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     The geometry, path choice and blocking are worked out once per shapes and
     options and kept on ``packed`` (a model runs the same convolutions again
     and again: that work cost more than a small convolution); every call
-    still checks its arrays.
+    still checks its arrays. The same as ``run_conv2d_launch(conv2d_launch(...),
+    x, out, bias, residual)``.
     """
+    launch = conv2d_launch(x, packed, out, strides, dilations, padding, bias is None,
+                           residual is None, activation, param0, param1, num_threads)
+    return _run_conv2d(launch, x, out, bias, residual)
+
+
+def conv2d_launch(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
+                  padding=(0, 0, 0, 0), no_bias=True, no_residual=True, activation=NONE,
+                  param0=0.0, param1=0.0, num_threads=None) -> _Conv2dLaunch:
+    """The launch :func:`conv2d_forward` runs for these shapes and options
+    (planned once, then kept on ``packed``): a caller that runs one convolution
+    again and again may keep it and call :func:`run_conv2d_launch`."""
     try:
         key = (x.shape, out.shape, _as_key(strides), _as_key(dilations), _as_key(padding),
-               bias is None, residual is None, int(activation), float(param0),
+               bool(no_bias), bool(no_residual), int(activation), float(param0),
                float(param1),
                # only the 1x1 path's blocking depends on the thread count
                (num_threads or numba.get_num_threads()) if packed.path == "1x1" else 0)
@@ -1346,12 +1360,12 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
         key = launch = None              # malformed: the full checks below say why
     if launch is None:
         launch = _plan_conv2d(x, packed, out, strides, dilations, padding,
-                              residual is not None, activation, param0, param1)
+                              not no_residual, activation, param0, param1)
         if key is not None:
             if len(packed.launches) >= _MAX_LAUNCHES:
                 packed.launches.clear()
             packed.launches[key] = launch
-    return _run_conv2d(launch, x, out, bias, residual)
+    return launch
 
 
 def _as_key(value):
@@ -1366,11 +1380,21 @@ def _check_array(name, array):
         raise ValueError(f"conv2d: {name} must be C-contiguous")
 
 
+def run_conv2d_launch(launch: _Conv2dLaunch, x, out, bias=None, residual=None):
+    """Run a launch from :func:`conv2d_launch` on arrays of the shapes it was
+    planned for (checked, with everything else :func:`conv2d_forward` checks
+    at every call). Returns ``out``."""
+    return _run_conv2d(launch, x, out, bias, residual)
+
+
 def _run_conv2d(launch: _Conv2dLaunch, x, out, bias, residual):
-    """The per-call checks of the arrays (shapes were checked by the plan),
-    then the driver."""
+    """The per-call checks of the arrays (the plan checked everything else for
+    these shapes), then the driver."""
     _check_array("x", x)
     _check_array("out", out)
+    if x.shape != launch.x_shape or out.shape != launch.out_shape:
+        raise ValueError(f"conv2d: this launch was planned for x {launch.x_shape} and out "
+                         f"{launch.out_shape}, got {x.shape} and {out.shape}")
     if np.may_share_memory(x, out):
         raise ValueError("conv2d: out must not overlap x")
     if bias is None:
@@ -1442,7 +1466,7 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
 
     def launch(driver, tail, pad_copy=None):
         return _Conv2dLaunch(driver, wf, tail, pad_copy, OB * cb, O,
-                             np.zeros(OB * cb, np.float32))
+                             np.zeros(OB * cb, np.float32), x.shape, out.shape)
 
     if packed.path == "depthwise":
         CB = _blocks(C, cb)

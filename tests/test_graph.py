@@ -387,3 +387,59 @@ def test_compute_of_a_graph_holding_a_pending_tensor_records_once_it_is_computed
     _close(want_y, 1 / (1 + np.exp(-want_user)))
     for y in ys:
         np.testing.assert_array_equal(y, want_y)
+
+
+def test_replayed_convs_keep_their_launch_but_never_a_stale_filter(monkeypatch):
+    """A replayed conv finds its launch again on its node (no planning per
+    call); a filter or bias that is a graph input is packed anew at every
+    call, never taken from the previous one, and the node keeps nothing
+    of it alive between calls."""
+    import gc
+
+    from jitnn.kernels import conv2d as conv_kernels
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 5, 7, 6))
+    w_in = b.input("w", (8, 8, 3, 3))
+    bias_in = b.input("bias", (8,))
+    fixed = b.conv2d(x, b.constant(_random((8, 5, 3, 3), 1, 0.3)), padding=(1, 1, 1, 1))
+    dynamic = b.conv2d(fixed, w_in, bias_in, padding=(1, 1, 1, 1))
+    graph = b.build({"y": b.relu(dynamic)})
+    plans = []
+    launch = conv_kernels.conv2d_launch
+    monkeypatch.setattr(conv_kernels, "conv2d_launch",
+                        lambda *args, **kw: plans.append(1) or launch(*args, **kw))
+    for seed in range(3):
+        inputs = {"x": _random((2, 5, 7, 6), seed), "w": _random((8, 8, 3, 3), 10 + seed, 0.3),
+                  "bias": _random((8,), 20 + seed)}
+        outs = {"y": np.full((2, 8, 7, 6), np.nan, np.float32)}
+        ctx.compute(graph, inputs, outs)
+        hidden = conv2d_reference(inputs["x"], _random((8, 5, 3, 3), 1, 0.3), padding=1)
+        want = np.maximum(conv2d_reference(hidden, inputs["w"], inputs["bias"], padding=1), 0)
+        _close(outs["y"], want)
+        if seed == 0:
+            first = len(plans)
+    # the recording run planned both convs; each replay plans only the conv
+    # whose filter is new (the constant's launch is found on its node)
+    assert first == 2
+    assert len(plans) == first + 2
+    (program,) = graph._programs
+    gc.collect()
+    memos = [c.node.memo for c in program.steps
+             if c.step.kind == "op" and getattr(c.node, "memo", None) is not None]
+    assert len(memos) == 2
+    # the dynamic conv's memo refers to a filter and bias that are gone
+    assert sum(m.packed() is None for m in memos) == 1
+    assert all(m.bias is None or m.bias() is None for m in memos)
+
+
+def test_a_conv_launch_rejects_arrays_of_other_shapes():
+    from jitnn.kernels import conv2d as conv_kernels
+    packed = conv_kernels.pack_conv2d_filter(_random((8, 8, 1, 1), 0), 8, 1, 8)
+    x = np.zeros((1, 1, 4, 4, 8), np.float32)
+    out = np.empty((1, 1, 4, 4, 8), np.float32)
+    launch = conv_kernels.conv2d_launch(x, packed, out)
+    conv_kernels.run_conv2d_launch(launch, x, out)
+    with pytest.raises(ValueError, match="planned for x"):
+        conv_kernels.run_conv2d_launch(launch, np.zeros((1, 1, 4, 5, 8), np.float32),
+                                       np.empty((1, 1, 4, 5, 8), np.float32))

@@ -13,6 +13,9 @@ every later call (pass the same Tensor).
 
 from __future__ import annotations
 
+import weakref
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import layouts
@@ -177,6 +180,24 @@ def _conv2d_signature(ctx, x: Tensor, w: Tensor, bias_t: Tensor | None, strides,
     }
 
 
+class _Conv2dMemo(NamedTuple):
+    """What :func:`run_conv2d` keeps on a node between its runs (a replayed
+    program runs the same nodes again), saving ~10 us of Python per conv.
+    Valid while the filter and bias Values still hold the same derived forms
+    (a Value computed anew drops them and makes new ones), the input has the
+    same shape and the thread count is the same. Weak references: a memo
+    keeps nothing alive (a filter computed per run must not outlive its run)."""
+    threads: int
+    x_shape: tuple
+    filter_key: tuple
+    packed: weakref.ref
+    bias_key: tuple | None
+    bias: weakref.ref | None
+    launch: weakref.ref
+    blocked: tuple
+    plain_result: bool
+
+
 def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
     """Run a (possibly fused) conv2d node: ``act(conv(x, w) + bias + residual)``,
     with a folded batch normalization in ``w`` and ``bias`` if the scheduler
@@ -185,42 +206,70 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     block, axes = a["block"], a["axes"]
     source = a["x"]._materialize() if a["first_layer"] else \
         blocked_buffer(ctx, a["x"], block, axes)
+    residual = None if a["residual"] is None else \
+        blocked_buffer(ctx, a["residual"], block, axes)
+    memo = node.memo
+    launch = bias = None
+    if memo is not None and memo.threads == ctx.num_threads and memo.x_shape == source.shape:
+        packed = memo.packed()
+        launch = memo.launch()
+        bias = None if memo.bias is None else memo.bias()
+        if (packed is None or a["w"]._derived.get(memo.filter_key) is not packed
+                or (memo.bias is not None
+                    and (bias is None or a["bias"]._derived.get(memo.bias_key) is not bias))):
+            launch = None
+    if launch is None:
+        memo, launch, bias = _plan_run(ctx, node, value, source)
+    dest = out if out is not None and not memo.plain_result else \
+        np.empty(memo.blocked, np.float32)
+    ctx._launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)
+    if not memo.plain_result:
+        return dest
+    result = np.empty(value.shape, np.float32)
+    kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
+    return ctx._reorder(kernel, dest, result)
+
+
+def _plan_run(ctx, node: Node, value: Value, source: np.ndarray):
+    """``(memo, launch, bias)``: the launch and padded bias of a conv2d node
+    for this input, and the memo that finds them again (kept on the node
+    unless a batch normalization is folded in: that is computed per run)."""
+    a = node.attrs
+    block = a["block"]
     bn_scale = bn_shift = None
     if a["bn"] is not None:
         mean, variance, scale, shift, epsilon = a["bn"]
         bn_scale, bn_shift = eltwise_kernels.batch_norm_fold(
             *(None if t is None else plain_buffer(t) for t in (mean, variance, scale, shift)),
             epsilon=epsilon)
-    packed = _packed_filter(ctx, a, bn_scale)
+    packed, filter_key = _packed_filter(ctx, a, bn_scale)
     o = a["out_channels"]
     o_phys = layouts.padded_channels(o, block)
-    bias_array = None
+    bias_array = bias_key = None
     if a["bias"] is not None and bn_shift is None:
         # padded to whole blocks once per bias tensor (a model runs it again)
-        bias_array = a["bias"]._derive(("conv2d_bias", o_phys),
-                                       lambda: _padded_bias(a["bias"], o, o_phys))
+        bias_key = ("conv2d_bias", o_phys)
+        bias_array = a["bias"]._derive(bias_key, lambda: _padded_bias(a["bias"], o, o_phys))
     elif a["bias"] is not None or bn_shift is not None:
         bias_array = np.zeros(o_phys, np.float32)
         if a["bias"] is not None:
             bias_array[:o] = a["bias"]._materialize()
         if bn_scale is not None:
             bias_array[:o] = bias_array[:o] * bn_scale + bn_shift
-    residual = None if a["residual"] is None else \
-        blocked_buffer(ctx, a["residual"], block, axes)
     n = value.shape[0]
-    oh, ow = (value.shape[2], value.shape[3]) if axes == "nchw" else value.shape[1:3]
+    oh, ow = (value.shape[2], value.shape[3]) if a["axes"] == "nchw" else value.shape[1:3]
     blocked = (n, o_phys // block, oh, ow, block)
-    plain_result = layouts.block_of(value.layout) is None
-    dest = out if out is not None and not plain_result else np.empty(blocked, np.float32)
     code, p0, p1 = a["activation"]
-    ctx._launch(conv_kernels.conv2d_forward, source, packed, dest, a["strides"],
-                a["dilations"], a["padding"], bias_array, residual, code, p0, p1,
-                num_threads=ctx.num_threads)
-    if not plain_result:
-        return dest
-    result = np.empty(value.shape, np.float32)
-    kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
-    return ctx._reorder(kernel, dest, result)
+    launch = conv_kernels.conv2d_launch(
+        source, packed, np.empty(blocked, np.float32), a["strides"], a["dilations"],
+        a["padding"], bias_array is None, a["residual"] is None, code, p0, p1,
+        num_threads=ctx.num_threads)
+    memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
+                       bias_key, None if bias_key is None else weakref.ref(bias_array),
+                       weakref.ref(launch), blocked, layouts.block_of(value.layout) is None)
+    if a["bn"] is None:
+        node.memo = memo
+    return memo, launch, bias_array
 
 
 def _padded_bias(bias: Value, channels: int, lanes: int) -> np.ndarray:
@@ -231,7 +280,8 @@ def _padded_bias(bias: Value, channels: int, lanes: int) -> np.ndarray:
 
 def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
     """The filter in the kernel's layout, packed once per filter tensor and
-    configuration (and per folded batch normalization)."""
+    configuration (and per folded batch normalization), and its key among
+    the filter's derived forms."""
     w = a["w"]
     key = ("conv2d_filter", a["block"], a["filter_layout"], a["groups"], a["in_channels"],
            a["first_layer"])
@@ -247,4 +297,4 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
                                                  a["block"], input_is_plain=a["first_layer"])
         ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
-    return w._derive(key, pack)
+    return w._derive(key, pack), key
