@@ -832,7 +832,7 @@ def _dw_pad_rows(xf, x_plane, H, W, cb, pt, pl, row0, rows, Wp, patch):
 
 @jit()
 def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start, oh_end,
-             owa, owb, has_res, clamp, lo, hi, post, act, p0, p1, cb, P):
+             owa, owb, has_res, clamp, lo, hi, post, act, p0, p1, cb, cb2, P):
     """Depthwise output rows ``oh_start .. oh_end-1`` of block ``ob``,
     vectorized over the block's lanes. With multiplier 1, input row ``ih`` of
     the block starts at ``xf[x_plane + ih * W * cb]`` (``xf`` may be the
@@ -846,6 +846,7 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
     channel, so every tile reads a gathered, zero-padded patch instead.
     """
     literally(cb)
+    literally(cb2)                      # 2 * cb: the pixel step at stride 2
     literally(P)
     (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O, C, m) = geom
     acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
@@ -929,8 +930,12 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
                 elif sw == 1:
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
+                elif sw == 2 and dw == 1 and KW == 3:
+                    # stride 2: each input column loaded once per row as well
+                    depthwise_tile(P, cb, cb2, src, x0, s_kh, s_kw, kh1 - kh0, 3, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 2:
-                    depthwise_tile(P, cb, 2 * cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
+                    depthwise_tile(P, cb, cb2, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 else:
                     depthwise_tile(P, cb, xps, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
@@ -1005,6 +1010,7 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
 
 def _make_depthwise_driver(cb: int):
     P = depthwise_tile_pixels(cb)
+    cb2 = 2 * cb
 
     def depthwise_driver(xf, wf, bias, resf, yf, geom, has_res, pad_rows, clamp, lo, hi, post,
                          act, p0, p1):
@@ -1043,11 +1049,11 @@ def _make_depthwise_driver(cb: int):
                              Wp, patch)
                 _dw_rows(patch, -row0 * Wp * cb, wf, bias, resf, yf, no_buf, no_lanes,
                          padded_geom, n, ob, oh_start, oh_end, 0, OW, has_res, clamp, lo, hi,
-                         post, act, p0, p1, cb, P)
+                         post, act, p0, p1, cb, cb2, P)
             elif m == 1:
                 _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
                          geom, n, ob, oh_start, oh_end, owa, owb, has_res, clamp, lo, hi,
-                         post, act, p0, p1, cb, P)
+                         post, act, p0, p1, cb, cb2, P)
             else:
                 buf = np.empty(KH * span * cb, np.float32)
                 lane_off = np.empty(cb, np.int64)
@@ -1056,7 +1062,7 @@ def _make_depthwise_driver(cb: int):
                     c = min((ob * cb + o) // m, C - 1)
                     lane_off[o] = (c // cb) * H * W * cb + c % cb
                 _dw_rows(xf, 0, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_start,
-                         oh_end, owa, owb, has_res, clamp, lo, hi, post, act, p0, p1, cb, P)
+                         oh_end, owa, owb, has_res, clamp, lo, hi, post, act, p0, p1, cb, cb2, P)
 
     depthwise_driver.__qualname__ = f"depthwise_driver_cb{cb}"
     return jit(parallel=True)(depthwise_driver)

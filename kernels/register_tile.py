@@ -72,8 +72,9 @@ memory.
 * tap ``(r, t)`` (``r < rows``, ``t < taps``) adds ``x[x_offset + r *
   row_stride + t * tap_stride + p * pixel_step ...]`` times the weight
   vector ``w_offset + (r * taps + t) * cb`` (lane by lane: no broadcast);
-  with ``taps`` a literal (stride and dilation 1: ``pixel_step`` and
-  ``tap_stride`` both ``cb``) each input column is loaded once per row;
+  with ``taps`` a literal (dilation 1: ``tap_stride`` is ``cb``, and
+  ``pixel_step`` a literal ``stride * cb``) each input column is loaded once
+  per row;
 * the result goes to ``y_offset + p * cb`` for the pixels ``p >= first_pixel``.
 
 All three clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
@@ -375,10 +376,10 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
     # the pixel step (stride x cb) as a constant when the caller has one:
     # then every load is a fixed offset from one pointer
     step_is_constant = isinstance(pixel_step, types.IntegerLiteral)
-    # a constant tap count (with pixel step and tap stride both cb: stride 1,
-    # dilation 1) slides along the row instead (see below)
+    # a constant tap count (dilation 1, tap stride cb, a constant pixel step
+    # of a whole number of blocks) slides along the row instead (see below)
     sliding = isinstance(taps, types.IntegerLiteral)
-    if sliding and not (step_is_constant and pixel_step.literal_value == cb.literal_value):
+    if sliding and not (step_is_constant and pixel_step.literal_value % cb.literal_value == 0):
         return None
     index = types.intp
     signature = types.void(P, cb, pixel_step if step_is_constant else index, x, index, index,
@@ -409,7 +410,8 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
         acc = tile.plus_residual([start] * P, use_residual, residual_data, output_offset)
         if sliding:
             sums = _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride,
-                                           rows, sig.args[8].literal_value, w_data, w_offset)
+                                           rows, sig.args[8].literal_value,
+                                           sig.args[2].literal_value // cb, w_data, w_offset)
             tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
             return context.get_dummy_value()
 
@@ -445,11 +447,13 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
 
 
 def _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, rows, taps,
-                            w_data, w_offset):
-    """Stride 1, dilation 1, ``taps`` known: per kernel row, each of the
-    ``P + taps - 1`` input columns is loaded once and feeds the ``taps``
-    pixels it is a tap of (``3 x (7 + 2)`` loads per 3x3 tile instead of
-    ``3 x 3 x 7``: FMA-bound instead of load-bound). Returns the sums."""
+                            stride, w_data, w_offset):
+    """Dilation 1, ``taps`` and ``stride`` known: per kernel row, each of the
+    ``(P - 1) * stride + taps`` input columns is loaded once and feeds the
+    pixels it is a tap of (column ``c`` is tap ``t`` of pixel ``(c - t) /
+    stride``). A 3x3 tile of 7 pixels loads ``3 x 9`` vectors at stride 1 and
+    ``3 x 15`` at stride 2 instead of ``3 x 3 x 7``: FMA-bound instead of
+    load-bound at stride 1. Returns the sums."""
     const, P, cb = tile.const, tile.P, tile.cb
     first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
 
@@ -457,11 +461,11 @@ def _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, ro
         x_row, w_row = values[:2]
         weights = [tile.load(w_row, const(t * cb)) for t in range(taps)]
         new = list(values[2:])
-        for column in range(P + taps - 1):
+        for column in range((P - 1) * stride + taps):
             value = tile.load(x_row, const(column * cb))
             for t in range(taps):
-                p = column - t                 # the pixel this column is tap t of
-                if 0 <= p < P:
+                p, off_grid = divmod(column - t, stride)   # the pixel this column is tap t of
+                if off_grid == 0 and 0 <= p < P:
                     new[p] = builder.call(tile.fma, [value, weights[t], new[p]])
         return [builder.gep(x_row, [row_stride]), builder.gep(w_row, [const(taps * cb)])] + new
 
