@@ -923,6 +923,8 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
                     base, s_kh = 0, span * cb
                 x0 = base + kh0 * s_kh
                 w0 = (ob * KH + kh0) * KW * cb
+                # one call per case, written out: the literal pixel step and
+                # tap count select the tile's specialization at compile time
                 if sw == 1 and dw == 1 and KW == 3:
                     # the common 3x3: each input column loaded once per row
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, 3, wf, w0,
