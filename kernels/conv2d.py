@@ -1028,7 +1028,7 @@ def _make_depthwise_driver(cb: int):
         # pad_rows > 0: each task copies its block's input rows, zero-padded,
         # into a buffer on its stack (in L1) and runs on that, every column
         # interior; cheaper than padding the whole input in a pass of its own
-        # (960 ch at 7 x 7: 52 -> 39 us)
+        # (960 ch at 7 x 7: 52 -> 46 us per call)
         Wp = (OW - 1) * sw + (KW - 1) * dw + 1
         padded_geom = (N, CB, (OH - 1) * sh + (KH - 1) * dh + 1, Wp, OB, OH, OW, KH, KW,
                        sh, sw, dh, dw, 0, 0, O, C, m)
@@ -1243,7 +1243,7 @@ def _epilogue_args(activation, param0, param1):
 # Border pixels at least this share of the output: pad the input once
 # instead (see pad_blocked). At 56x56 (7 % border) the two ways cost the same.
 _PAD_COPY_SHARE = 0.1
-# Depthwise, stride 1: pad the input once up to this output width (below).
+# Depthwise, stride 1: pad the input (on the stack, or once) up to this output width (below).
 _DW_PAD_WIDTH = 28
 #: Floats of a depthwise task's zero-padded input rows on its stack (16 KiB:
 #: a 14 x 14 plane of 8 lanes with its border takes 8 KiB).
@@ -1480,8 +1480,9 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
         CB = _blocks(C, cb)
         pad_copy = None
         # border columns run pixel by pixel, and so does a row whose interior
-        # is narrower than a tile: then pad the input. The copy costs about
-        # a third of a depthwise conv; with stride 1 up to 28 wide the two
+        # is narrower than a tile: then pad the input, each task its own rows
+        # on its stack (pad_rows of them), or the whole input once when a row
+        # is too wide for that buffer; with stride 1 up to 28 wide the two
         # single pixels per row cost more (14x14: 78 -> 68 us for 384 ch).
         owa, owb = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
         pad_rows = 0

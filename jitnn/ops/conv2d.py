@@ -219,9 +219,9 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
                     and (bias is None or a["bias"]._derived.get(memo.bias_key) is not bias))):
             launch = None
     if launch is None:
-        memo, launch, bias = _plan_run(ctx, node, value, source)
-    dest = out if out is not None and not memo.plain_result else \
-        np.empty(memo.blocked, np.float32)
+        memo, launch, bias, dest = _plan_run(ctx, node, value, source, out)
+    else:
+        dest = _destination(memo.blocked, memo.plain_result, out)
     ctx._launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)
     if not memo.plain_result:
         return dest
@@ -230,10 +230,11 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     return ctx._reorder(kernel, dest, result)
 
 
-def _plan_run(ctx, node: Node, value: Value, source: np.ndarray):
-    """``(memo, launch, bias)``: the launch and padded bias of a conv2d node
-    for this input, and the memo that finds them again (kept on the node
-    unless a batch normalization is folded in: that is computed per run)."""
+def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray | None):
+    """``(memo, launch, bias, dest)``: the launch and padded bias of a conv2d
+    node for this input, the memo that finds them again (kept on the node
+    unless a batch normalization is folded in: that is computed per run), and
+    the array to write."""
     a = node.attrs
     block = a["block"]
     bn_scale = bn_shift = None
@@ -260,16 +261,23 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray):
     oh, ow = (value.shape[2], value.shape[3]) if a["axes"] == "nchw" else value.shape[1:3]
     blocked = (n, o_phys // block, oh, ow, block)
     code, p0, p1 = a["activation"]
+    plain_result = layouts.block_of(value.layout) is None
+    dest = _destination(blocked, plain_result, out)
     launch = conv_kernels.conv2d_launch(
-        source, packed, np.empty(blocked, np.float32), a["strides"], a["dilations"],
-        a["padding"], bias_array is None, a["residual"] is None, code, p0, p1,
-        num_threads=ctx.num_threads)
+        source, packed, dest, a["strides"], a["dilations"], a["padding"], bias_array is None,
+        a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads)
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
-                       weakref.ref(launch), blocked, layouts.block_of(value.layout) is None)
+                       weakref.ref(launch), blocked, plain_result)
     if a["bn"] is None:
         node.memo = memo
-    return memo, launch, bias_array
+    return memo, launch, bias_array, dest
+
+
+def _destination(blocked: tuple, plain_result: bool, out: np.ndarray | None) -> np.ndarray:
+    """The blocked array the kernel writes: ``out`` when given and the result
+    stays blocked, else a new one."""
+    return out if out is not None and not plain_result else np.empty(blocked, np.float32)
 
 
 def _padded_bias(bias: Value, channels: int, lanes: int) -> np.ndarray:
