@@ -580,6 +580,32 @@ def _make_conv_driver(cb: int, ci: int):
 
 
 @jit()
+def _fma_short_tile(pixels, P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px,
+                    i_ob, resf, use_res, yf, yo, y_ob, clamp, lo, hi):
+    """``fma_tile`` over ``pixels`` (1 to P - 1, P <= 6) consecutive pixels:
+    the tile's pixel count must be a constant, so one call per count (only
+    the counts below ``P``: a tile of more would not fit the registers)."""
+    literally(P)
+    literally(B)
+    literally(cb)
+    if pixels == 1:
+        fma_tile(1, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif pixels == 2:
+        fma_tile(2, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 3 and pixels == 3:
+        fma_tile(3, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 4 and pixels == 4:
+        fma_tile(4, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 5:
+        fma_tile(5, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+
+
+@jit()
 def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_end,
                    kb0, kb1, copy_input, has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B):
     """Pixels ``k_start .. k_end-1`` of image ``n``, output-block groups
@@ -647,12 +673,37 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
             if copy_input:
                 xo = tile * P * cb
             else:
-                if p_hi < P:             # the partial last tile, moved back
-                    p_lo = P - p_hi
-                    p_hi = P
-                    k0 = k_end - P
                 xo = n * x_n + kb0 * x_ib + k0 * cb
             ybase = (n * OB * HW + k0) * cb
+            if p_hi < P and not copy_input and (whole_blocks or single_block):
+                # the partial last tile in place: a tile of just its pixels
+                # (a whole tile moved back to end at k_end recomputed up to
+                # P - 1 pixels: 5 of 54 at 7 x 7)
+                yo = ybase + ob0 * y_ob
+                if first:
+                    io, i_px, i_ob = ob0 * cb, 0, cb
+                else:
+                    io, i_px, i_ob = yo, cb, y_ob
+                if whole_blocks:
+                    _fma_short_tile(p_hi, P, B, cb, src, xo, s_ib, nkb, wf,
+                                    ob0 * w_ob + kb0 * w_ib, w_ob, init, io, i_px, i_ob, resf,
+                                    first and has_res, yf, yo, y_ob, last_k and clamp, lo, hi)
+                else:
+                    _fma_short_tile(p_hi, P, 1, cb, src, xo, s_ib, nkb, wf,
+                                    ob0 * w_ob + kb0 * w_ib, w_ob, init, io, i_px, i_ob, resf,
+                                    first and has_res, yf, yo, y_ob, last_k and clamp, lo, hi)
+                if post and last_k:
+                    for b in range(last + 1):
+                        _activate_pixels(yf, yo + b * y_ob, p_hi, cb, cb, act, p0, p1)
+                continue
+            if not copy_input and p_hi < P:
+                # (blocks past O: the numba steps below, on the tile moved
+                # back to end at k_end, storing only its own pixels)
+                p_lo = P - p_hi
+                p_hi = P
+                k0 = k_end - P
+                xo = n * x_n + kb0 * x_ib + k0 * cb
+                ybase = (n * OB * HW + k0) * cb
             if p_hi == P and (whole_blocks or single_block):
                 # the common case, accumulators in registers throughout (a
                 # moved-back tile stores only from p_lo)
@@ -747,9 +798,9 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                                      cb, lanes, act, p0, p1)
 
 
-def _make_conv1x1_driver(cb: int):
-    """The parallel 1x1 driver for block ``cb`` (no padding, no groups)."""
-    P, B = conv_tile_shape(cb)
+def _make_conv1x1_driver(cb: int, P: int, B: int):
+    """The parallel 1x1 driver for block ``cb`` and tiles of P pixels x B
+    output blocks (no padding, no groups)."""
 
     def conv1x1_driver(xf, wf, bias, resf, yf, geom, chunk, kcb, gsets, has_res, clamp,
                        lo, hi, post, act, p0, p1):
@@ -773,7 +824,7 @@ def _make_conv1x1_driver(cb: int):
                                k_start, k_end, kb0, min(CB, kb0 + kcb), copy_input, has_res,
                                clamp, lo, hi, post, act, p0, p1, cb, P, B)
 
-    conv1x1_driver.__qualname__ = f"conv1x1_driver_cb{cb}"
+    conv1x1_driver.__qualname__ = f"conv1x1_driver_cb{cb}_{P}x{B}"
     return jit(parallel=True)(conv1x1_driver)
 
 
@@ -1085,11 +1136,25 @@ def conv_driver(cb: int, ci: int):
     return driver
 
 
-def conv1x1_driver(cb: int):
-    """The compiled 1x1 (GEMM) driver for block ``cb`` (made once)."""
-    driver = _conv1x1_drivers.get(cb)
+def conv1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:
+    """``(P, B)`` of the 1x1 tile for ``out_blocks`` output blocks: the direct
+    tile's, except 4 x 3 for cb 8 when the blocks come in threes and not in
+    pairs (O = 24: 2 + 1 blocks ran the single block's tile at 7 loads per 6
+    FMAs, a third of the conv; 4 x 3 is 7 loads per 12 FMAs in all 16 ymm)."""
+    if cb == 8 and out_blocks % 2 == 1 and out_blocks % 3 == 0:
+        return 4, 3
+    return conv_tile_shape(cb)
+
+
+def conv1x1_driver(cb: int, P: int | None = None, B: int | None = None):
+    """The compiled 1x1 (GEMM) driver for block ``cb`` and tile ``P x B``
+    (default: the direct tile's; made once)."""
+    if P is None or B is None:
+        P, B = conv_tile_shape(cb)
+    key = (cb, P, B)
+    driver = _conv1x1_drivers.get(key)
     if driver is None:
-        driver = _conv1x1_drivers.setdefault(cb, _make_conv1x1_driver(cb))
+        driver = _conv1x1_drivers.setdefault(key, _make_conv1x1_driver(cb, P, B))
     return driver
 
 
@@ -1263,11 +1328,11 @@ _L1_SLIVER_BYTES = 16 * 1024
 _L2_CHUNK_BYTES = 128 * 1024
 
 
-def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int):
-    """``(chunk, kcb, gsets)`` for the 1x1 driver: pixels per task (whole
-    tiles), input blocks per K-block, and how many sets the output-block
-    groups are split into (tasks = N x chunks x sets)."""
-    P, B = conv_tile_shape(cb)
+def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
+                   P: int, B: int):
+    """``(chunk, kcb, gsets)`` for the 1x1 driver with tiles of P pixels x B
+    blocks: pixels per task (whole tiles), input blocks per K-block, and how
+    many sets the output-block groups are split into (tasks = N x chunks x sets)."""
     kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
     nkb = -(-CB // kcb)
     kcb = -(-CB // nkb)                         # balanced K-blocks
@@ -1505,8 +1570,10 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
         CB = _blocks(C, cb)
         geom = (N, CB, H, W, OB, OH, OW, 1, 1, sh, sw, 1, 1, 0, 0, O,
                 CB * H * W * cb, H * W * cb, W * cb, cb, 1, 0, OH, 0, OW)
-        chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, numba.get_num_threads())
-        return launch(conv1x1_driver(cb), (geom, chunk, kcb, gsets, has_res) + epilogue)
+        P, B = conv1x1_tile_shape(cb, OB)
+        chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, numba.get_num_threads(),
+                                           P, B)
+        return launch(conv1x1_driver(cb, P, B), (geom, chunk, kcb, gsets, has_res) + epilogue)
     pad_copy = None
     if packed.path == "first_layer":
         CB, ci = 1, C

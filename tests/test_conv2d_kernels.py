@@ -610,15 +610,16 @@ def test_1x1_gemm_path_blocks_1_32(block, case):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_1x1_gemm_blocking(threads):
     for N, C, O, pixels, cb in [(1, 2048, 512, 49, 8), (1, 64, 256, 3136, 8),
-                                (8, 256, 64, 49, 16), (1, 9, 1, 1, 4), (3, 1024, 256, 7, 8)]:
+                                (8, 256, 64, 49, 16), (1, 9, 1, 1, 4), (3, 1024, 256, 7, 8),
+                                (1, 144, 24, 3136, 8)]:
         CB, OB = -(-C // cb), -(-O // cb)
-        P, B = K.conv_tile_shape(cb)
-        chunk, kcb, gsets = K._gemm_blocking(N, CB, OB, pixels, cb, threads)
+        P, B = K.conv1x1_tile_shape(cb, OB)
+        chunk, kcb, gsets = K._gemm_blocking(N, CB, OB, pixels, cb, threads, P, B)
         assert chunk % P == 0 and chunk >= P and 1 <= kcb <= CB
         assert 1 <= gsets <= max(1, -(-OB // B))
         assert kcb * cb * cb * B * 4 <= K._L1_SLIVER_BYTES or kcb == 1
     # one image of few pixels on 2 threads: the groups are split
-    assert K._gemm_blocking(1, 256, 64, 49, 8, 2)[2] == 2
+    assert K._gemm_blocking(1, 256, 64, 49, 8, 2, 6, 2)[2] == 2
 
 
 def test_1x1_gemm_split_groups_and_threads():
@@ -634,7 +635,20 @@ def test_1x1_gemm_split_groups_and_threads():
 
 @needs_release_build
 def test_conv1x1_tiles_use_packed_fma(monkeypatch):
-    asms = _fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: run_case(
-        1, 32, 16, 9, 9, (1, 1)))
+    # 81 pixels: whole tiles and a short one; O = 24: the 4 x 3 tile
+    asms = _fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: (
+        run_case(1, 32, 16, 9, 9, (1, 1)), run_case(1, 32, 24, 9, 9, (1, 1))))
     # the driver's copy is checked with the drivers of the other paths
     _check_packed_fma(asms)
+
+
+@pytest.mark.parametrize("block", [4, 8, 16, 32])
+@pytest.mark.parametrize("out_channels", [24, 40, 72, 20])
+@pytest.mark.parametrize("pixels", [(7, 7), (1, 5), (3, 3), (9, 11)])
+def test_1x1_short_tiles_and_tile_shapes(block, out_channels, pixels):
+    """A run of pixels that ends in a short tile (every count below P), with
+    the 4 x 3 tile (O = 24, 72 at cb 8) and the others; K-blocked, with a
+    residual and an activation applied after the store."""
+    h, w = pixels
+    run_case(2, 300, out_channels, h, w, (1, 1), block=block, residual=True,
+             activation=(LEAKY_RELU, 0.1, 0.0), seed=out_channels + h)
