@@ -50,11 +50,13 @@ How it is fast (see the design notes on Numba kernels):
   third of a 1x1 conv over 32 input channels). ``cb`` (and the lanes per
   input block ``ci``) are compile-time constants: one driver per block size,
   built by a factory, whose helpers ask for literals with ``numba.literally``.
-* **Moved-back last tile.** When a run of pixels (1x1: a task's chunk;
-  direct: the interior region; depthwise: a row's interior columns) does not
-  end on a whole tile, its last tile starts ``P`` pixels before the end
-  instead: it recomputes some pixels and stores only its own (storing them
-  again would add an in-place residual twice), so it runs as a whole tile.
+* **Moved-back last tile.** When a run of pixels (direct: the interior
+  region; depthwise: a row's interior columns) does not end on a whole tile,
+  its last tile starts ``P`` pixels before the end instead: it recomputes some
+  pixels and stores only its own (storing them again would add an in-place
+  residual twice), so it runs as a whole tile. The 1x1 path runs a register
+  tile of just the leftover pixels instead (its tiles are cheap to vary: at
+  7 x 7 the moved-back tile recomputed 5 of 54 pixels).
 * **No wraparound checks.** Flat 1-D buffers are indexed with
   ``np.uint64(offset)``: numba adds ``if i < 0: i += n`` to every signed index
   it cannot prove non-negative, which breaks vectorization.
@@ -615,11 +617,13 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
     ``copy_input`` (strided input, or a chunk shorter than a tile): the
     chunk's input pixels are first copied into ``buf`` (``(kb1-kb0) x chunk``
     pixels, zeros past ``k_end``) and the tiles read ``buf``. Otherwise they
-    read ``x`` in place, and a partial last tile is moved back to end at
-    ``k_end``: it recomputes pixels of the tile before it but stores only its
-    own, so it reads nothing past the chunk. The source array is chosen once
-    per call: an array variable assigned per tile costs reference-count calls
-    per tile (atomic, shared between threads), 10 % of a short-K 1x1 conv."""
+    read ``x`` in place, and a partial last tile is a register tile of just
+    its pixels (:func:`_fma_short_tile`); with a partial output block it is
+    moved back to end at ``k_end`` (it recomputes pixels of the tile before it
+    but stores only its own). Neither reads past the chunk. The source array
+    is chosen once per call: an array variable assigned per tile costs
+    reference-count calls per tile (atomic, shared between threads), 10 % of
+    a short-K 1x1 conv."""
     literally(cb)
     literally(P)
     literally(B)
