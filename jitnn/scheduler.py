@@ -447,8 +447,11 @@ def _inplace_inputs(v: Value, node: Node) -> list[Value]:
     if node.kind == "eltwise":
         return [s for s in node.inputs if s._shape == v._shape and s._layout == v._layout]
     if node.kind == "conv2d" and node.attrs["residual"] is not None:
+        # never over the conv's own input (conv2d(h) + h): the kernel reads
+        # x around every output pixel it writes
         residual = node.attrs["residual"]
-        return [residual] if residual._layout == v._layout else []
+        return [residual] if residual._layout == v._layout and \
+            residual is not node.attrs["x"] else []
     return []
 
 

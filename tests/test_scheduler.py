@@ -376,3 +376,20 @@ def test_residual_add_fuses_whichever_operand_the_conv_is(conv_first):
     assert "conv2d + add + relu" in jitnn.explain(y)
     h_want = _relu(conv2d_reference(x_np, w_np))
     _close(y.numpy(), _relu(conv2d_reference(h_want, w_np) + h_want))
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_a_residual_that_is_the_convs_own_input_is_not_overwritten(kernel):
+    """conv2d(h) + h with h held by nobody: the add fuses, but the result
+    must not go in place into h's buffer, which the conv is still reading."""
+    ctx = jitnn.Context()
+    x_np = _random((2, 9, 7, 5), 72)
+    w1, w2 = _random((16, 9, 3, 3), 73, 0.3), _random((16, 16, kernel, kernel), 74, 0.3)
+    h = jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w1, padding=1))
+    y = jitnn.conv2d(jitnn.add(jitnn.conv2d(h, w2, padding=kernel // 2), h), w2,
+                     padding=kernel // 2)
+    del h
+    assert "conv2d + add" in jitnn.explain(y)
+    h_want = _relu(conv2d_reference(x_np, w1, padding=1))
+    mid = conv2d_reference(h_want, w2, padding=kernel // 2) + h_want
+    _close(y.numpy(), conv2d_reference(mid, w2, padding=kernel // 2), atol=1e-3)
