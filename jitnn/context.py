@@ -199,6 +199,19 @@ class Context:
         if counts:
             self._count(**counts)
 
+    def _run_bound(self, kernel, args: tuple) -> None:
+        """Run a kernel call bound once and checked then (a replayed step:
+        jitnn/executor.py), with this context's thread count. Not counted
+        here: the replay counts its bound calls once per run."""
+        if getattr(_thread_state, "numba_threads", None) != self.num_threads:
+            numba.set_num_threads(self.num_threads)
+            _thread_state.numba_threads = self.num_threads
+        if self._serialize:
+            with self._kernel_lock:
+                kernel(*args)
+        else:
+            kernel(*args)
+
     def _reorder(self, kernel, source: np.ndarray, out: np.ndarray,
                  threads: int | None = None) -> np.ndarray:
         """Run a layout-conversion kernel and count it as a reorder."""

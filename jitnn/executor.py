@@ -117,18 +117,69 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     plan.roots = []
 
 
+class Bindings:
+    """What :func:`replay` keeps between the runs of one program so that a
+    step runs as one bound kernel call (:class:`jitnn.ops._common.Binding`)
+    instead of through its op: per step its binding (None: not bound yet,
+    False: never, its arrays change every run), and the arrays that are the
+    same at every run. Those are the program's seeds and the views of them
+    this replay hands out (a view made anew per run would never match a
+    binding), and only those may be bound: a binding never keeps an array of
+    one run alive for the next. ``dynamic``: ids of the Values remade every
+    run (their derived forms, a packed filter of a graph input, are never
+    bound)."""
+
+    def __init__(self, steps: int, seeds: dict[str, np.ndarray], dynamic: set[int]):
+        self.steps: list = [None] * steps
+        self.dynamic = dynamic
+        self.stable: dict[int, np.ndarray] = {id(a): a for a in seeds.values()}
+        self.views: dict[tuple[int, tuple], np.ndarray] = {}
+        self.misses = [0] * steps
+
+    def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...]):
+        """``_out_from_slot``, the same view object at every run for a stable slot."""
+        array = slots.get(name)
+        if array is None or self.stable.get(id(array)) is not array:
+            return _out_from_slot(slots, name, shape)
+        key = (id(array), shape)
+        view = self.views.get(key)
+        if view is None:
+            view = _out_from_slot(slots, name, shape)
+            if view is not None:
+                self.views[key] = view
+                self.stable[id(view)] = view
+        return view
+
+    def bind(self, ctx: "Context", index: int, node: Node, data: np.ndarray) -> None:
+        """Bind step ``index`` after its node ran and returned ``data``."""
+        binder = getattr(node.run, "bind", None)
+        binding = binder(ctx, node, data) if binder is not None else None
+        stable = self.stable
+        if binding is not None and stable.get(id(binding.out)) is binding.out and all(
+                stable.get(id(array)) is array for _, array in binding.reads) and not any(
+                id(value) in self.dynamic for value, _, _ in binding.derived):
+            self.steps[index] = binding
+            return
+        self.misses[index] += 1
+        if binder is None or self.misses[index] >= 2:
+            self.steps[index] = False
+
+
 def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
-           seeds: dict[str, np.ndarray]) -> None:
+           seeds: dict[str, np.ndarray], bindings: Bindings | None = None) -> None:
     """Run captured ``steps`` again, as :func:`execute` ran them: the same
     nodes, buffer slots (starting from ``seeds``) and frees. The caller has
     given the plan's inputs new data and cleared everything computed from the
     old (jitnn/replay.py); ``plan`` gets this run's times. Fused-op and flush
-    counts are the caller's (one count for the whole run)."""
+    counts are the caller's (one count for the whole run). With
+    ``bindings``, a step whose arrays are those of its last run is one bound
+    kernel call (:class:`Bindings`)."""
     slots = dict(seeds)
     start = time.perf_counter()
     previous = ctx._tracing(None)
+    bound_calls = 0
     try:
-        for captured in steps:
+        for index, captured in enumerate(steps):
             step = captured.step
             t0 = time.perf_counter()
             reorders = step.inner_reorders
@@ -140,9 +191,21 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 reorders.clear()
             else:
                 node = captured.node
-                out = _out_from_slot(slots, step.buffer, captured.shape) if step.buffer \
-                    else None
-                data = node.run(ctx, node, v, out)
+                if not step.buffer:
+                    out = None
+                elif bindings is None:
+                    out = _out_from_slot(slots, step.buffer, captured.shape)
+                else:
+                    out = bindings.out_view(slots, step.buffer, captured.shape)
+                binding = bindings.steps[index] if bindings is not None else None
+                if binding and binding.valid(ctx, out):
+                    ctx._run_bound(binding.kernel, binding.args)
+                    bound_calls += 1
+                    data = binding.out
+                else:
+                    data = node.run(ctx, node, v, out)
+                    if binding is not False and bindings is not None:
+                        bindings.bind(ctx, index, node, data)
                 v._data = data
                 if step.buffer:
                     slots[step.buffer] = data
@@ -150,4 +213,6 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             step.seconds = time.perf_counter() - t0
     finally:
         ctx._tracing(previous)
+        if bound_calls:
+            ctx._count(launches=bound_calls)
     plan.seconds = time.perf_counter() - start

@@ -1467,6 +1467,28 @@ def run_conv2d_launch(launch: _Conv2dLaunch, x, out, bias=None, residual=None):
 def _run_conv2d(launch: _Conv2dLaunch, x, out, bias, residual):
     """The per-call checks of the arrays (the plan checked everything else for
     these shapes), then the driver."""
+    args = _checked_args(launch, x, out, bias, residual)
+    if launch.pad_copy is not None:
+        args = (_pad_input(args[0], *launch.pad_copy)[0],) + args[1:]
+    launch.driver(*args)
+    return out
+
+
+def bind_conv2d_launch(launch: _Conv2dLaunch, x, out, bias=None, residual=None):
+    """``(driver, args)``: ``driver(*args)`` runs ``run_conv2d_launch(launch,
+    x, out, bias, residual)`` again, for a caller that runs one convolution on
+    the same arrays again and again (they are checked here, once; their shapes,
+    dtypes and addresses cannot change while the caller holds them). None
+    when the launch pads the input first (into a per-thread scratch buffer:
+    that copy is part of every run)."""
+    if launch.pad_copy is not None:
+        return None
+    return launch.driver, _checked_args(launch, x, out, bias, residual)
+
+
+def _checked_args(launch: _Conv2dLaunch, x, out, bias, residual) -> tuple:
+    """The driver's arguments for these arrays, after every check
+    :func:`run_conv2d_launch` makes (x unpadded: the caller pads it)."""
     _check_array("x", x)
     _check_array("out", out)
     if x.shape != launch.x_shape or out.shape != launch.out_shape:
@@ -1496,11 +1518,7 @@ def _run_conv2d(launch: _Conv2dLaunch, x, out, bias, residual):
             raise ValueError("conv2d: residual must be out itself or not overlap it")
     else:
         resf = yf
-    xf = x.ravel()
-    if launch.pad_copy is not None:
-        xf = _pad_input(xf, *launch.pad_copy)[0]
-    launch.driver(xf, launch.weights, bias, resf, yf, *launch.tail)
-    return out
+    return (x.ravel(), launch.weights, bias, resf, yf) + launch.tail
 
 
 def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding,

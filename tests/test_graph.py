@@ -433,6 +433,77 @@ def test_replayed_convs_keep_their_launch_but_never_a_stale_filter(monkeypatch):
     assert all(m.bias is None or m.bias() is None for m in memos)
 
 
+def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
+    """From the second compute on, a conv whose arrays are the program's own
+    buffers runs as one bound kernel call (no checks or planning in Python);
+    the conv reading the reordered input, the one with a graph-input filter
+    and the one padding its input first go through their op every time. The
+    answers stay right on new inputs and filters, and the launches counted
+    are the same as on the normal path."""
+    from jitnn.kernels import conv2d as conv_kernels
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 9, 12, 11))
+    w_in = b.input("w", (16, 16, 1, 1))
+    w1, w2, w3 = (_random(s, i, 0.3) for i, s in
+                  enumerate([(16, 9, 3, 3), (16, 16, 1, 1), (16, 16, 3, 3)]))
+    bias2 = _random((16,), 7)
+    h1 = b.relu(b.conv2d(x, b.constant(w1), padding=(1, 1, 1, 1)))
+    h2 = b.add(b.conv2d(h1, b.constant(w2), b.constant(bias2)), h1)     # fused residual
+    h3 = b.conv2d(h2, w_in)                                             # graph-input filter
+    h4 = b.conv2d(h3, b.constant(w3), padding=(2, 2, 2, 2), dilations=(2, 2))  # pads first
+    graph = b.build({"y": b.relu(h4)})
+    checked = []
+    check = conv_kernels._checked_args
+    monkeypatch.setattr(conv_kernels, "_checked_args",
+                        lambda *args: checked.append(1) or check(*args))
+    launches = []
+    for seed in range(4):
+        inputs = {"x": _random((2, 9, 12, 11), seed), "w": _random((16, 16, 1, 1), 10 + seed)}
+        outs = {"y": np.full((2, 16, 12, 11), np.nan, np.float32)}
+        before = ctx.stats.launches
+        checked.clear()
+        ctx.compute(graph, inputs, outs)
+        launches.append(ctx.stats.launches - before)
+        r1 = np.maximum(conv2d_reference(inputs["x"], w1, padding=1), 0)
+        r2 = conv2d_reference(r1, w2, bias2) + r1
+        r3 = conv2d_reference(r2, inputs["w"])
+        _close(outs["y"], np.maximum(conv2d_reference(r3, w3, padding=2, dilations=2), 0),
+               atol=1e-3)
+        if seed == 3:
+            # bound since the third call (the second binds; a step that
+            # cannot be bound is given up after two tries): only the first,
+            # the graph-input-filter and the padding convs are checked again
+            assert len(checked) == 3
+    assert len(set(launches)) == 1
+    (program,) = graph._programs
+    kinds = [(c.node.kind, bool(bound)) for c, bound in
+             zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
+    assert kinds.count(("conv2d", True)) == 1
+    assert kinds.count(("conv2d", False)) == 3
+
+
+def test_a_bound_conv_call_is_checked_like_a_run():
+    from jitnn.kernels import conv2d as conv_kernels
+    packed = conv_kernels.pack_conv2d_filter(_random((8, 8, 1, 1), 0), 8, 1, 8)
+    x = _random((1, 1, 4, 4, 8), 1)
+    out = np.empty((1, 1, 4, 4, 8), np.float32)
+    launch = conv_kernels.conv2d_launch(x, packed, out)
+    driver, args = conv_kernels.bind_conv2d_launch(launch, x, out)
+    driver(*args)
+    want = out.copy()
+    conv_kernels.run_conv2d_launch(launch, x, out)
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="overlap"):
+        conv_kernels.bind_conv2d_launch(launch, x, x)
+    with pytest.raises(ValueError, match="planned for x"):
+        conv_kernels.bind_conv2d_launch(launch, np.zeros((1, 1, 4, 5, 8), np.float32),
+                                        np.empty((1, 1, 4, 5, 8), np.float32))
+    padded = conv_kernels.pack_conv2d_filter(_random((8, 8, 3, 3), 0), 8, 1, 8)
+    pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1))
+    assert conv_kernels.bind_conv2d_launch(pads, x, out) is None     # pads per run
+
+
 def test_a_conv_launch_rejects_arrays_of_other_shapes():
     from jitnn.kernels import conv2d as conv_kernels
     packed = conv_kernels.pack_conv2d_filter(_random((8, 8, 1, 1), 0), 8, 1, 8)

@@ -25,7 +25,7 @@ from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
 from ..tensor import Node, Tensor, Value
-from ._common import (as_tensor, blocked_buffer, context_of, int_pair, padding4,
+from ._common import (Binding, as_tensor, blocked_buffer, context_of, int_pair, padding4,
                       parse_activation, pending, plain_buffer, value_of, frozen)
 
 
@@ -228,6 +228,42 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     result = np.empty(value.shape, np.float32)
     kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
     return ctx._reorder(kernel, dest, result)
+
+
+def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_conv2d` just made for ``node`` (which
+    returned ``result``), bound to its arrays (see :class:`Binding`); None when
+    a run does more than that call (a result converted to plain layout, an
+    input reordered or padded first) or nothing is memoized."""
+    memo = node.memo
+    if memo is None or memo.plain_result:
+        return None
+    a = node.attrs
+    launch, packed = memo.launch(), memo.packed()
+    bias = None if memo.bias is None else memo.bias()
+    reads = []
+    for value in (a["x"], a["residual"]):
+        if value is None:
+            continue
+        read_in_place = (value is a["x"] and a["first_layer"]) or (
+            layouts.block_of(value.layout) == a["block"] and value._axes == a["axes"])
+        if value._data is None or not read_in_place:
+            return None
+        reads.append((value, value._data))
+    if launch is None or packed is None or (memo.bias is not None and bias is None):
+        return None
+    residual = None if a["residual"] is None else a["residual"]._data
+    bound = conv_kernels.bind_conv2d_launch(launch, a["x"]._data, result, bias, residual)
+    if bound is None:
+        return None
+    derived = [(a["w"], memo.filter_key, packed)]
+    if memo.bias is not None:
+        derived.append((a["bias"], memo.bias_key, bias))
+    return Binding(bound[0], bound[1], tuple(reads), tuple(derived), result, memo.threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_conv2d.bind = bind_conv2d
 
 
 def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray | None):
