@@ -29,7 +29,7 @@ from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import pool as pool_kernels
 from ..tensor import Tensor
 from ._common import (as_tensor, context_of, int_pair, is_blocked, padding4,
-                      plain_buffer, plain_layout)
+                      plain_buffer, plain_layout, value_of)
 
 ROUNDING_TYPES = ("floor", "ceil")
 
@@ -138,9 +138,13 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
     else:
         n, c = x.shape[0], x.shape[3]
         out_shape = (n, oh, ow, c)
+    # The closures read x's Value, not the handle: a handle they kept would
+    # count as the caller holding x, and x would be kept (its own array at
+    # every run) instead of a buffer the plan reuses.
+    xv = value_of(x)
     if is_blocked(x) and x._axes == layout:
         def produce_blocked() -> np.ndarray:
-            data = x._materialize()
+            data = xv._materialize()
             out = np.empty(data.shape[:2] + (oh, ow, data.shape[4]), np.float32)
             ctx._launch(run, data, out)
             return out
@@ -148,7 +152,7 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
                       inputs=(x,), op=op)
 
     def produce_plain() -> np.ndarray:
-        data = plain_buffer(x)          # a blocked x with the other axes: read back (counted)
+        data = plain_buffer(xv)         # a blocked x with the other axes: read back (counted)
         if layout == "nchw":
             x5, out = data.reshape(data.shape + (1,)), np.empty((n, c, oh, ow, 1), np.float32)
         else:
