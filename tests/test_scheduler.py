@@ -378,22 +378,30 @@ def test_residual_add_fuses_whichever_operand_the_conv_is(conv_first):
     _close(y.numpy(), _relu(conv2d_reference(h_want, w_np) + h_want))
 
 
-@pytest.mark.parametrize("pool", ["global_average_pool2d", "max_pool2d"])
+@pytest.mark.parametrize("pool", ["global_average_pool2d", "max_pool2d", "concat"])
 def test_a_pooled_conv_result_nobody_holds_gets_a_reused_buffer(pool):
-    """A pooling op reads its input's Value, not the caller's handle: the
-    conv result it pools is an intermediate (a plan buffer), not kept."""
+    """Pooling and concat read their inputs' Values, not the caller's
+    handles: the conv result they read is an intermediate (a plan buffer),
+    not kept."""
     ctx = jitnn.Context()
     x_np = _random((1, 9, 7, 7), 75)
     w1, w2 = _random((16, 9, 1, 1), 76), _random((16, 16, 1, 1), 77)
     h = jitnn.relu(jitnn.conv2d(jitnn.conv2d(ctx.tensor(x_np), w1), w2))
-    y = getattr(jitnn, pool)(h) if pool == "global_average_pool2d" else \
-        jitnn.max_pool2d(h, (3, 3))
+    if pool == "concat":
+        y = jitnn.relu(jitnn.concat([h, ctx.tensor(x_np)], 1))
+    else:
+        y = getattr(jitnn, pool)(h) if pool == "global_average_pool2d" else \
+            jitnn.max_pool2d(h, (3, 3))
     del h
     text = jitnn.explain(y)
     assert "kept" not in next(line for line in text.splitlines() if "conv2d + relu" in line)
     h_want = _relu(conv2d_reference(conv2d_reference(x_np, w1), w2))
-    want = h_want.mean(axis=(2, 3), keepdims=True) if pool == "global_average_pool2d" else \
-        np.lib.stride_tricks.sliding_window_view(h_want, (3, 3), axis=(2, 3)).max(axis=(4, 5))
+    if pool == "concat":
+        want = _relu(np.concatenate([h_want, x_np], 1))
+    else:
+        want = h_want.mean(axis=(2, 3), keepdims=True) if pool == "global_average_pool2d" \
+            else np.lib.stride_tricks.sliding_window_view(h_want, (3, 3), axis=(2, 3)).max(
+                axis=(4, 5))
     _close(y.numpy(), want)
 
 

@@ -24,7 +24,7 @@ from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
-                      is_blocked, plain_buffer, plain_layout)
+                      is_blocked, plain_buffer, plain_layout, value_of)
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -148,6 +148,9 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
                 f"{op}: tensors[{i}] has shape {t.shape} but tensors[0] has {first}: every "
                 f"tensor must have rank {rank} and the same sizes except on axis {axis}")
     shape = first[:axis] + (sum(t.shape[axis] for t in items),) + first[axis + 1:]
+    # the closures read the Values: handles they kept would count as the
+    # caller holding every input (each kept in an array of its own)
+    sources = [value_of(t) for t in items]
 
     lead = next((t for t in items if is_blocked(t)), None)
     if (lead is not None and rank == 4 and axis == channel_axis(lead._axes)
@@ -158,7 +161,7 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
         h, w = (shape[2], shape[3]) if axes == "nchw" else (shape[1], shape[2])
 
         def produce_blocked() -> np.ndarray:
-            inputs = [blocked_buffer(ctx, t, block, axes) for t in items]
+            inputs = [blocked_buffer(ctx, v, block, axes) for v in sources]
             out = np.empty(layouts.blocked_shape((n, c, h, w), block), np.float32)
             ctx._launch(concat_kernels.concat_channels, inputs, channels, out)
             return out
@@ -169,6 +172,6 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
         (items[0]._axes if rank == 4 else "nchw")
 
     def produce_plain() -> np.ndarray:
-        return np.concatenate([plain_buffer(t) for t in items], axis=axis)
+        return np.concatenate([plain_buffer(v) for v in sources], axis=axis)
     return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
                   inputs=tuple(items), op=op)
