@@ -679,56 +679,44 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
             else:
                 xo = n * x_n + kb0 * x_ib + k0 * cb
             ybase = (n * OB * HW + k0) * cb
-            if p_hi < P and not copy_input and (whole_blocks or single_block):
-                # the partial last tile in place: a tile of just its pixels
-                # (a whole tile moved back to end at k_end recomputed up to
+            if (whole_blocks or single_block) and (p_hi == P or not copy_input):
+                # the common case, accumulators in registers throughout; a
+                # partial last tile in place is a tile of just its pixels (a
+                # whole tile moved back to end at k_end recomputed up to
                 # P - 1 pixels: 5 of 54 at 7 x 7)
                 yo = ybase + ob0 * y_ob
                 if first:
                     io, i_px, i_ob = ob0 * cb, 0, cb
                 else:
                     io, i_px, i_ob = yo, cb, y_ob
-                if whole_blocks:
-                    _fma_short_tile(p_hi, P, B, cb, src, xo, s_ib, nkb, wf,
-                                    ob0 * w_ob + kb0 * w_ib, w_ob, init, io, i_px, i_ob, resf,
-                                    first and has_res, yf, yo, y_ob, last_k and clamp, lo, hi)
+                wo = ob0 * w_ob + kb0 * w_ib
+                use_res = first and has_res
+                clamp_now = last_k and clamp
+                if p_hi == P and whole_blocks:
+                    fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob,
+                             resf, use_res, yf, yo, y_ob, 0, clamp_now, lo, hi)
+                elif p_hi == P:
+                    fma_tile(P, 1, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob,
+                             resf, use_res, yf, yo, y_ob, 0, clamp_now, lo, hi)
+                elif whole_blocks:
+                    _fma_short_tile(p_hi, P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io,
+                                    i_px, i_ob, resf, use_res, yf, yo, y_ob, clamp_now, lo, hi)
                 else:
-                    _fma_short_tile(p_hi, P, 1, cb, src, xo, s_ib, nkb, wf,
-                                    ob0 * w_ob + kb0 * w_ib, w_ob, init, io, i_px, i_ob, resf,
-                                    first and has_res, yf, yo, y_ob, last_k and clamp, lo, hi)
+                    _fma_short_tile(p_hi, P, 1, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io,
+                                    i_px, i_ob, resf, use_res, yf, yo, y_ob, clamp_now, lo, hi)
                 if post and last_k:
                     for b in range(last + 1):
                         _activate_pixels(yf, yo + b * y_ob, p_hi, cb, cb, act, p0, p1)
                 continue
             if not copy_input and p_hi < P:
-                # (blocks past O: the numba steps below, on the tile moved
-                # back to end at k_end, storing only its own pixels)
+                # a partial output block (O not a multiple of cb): the numba
+                # steps below, on the tile moved back to end at k_end,
+                # storing only its own pixels
                 p_lo = P - p_hi
                 p_hi = P
                 k0 = k_end - P
                 xo = n * x_n + kb0 * x_ib + k0 * cb
                 ybase = (n * OB * HW + k0) * cb
-            if p_hi == P and (whole_blocks or single_block):
-                # the common case, accumulators in registers throughout (a
-                # moved-back tile stores only from p_lo)
-                yo = ybase + ob0 * y_ob
-                if first:
-                    io, i_px, i_ob = ob0 * cb, 0, cb
-                else:
-                    io, i_px, i_ob = yo, cb, y_ob
-                if whole_blocks:
-                    fma_tile(P, B, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
-                             init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
-                             p_lo, last_k and clamp, lo, hi)
-                else:
-                    fma_tile(P, 1, cb, src, xo, s_ib, nkb, wf, ob0 * w_ob + kb0 * w_ib, w_ob,
-                             init, io, i_px, i_ob, resf, first and has_res, yf, yo, y_ob,
-                             p_lo, last_k and clamp, lo, hi)
-                if post and last_k:
-                    for b in range(last + 1):
-                        _activate_pixels(yf, yo + p_lo * cb + b * y_ob, P - p_lo, cb, cb, act,
-                                         p0, p1)
-                continue
             # partial tiles: the same steps in numba, accumulators on the stack
             # accumulators: bias (+ residual) in the first K-block, else the
             # partial sums stored by the previous one (the rows of a copied
