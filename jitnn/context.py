@@ -176,22 +176,12 @@ class Context:
                 **options) -> None:
         """Run one kernel with this context's thread count (per calling thread),
         counted under ``_counter`` (None: not counted; reorders count themselves)."""
-        wanted = threads or self.num_threads
-        if getattr(_thread_state, "numba_threads", None) != wanted:
-            # numba's thread count is per calling thread; setting it costs
-            # ~1.5 us, so only when it changes (jitnn sets it nowhere else)
-            numba.set_num_threads(wanted)
-            _thread_state.numba_threads = wanted
         # A numba dispatcher lists its compiled specializations; a Python
         # wrapper around several kernels does not, and is not timed here.
         overloads = getattr(kernel, "overloads", None)
         known = len(overloads) if overloads is not None else 0
         start = time.perf_counter()
-        if self._serialize:
-            with self._kernel_lock:
-                kernel(*args, **options)
-        else:
-            kernel(*args, **options)
+        self._run_bound(kernel, args, threads, options)
         counts = {_counter: 1} if _counter else {}
         if overloads is not None and len(overloads) > known:
             # This call compiled the kernel (or loaded it from the disk cache).
@@ -199,18 +189,22 @@ class Context:
         if counts:
             self._count(**counts)
 
-    def _run_bound(self, kernel, args: tuple) -> None:
-        """Run a kernel call bound once and checked then (a replayed step:
-        jitnn/executor.py), with this context's thread count. Not counted
-        here: the replay counts its bound calls once per run."""
-        if getattr(_thread_state, "numba_threads", None) != self.num_threads:
-            numba.set_num_threads(self.num_threads)
-            _thread_state.numba_threads = self.num_threads
+    def _run_bound(self, kernel, args: tuple, threads: int | None = None,
+                   options: dict | None = None) -> None:
+        """Call ``kernel(*args, **options)`` on ``threads`` (default: this
+        context's count) numba threads, uncounted: :meth:`_launch` counts its
+        calls, a replay its bound calls once per run (jitnn/executor.py)."""
+        wanted = threads or self.num_threads
+        if getattr(_thread_state, "numba_threads", None) != wanted:
+            # numba's thread count is per calling thread; setting it costs
+            # ~1.5 us, so only when it changes (jitnn sets it nowhere else)
+            numba.set_num_threads(wanted)
+            _thread_state.numba_threads = wanted
         if self._serialize:
             with self._kernel_lock:
-                kernel(*args)
+                kernel(*args, **(options or {}))
         else:
-            kernel(*args)
+            kernel(*args, **(options or {}))
 
     def _reorder(self, kernel, source: np.ndarray, out: np.ndarray,
                  threads: int | None = None) -> np.ndarray:
