@@ -45,7 +45,8 @@ How it is fast (see the design notes on Numba kernels):
   ``fma_tile`` for 1x1, ``depthwise_tile``), written in LLVM IR so the
   accumulators stay in registers from the bias load to the store. The same
   steps written in numba, with the accumulators in a fixed-size stack array,
-  are the fallback for partial tiles and plain input: there LLVM keeps the
+  are the fallback for partial tiles (and a plain input's tile of one output
+  block, which LLVM schedules into spills): there LLVM keeps the
   array in memory and every tile stores and reloads it twice (~110 cycles, a
   third of a 1x1 conv over 32 input channels). ``cb`` (and the lanes per
   input block ``ci``) are compile-time constants: one driver per block size,
@@ -312,10 +313,14 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
 @jit()
 def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1,
                 k_start, k_end, interior, groups_outside, has_res, clamp, lo, hi, post, act,
-                p0, p1, cb, ci, P, B):
+                p0, p1, cb, ci, P, B, plain):
     """Output pixels ``k_start .. k_end-1`` of the interior (``interior``) or
     border region, for output-block groups ``og0 .. og1-1`` (group ``og`` is
     blocks ``og*B .. og*B+B-1``), tile by tile: P pixels x B blocks.
+
+    ``plain``: the input is plain nchw, its ``ci`` channels a plane apart
+    (blocked: ``ci = cb`` adjacent lanes), so each (tap, channel) pair gets
+    its own input offset.
 
     ``groups_outside``: every tile of one group, then the next group (the
     group's weights stay in L1 when they fit); otherwise every group of one
@@ -328,6 +333,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
     literally(ci)
     literally(P)
     literally(B)
+    literally(plain)
     (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
      x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
     # per pixel of a tile: output offset (block 0), kernel window origin, and
@@ -340,9 +346,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
 
     y_ob = OH * OW * cb                  # between output blocks
     # packed weight strides: (OB, CB, KH, KW, ci, cb)
-    w_kw = ci * cb
-    w_kh = KW * w_kw
-    w_ib = KH * w_kh
+    w_ib = KH * KW * ci * cb
     w_ob = CB * w_ib
     # input blocks any group of this call reads (ranges grow with ob)
     u0 = ib_begin[og0 * B]
@@ -353,10 +357,15 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
     else:
         src = buf                        # patch of blocks u0 .. u1-1
         s_ib, s_kh, s_kw, s_lane = KH * KW * P * ci, KW * P * ci, P * ci, 1
-    tap_x = np.empty(KH * KW, np.int64)  # input offset of each tap (kh, kw)
+    # input offset of each tap (kh, kw) of an input block; of a plain input,
+    # of each of its channels i: entry (kh * KW + kw) * ci + i
+    taps = KH * KW
+    entries = ci if plain else 1
+    tap_x = np.empty(taps * entries, np.int64)
     for kh in range(KH):
         for kw in range(KW):
-            tap_x[kh * KW + kw] = kh * s_kh + kw * s_kw
+            for i in range(entries):
+                tap_x[(kh * KW + kw) * entries + i] = kh * s_kh + kw * s_kw + i * s_lane
 
     ntiles = (k_end - k_start + P - 1) // P
     ngroups = og1 - og0
@@ -375,7 +384,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             k0 = k_start + tile * P
             nvalid = min(P, k_end - k0)
             p_lo = 0
-            if interior and ci == cb and nvalid < P and k_end >= P:
+            if interior and nvalid < P and k_end >= P:
                 # the partial last tile moved back to end at k_end (49 pixels
                 # of a 7x7 image: 8 tiles and one of a single pixel): it
                 # recomputes pixels before it, maybe another task's, and
@@ -410,28 +419,28 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
 
         ob0 = og * B
         last = min(B, OB - ob0) - 1  # blocks past the last one re-read it
-        if ci == cb and nvalid == P and O >= (ob0 + last + 1) * cb and (
-                last == B - 1 or last == 0):
+        if nvalid == P and O >= (ob0 + last + 1) * cb and (
+                last == B - 1 or (last == 0 and not plain)):
             # the common case: whole output blocks (B, or a group of one at
-            # the end), accumulators in registers throughout
+            # the end), accumulators in registers throughout (a plain input's
+            # tile of one block: LLVM loads all its 3 x 6 broadcasts first
+            # and spills them; it runs below)
             ib = ib_begin[ob0]
-            taps = KH * KW
             steps = (ib_end[ob0 + last] - ib) * taps
             if last == B - 1:
-                conv_tile(P, B, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
-                          wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
-                          yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
-            else:
-                conv_tile(P, 1, cb, src, xb, tap_x, taps, steps, ib * s_ib, s_ib,
-                          wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf, has_res,
-                          yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+                conv_tile(P, B, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+            elif not plain:
+                conv_tile(P, 1, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             if post:
                 for p in range(p_lo, P):
                     for b in range(last + 1):
                         _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
             continue
-        # partial tiles, and plain input: the same steps in numba,
-        # accumulators on the stack
+        # partial tiles: the same steps in numba, accumulators on the stack
         # accumulators start from bias (+ residual)
         for p in range(P):
             for b in range(B):
@@ -445,12 +454,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                     acc[(p * B + b) * cb + o] = v
 
         # The hot loop: per input lane, B weight vectors and P broadcasts.
-        if ci == cb:
+        if not plain:
             # blocked input: one flat loop over (input block, tap), the order
             # of the packed weights; a single loop level keeps LLVM from
             # spilling the pixel pointers around inner loops (40 % on 1x1)
             ib = ib_begin[ob0]
-            taps = KH * KW
             wo = ob0 * w_ob + ib * w_ib
             xib = ib * s_ib
             t = 0
@@ -465,7 +473,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                             wb = wi + min(b, last) * w_ob
                             for o in range(cb):
                                 acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
-                wo += w_kw
+                wo += ci * cb
                 t += 1
                 if t == taps:
                     t = 0
@@ -473,20 +481,20 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
         else:
             # plain input, few lanes (ci = C): the flat loop lets LLVM keep
             # the fully unrolled lane loop's accumulators in memory; nest it
-            for ib in range(ib_begin[ob0], ib_end[ob0 + last]):
-                for kh in range(KH):
-                    for kw in range(KW):
-                        toff = ib * s_ib + kh * s_kh + kw * s_kw
-                        wo = ob0 * w_ob + ib * w_ib + kh * w_kh + kw * w_kw
-                        for i in range(ci):
-                            xi = toff + i * s_lane
-                            wi = wo + i * cb
-                            for p in range(P):
-                                xv = src[np.uint64(xb[p] + xi)]
-                                for b in range(B):
-                                    wb = wi + min(b, last) * w_ob
-                                    for o in range(cb):
-                                        acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
+            # (and compute the offsets: loading them from tap_x does too)
+            for kh in range(KH):
+                for kw in range(KW):
+                    toff = kh * s_kh + kw * s_kw
+                    wo = ob0 * w_ob + (kh * KW + kw) * ci * cb
+                    for i in range(ci):
+                        xi = toff + i * s_lane
+                        wi = wo + i * cb
+                        for p in range(P):
+                            xv = src[np.uint64(xb[p] + xi)]
+                            for b in range(B):
+                                wb = wi + min(b, last) * w_ob
+                                for o in range(cb):
+                                    acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
 
         # the store: relu/clamp in registers, padding lanes zero
         if p_lo == 0 and nvalid == P and last == B - 1 and O >= (ob0 + B) * cb:
@@ -520,10 +528,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                                      act, p0, p1)
 
 
-def _make_conv_driver(cb: int, ci: int):
+def _make_conv_driver(cb: int, ci: int, plain: bool):
     """The parallel driver for block ``cb`` reading ``ci`` lanes per input
-    block (cb, or C for plain input). cb, ci, P, B are compile-time constants
-    captured as ints, so the numba cache keeps one entry per (cb, ci)."""
+    block (cb, or C for a ``plain`` input). cb, ci, P, B and plain are
+    compile-time constants captured in the closure, so the numba cache keeps
+    one entry per (cb, ci, plain)."""
     P, B = conv_tile_shape(cb)
 
     def conv_driver(xf, wf, bias, resf, yf, geom, ib_begin, ib_end, chunk, og_inner,
@@ -556,9 +565,9 @@ def _make_conv_driver(cb: int, ci: int):
             # border tiles fill a patch per tile: keep them tile-major
             _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0,
                         og0 + per_task, start, end, interior, interior and group_fits_l1,
-                        has_res, clamp, lo, hi, post, act, p0, p1, cb, ci, P, B)
+                        has_res, clamp, lo, hi, post, act, p0, p1, cb, ci, P, B, plain)
 
-    conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}"
+    conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
     return jit(parallel=True)(conv_driver)
 
 
@@ -1118,13 +1127,13 @@ _depthwise_drivers: dict = {}
 _conv1x1_drivers: dict = {}
 
 
-def conv_driver(cb: int, ci: int):
+def conv_driver(cb: int, ci: int, plain: bool = False):
     """The compiled direct/1x1/first-layer driver for block ``cb`` and ``ci``
-    lanes per input block (made once)."""
-    key = (cb, ci)
+    lanes per input block, of a blocked or ``plain`` input (made once)."""
+    key = (cb, ci, plain)
     driver = _conv_drivers.get(key)
     if driver is None:
-        driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci))
+        driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci, plain))
     return driver
 
 
@@ -1594,8 +1603,10 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     # interior: output rows/columns whose taps all land inside the input
     r0, r1 = _clip_range.py_func(-pt, sh, OH, H - (KH - 1) * dh)
     c0, c1 = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
-    if ci == cb and OH * OW - (r1 - r0) * (c1 - c0) >= _PAD_COPY_SHARE * OH * OW:
-        # many border pixels: pad the input once, then every pixel is interior
+    if packed.path != "first_layer" and \
+            OH * OW - (r1 - r0) * (c1 - c0) >= _PAD_COPY_SHARE * OH * OW:
+        # many border pixels: pad the (blocked) input once, then every pixel
+        # is interior
         pad_copy = (N, CB, H, W, cb, pad)
         H, W = H + pt + pb, W + pl + pr
         pt = pl = 0
@@ -1609,8 +1620,12 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     # when a task has one group, so it reuses that group's weights (loaded
     # into L2 once) over many tiles.
     chunk = P * max(-(-OW // P), 1 if og_inner else 16)
-    group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES
-    return launch(conv_driver(cb, ci),
+    # a first-layer tile has few steps (9 over 3 channels for a 3x3 kernel):
+    # setting up its pixels again for every group cost more than keeping a
+    # group's weights in L1 saved (MobileNetV2's first conv: 399 -> 355 us)
+    group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES and \
+        packed.path != "first_layer"
+    return launch(conv_driver(cb, ci, packed.path == "first_layer"),
                   (geom, packed.ib_begin, packed.ib_end, chunk, og_inner, group_fits_l1,
                    has_res) + epilogue, pad_copy)
 

@@ -44,7 +44,7 @@ memory.
 
 ``conv_tile`` (the direct conv: any pixel positions, taps within a block)::
 
-    conv_tile(P, B, cb,
+    conv_tile(P, B, cb, lanes, lanes_apart,
               x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
               w, w_offset, w_out_stride,
               bias, bias_offset, residual, use_residual,
@@ -54,10 +54,15 @@ memory.
 * accumulator ``(p, b)`` starts as ``bias[bias_offset + b * cb ...]`` plus,
   when ``use_residual``, the residual at the output position;
 * step ``s`` (``s < steps``) is tap ``t = s % taps`` of input block ``k = s
-  // taps``: pixel ``p``'s lane ``i`` is ``x[pixel_x[p] + x_offset + k *
-  x_block_stride + tap_x[t] + i]``; the weights walk on by ``cb * cb`` per
-  step from ``w_offset`` (the packed filter's order), output block ``b``
-  ``w_out_stride`` further;
+  // taps``: pixel ``p``'s lane ``i`` (``i < lanes``) is ``x[pixel_x[p] +
+  x_offset + k * x_block_stride + tap_x[t] + i]``; the weights walk on by
+  ``lanes * cb`` per step from ``w_offset`` (the packed filter's order),
+  output block ``b`` ``w_out_stride`` further. ``lanes`` is ``cb`` for a
+  blocked input. A plain input (the first layer: ``lanes`` = its C
+  channels, a plane apart) sets ``lanes_apart``: then every lane has its
+  own entry, lane ``i`` of tap ``t`` at ``tap_x[t * lanes + i]`` (without
+  the ``+ i``), and there is one block (``steps == taps``). ``lanes`` and
+  ``lanes_apart`` are literals;
 * the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``
   for the pixels ``p >= first_pixel``.
 
@@ -181,14 +186,19 @@ class _TileEmitter:
         return merged
 
     def k_loop(self, acc, steps, x_data, pixel_x, tap_offset, block_start, block_stride,
-               taps, w_data, w_offset, w_out_stride, prefetch_ahead=None):
+               taps, w_data, w_offset, w_out_stride, prefetch_ahead=None, lanes=None,
+               lanes_apart=False):
         """The hot loop over ``steps`` (input block, tap) steps; returns the sums.
 
         Per step: the input offset is ``block + tap_offset(t)`` (``t`` the tap,
         ``block`` the block's start), pixel ``p``'s lane ``i`` at that plus
-        ``pixel_x[p] + i``; per lane, B weight vectors and P broadcasts. The
-        weights walk on by ``cb * cb`` per step."""
+        ``pixel_x[p] + i`` for ``i < lanes`` (default ``cb``); with
+        ``lanes_apart``, lane ``i`` is at ``block + tap_offset(t * lanes + i)
+        + pixel_x[p]`` instead, and the steps are the taps of one block (a
+        plain input: ``steps == taps``). Per lane, B weight vectors and P broadcasts.
+        The weights walk on by ``lanes * cb`` per step."""
         builder, const, P, B, cb = self.builder, self.const, self.P, self.B, self.cb
+        lanes = cb if lanes is None else lanes
         # Pointers and a count-down as loop variables: with 6 pixel offsets
         # also live, offsets from base pointers ran out of registers (a
         # spill in the hot loop of the 3x3 conv).
@@ -198,7 +208,13 @@ class _TileEmitter:
         def step(values):
             tap, block, w_at = values[:3]
             new = list(values[3:])
-            base = builder.gep(block, [tap_offset(tap)])
+            if lanes_apart:
+                first_entry = self.times(tap, lanes)
+                lane_bases = [builder.gep(block, [tap_offset(self.add(first_entry, const(i)))])
+                              for i in range(lanes)]
+            else:
+                base = builder.gep(block, [tap_offset(tap)])
+                lane_bases = [builder.gep(base, [const(i)]) for i in range(lanes)]
             if prefetch_ahead is not None:
                 i8_pointer = ir.IntType(8).as_pointer()
                 prefetch = cgutils.get_or_insert_function(
@@ -206,28 +222,29 @@ class _TileEmitter:
                     ir.FunctionType(ir.VoidType(), [i8_pointer, _I32, _I32, _I32]),
                     "llvm.prefetch.p0")
                 for line in range((P * cb + 15) // 16):
-                    ahead = builder.gep(base, [self.add(pixel_x[0],
+                    ahead = builder.gep(lane_bases[0], [self.add(pixel_x[0],
                                                         const(prefetch_ahead + 16 * line))])
                     # (address, read, keep in all cache levels, data)
                     builder.call(prefetch, [builder.bitcast(ahead, i8_pointer),
                                             ir.Constant(_I32, 0), ir.Constant(_I32, 3),
                                             ir.Constant(_I32, 1)])
-            for lane in range(cb):
+            for lane in range(lanes):
                 weights = [self.load(w_at, self.add(const(lane * cb),
                                                     self.times(w_out_stride, b)))
                            for b in range(B)]
                 for p in range(P):
-                    pixel = builder.load(builder.gep(base, [self.add(pixel_x[p], const(lane))]),
-                                         align=4)
+                    pixel = builder.load(builder.gep(lane_bases[lane], [pixel_x[p]]), align=4)
                     broadcast = self.splat(pixel)
                     for b in range(B):
                         new[p * B + b] = builder.call(self.fma,
                                                       [broadcast, weights[b], new[p * B + b]])
             next_tap = builder.add(tap, const(1))
+            if lanes_apart:          # a plain input is one block: no wrap
+                return [next_tap, block, builder.gep(w_at, [const(lanes * cb)])] + new
             wrapped = builder.icmp_signed("==", next_tap, taps)
             return [builder.select(wrapped, const(0), next_tap),
                     builder.select(wrapped, builder.gep(block, [block_stride]), block),
-                    builder.gep(w_at, [const(cb * cb)])] + new
+                    builder.gep(w_at, [const(lanes * cb)])] + new
 
         return _counted_loop(builder, "tile.k", steps,
                              [const(0), first_block, first_weights] + acc, step)[3:]
@@ -321,16 +338,21 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
 
 
 @intrinsic
-def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
-              w, w_offset, w_out_stride, bias, bias_offset, residual, use_residual, y,
-              y_offset, pixel_y, y_block_stride, first_pixel, clamp, lo, hi):
+def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, steps,
+              x_offset, x_block_stride, w, w_offset, w_out_stride, bias, bias_offset, residual,
+              use_residual, y, y_offset, pixel_y, y_block_stride, first_pixel, clamp, lo, hi):
     """The direct conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, B, cb)
-    if shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
+    if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
+            not isinstance(lanes_apart, types.BooleanLiteral) or \
+            not 1 <= lanes.literal_value <= 64 or \
+            not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
             not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y)):
         return None
+    lanes_per_step, separate_lanes = lanes.literal_value, lanes_apart.literal_value
     index = types.intp
-    signature = types.void(P, B, cb, x, pixel_x, tap_x, index, index, index, index,
+    signature = types.void(P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, index, index,
+                           index, index,
                            w, index, index, bias, index, residual, types.boolean,
                            y, index, pixel_y, index, index, types.boolean, types.float32,
                            types.float32)
@@ -338,9 +360,9 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
     def codegen(context, builder, sig, args):
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
          w_arg, w_offset, w_out_stride, bias_arg, bias_offset, residual_arg, use_residual,
-         y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo, hi) = args[3:]
+         y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo, hi) = args[5:]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
-         pixel_y_data) = (_array_data(context, builder, sig.args[3 + i], args[3 + i])
+         pixel_y_data) = (_array_data(context, builder, sig.args[5 + i], args[5 + i])
                           for i in (0, 1, 2, 7, 10, 12, 14, 16))
         tile = _TileEmitter(builder, *shape)
         const, add, times = tile.const, tile.add, tile.times
@@ -358,7 +380,8 @@ def conv_tile(typingctx, P, B, cb, x, pixel_x, tap_x, taps, steps, x_offset, x_b
         acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
         sums = tile.k_loop(acc, steps, x_data, pixel_x,
                            lambda tap: builder.load(builder.gep(tap_x_data, [tap]), align=8),
-                           x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride)
+                           x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
+                           lanes=lanes_per_step, lanes_apart=separate_lanes)
         tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
         return context.get_dummy_value()
 

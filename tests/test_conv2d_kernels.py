@@ -213,6 +213,12 @@ FIRST_LAYER = [
     (3, 3, 17, 11, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     (1, 3, 9, 12, 13, (3, 2), (3, 1), (2, 1), (0, 2, 1, 1), 1),
     (1, 3, 6, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 3),     # grouped, plain input
+    # C = the block: its 8 channels are a plane apart, not one blocked pixel
+    # (the border share once padded it as if blocked); 3 output blocks: a
+    # group of one
+    (2, 8, 24, 11, 10, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    pytest.param((1, 9, 16, 13, 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+                 marks=pytest.mark.slow),                          # C over a block
     pytest.param((1, 1, 8, 9, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1),  # grayscale:
                  marks=pytest.mark.slow),                          # one more compile
 ]
