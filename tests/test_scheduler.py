@@ -8,6 +8,7 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv2d import conv2d_reference
+from jitnn.ops.lrn import lrn_reference
 from jitnn.ops.normalization import batch_normalization_reference
 
 RTOL = 2e-4
@@ -363,6 +364,47 @@ def test_matmul_bias_and_activation_fuse_into_one_gemm():
     v = jitnn.relu(held)
     _close(v.numpy(), _relu(a_np.astype(np.float64) @ w_np), atol=1e-4)
     assert not held.pending
+
+
+_M = _random((49, 5), 78)
+_STATS = [np.abs(_random((7,), 79 + i)) + 0.5 for i in range(4)]
+# plain-layout ops on a conv result: (op, numpy reference)
+PLAIN_OPS = {
+    "flatten": (lambda h: jitnn.flatten(h), lambda h: h.reshape(1, -1)),
+    "reshape": (lambda h: jitnn.reshape(h, (16, 49)), lambda h: h.reshape(16, 49)),
+    "transpose": (lambda h: jitnn.transpose(h, (0, 2, 3, 1)), lambda h: h.transpose(0, 2, 3, 1)),
+    "slice": (lambda h: jitnn.slice(h, (0, 2, 1, 0), (1, 9, 5, 7)), lambda h: h[:, 2:11, 1:6]),
+    "gather": (lambda h: jitnn.gather(h, np.array([3, 0, 3]), axis=1), lambda h: h[:, [3, 0, 3]]),
+    "softmax": (lambda h: jitnn.softmax(h, axis=3),
+                lambda h: np.exp(h - h.max(3, keepdims=True)) /
+                np.exp(h - h.max(3, keepdims=True)).sum(3, keepdims=True)),
+    "batch_normalization": (
+        lambda h: jitnn.batch_normalization(h, *_STATS, axis=2),
+        lambda h: (h - _STATS[0][:, None]) / np.sqrt(_STATS[1][:, None] + 1e-5)
+        * _STATS[2][:, None] + _STATS[3][:, None]),
+    "lrn": (lambda h: jitnn.lrn(h, 3), lambda h: lrn_reference(h, 3)),
+    # matmul reads plain tensors: the reshaped conv result, nobody holds either
+    "matmul": (lambda h: jitnn.matmul(jitnn.reshape(h, (16, 49)), _M),
+               lambda h: h.reshape(16, 49) @ _M),
+}
+
+
+@pytest.mark.parametrize("op", PLAIN_OPS)
+def test_a_conv_result_nobody_holds_read_by_a_plain_op_gets_a_reused_buffer(op):
+    """The plain-layout ops read their input's Value, not the caller's handle
+    (as pooling and concat): a conv result they read is an intermediate."""
+    run, reference = PLAIN_OPS[op]
+    ctx = jitnn.Context()
+    x_np = _random((1, 9, 7, 7), 75)
+    w1, w2 = _random((16, 9, 1, 1), 76), _random((16, 16, 1, 1), 77)
+    h = jitnn.relu(jitnn.conv2d(jitnn.conv2d(ctx.tensor(x_np), w1), w2))
+    y = run(h)
+    del h
+    text = jitnn.explain(y)
+    for step in ("conv2d + relu", "reshape") if op == "matmul" else ("conv2d + relu",):
+        assert "kept" not in next(line for line in text.splitlines() if step in line)
+    h_want = _relu(conv2d_reference(conv2d_reference(x_np, w1), w2))
+    _close(y.numpy(), reference(h_want), atol=1e-3)
 
 
 @pytest.mark.parametrize("conv_first", [True, False])

@@ -94,13 +94,16 @@ def matmul(a, b, *, activation=None) -> Tensor:
     a_index = np.broadcast_to(np.arange(a_count).reshape(a_shape[:-2]), batch).ravel()
     b_index = np.broadcast_to(np.arange(b_count).reshape(b_shape[:-2]), batch).ravel()
     pack = _worth_packing(m, n, k) and groups > 0
+    # Values, not the caller's handles (a kept handle counts as the caller
+    # holding the tensor: its own array every run instead of a reused buffer)
+    av, bv = value_of(a), value_of(b)
 
     def produce() -> np.ndarray:
         out = np.empty((groups, m, n), np.float32)
-        a3 = a._materialize().reshape(a_count, m, k)
-        b3 = _packed_b(ctx, b, False) if pack and b_count == 1 else None
+        a3 = av._materialize().reshape(a_count, m, k)
+        b3 = _packed_b(ctx, bv, False) if pack and b_count == 1 else None
         if b3 is None:
-            b3 = b._materialize().reshape(b_count, k, n)
+            b3 = bv._materialize().reshape(b_count, k, n)
         if out.size:
             ctx._launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
                         activation=code, param0=p0, param1=p1)

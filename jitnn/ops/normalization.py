@@ -82,19 +82,17 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     code, p0, p1 = parse_activation(op, activation)
     epsilon = float(epsilon)
 
+    # the closures read Values, not the caller's handles (a handle they kept
+    # would count as the caller holding it: see jitnn/ops/shape.py _plain_result)
+    stats = tuple(value_of(v) for v in vectors)
+
     def fold() -> tuple[np.ndarray, np.ndarray]:
-        values = [None if v is None else plain_buffer(v) for v in vectors]
-        return eltwise_kernels.batch_norm_fold(*values, epsilon=epsilon)
+        arrays = [None if v is None else plain_buffer(v) for v in stats]
+        return eltwise_kernels.batch_norm_fold(*arrays, epsilon=epsilon)
 
     if is_blocked(x) and axis == channel_axis(x._axes):
         # a node the scheduler can fold into a preceding conv2d (Values only)
-        stats = tuple(value_of(v) for v in vectors)
-
-        def fold_values() -> tuple[np.ndarray, np.ndarray]:
-            arrays = [None if v is None else plain_buffer(v) for v in stats]
-            return eltwise_kernels.batch_norm_fold(*arrays, epsilon=epsilon)
-
-        steps = [("affine", fold_values, stats + (epsilon,))]
+        steps = [("affine", fold, stats + (epsilon,))]
         if code != epilogue.NONE:
             steps.append(("activation", code, p0, p1))
         inputs = (value_of(x),) + tuple(v for v in stats if v is not None)
@@ -104,11 +102,12 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     view = (outer, channels, inner, 1, 1)      # a plain tensor as nChw1c around the axis
+    xv, shape = value_of(x), x.shape
 
     def produce_plain() -> np.ndarray:
         a, b = fold()
-        data = plain_buffer(x)
-        out = np.empty(x.shape, np.float32)
+        data = plain_buffer(xv)
+        out = np.empty(shape, np.float32)
         if out.size:
             ctx._launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
                         out.reshape(view), channels, code, p0, p1)
@@ -127,11 +126,12 @@ def softmax(x, axis: int = -1) -> Tensor:
     if x.ndim < 1:
         raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
     axis = axis_index(op, "axis", axis, x.ndim)
+    xv = value_of(x)              # not the handle: see batch_normalization
 
     def produce() -> np.ndarray:
-        data = plain_buffer(x)
+        data = plain_buffer(xv)
         if data.size == 0:
-            return np.empty(x.shape, np.float32)
+            return np.empty(data.shape, np.float32)
         out = data - data.max(axis=axis, keepdims=True)
         np.exp(out, out=out)
         out /= out.sum(axis=axis, keepdims=True)

@@ -53,6 +53,10 @@ def concat_reference(tensors, axis: int) -> np.ndarray:
 
 def _plain_result(ctx: Context, shape: tuple[int, ...], produce: Callable[[], np.ndarray],
                   x: Tensor, op: str) -> Tensor:
+    """The pending plain result of ``produce()``. The producers read ``x``'s
+    Value, not the caller's handle: a handle they kept would count as the
+    caller holding ``x``, and ``x`` would be kept (its own array at every
+    run) instead of a buffer the plan reuses."""
     return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce, inputs=(x,), op=op)
 
 
@@ -84,7 +88,8 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
         raise JitnnValueError(
             f"{op}: new_shape {shape} has {int(np.prod(shape, dtype=np.int64))} elements but "
             f"x {x.shape} has {x.size}")
-    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape), x, op)
+    xv = value_of(x)
+    return _plain_result(ctx, shape, lambda: plain_buffer(xv).reshape(shape), x, op)
 
 
 def flatten(x, start_axis: int = 1) -> Tensor:
@@ -96,7 +101,8 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
     shape = (int(np.prod(x.shape[:axis], dtype=np.int64)),
              int(np.prod(x.shape[axis:], dtype=np.int64)))
-    return _plain_result(ctx, shape, lambda: plain_buffer(x).reshape(shape), x, op)
+    xv = value_of(x)
+    return _plain_result(ctx, shape, lambda: plain_buffer(xv).reshape(shape), x, op)
 
 
 def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
@@ -121,8 +127,9 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
                 f"{op}: permutation must order the axes 0..{x.ndim - 1} of x {x.shape} "
                 f"each once, got {perm}")
     shape = tuple(x.shape[p] for p in perm)
+    xv = value_of(x)
     return _plain_result(
-        ctx, shape, lambda: np.ascontiguousarray(plain_buffer(x).transpose(perm)), x, op)
+        ctx, shape, lambda: np.ascontiguousarray(plain_buffer(xv).transpose(perm)), x, op)
 
 
 def concat(tensors: Sequence, axis: int) -> Tensor:
