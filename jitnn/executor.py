@@ -51,13 +51,15 @@ class Capture:
 
 
 def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...]):
+    """A ``shape`` view of the start of the slot's array (a slot serves values
+    of its size or smaller), or None when the slot has no array that fits."""
     array = slots.get(name)
     if array is None:
         return None
     count = math.prod(shape)
-    if array.size != count:
+    if array.size < count or not array.flags.c_contiguous:
         return None
-    return array.reshape(-1).reshape(shape) if array.flags.c_contiguous else None
+    return array.reshape(-1)[:count].reshape(shape)
 
 
 def _release(dead_values) -> None:
@@ -76,7 +78,9 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> N
     v._data = data
     v._node = None            # drops the references to its inputs
     v._plan = plan
-    if step.buffer:
+    if step.buffer and data is not out:
+        # the slot's array is what the op returned (the view it was given
+        # leaves the slot its whole array, for larger values later)
         slots[step.buffer] = data
     _release(step.frees)
     if node.fused:
@@ -207,7 +211,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
                 v._data = data
-                if step.buffer:
+                if step.buffer and data is not out:
                     slots[step.buffer] = data
                 _release(captured.frees)
             step.seconds = time.perf_counter() - t0

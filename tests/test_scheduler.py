@@ -187,6 +187,41 @@ def test_buffers_of_dead_intermediates_are_reused():
     _close(h.numpy(), want, atol=1e-3)
 
 
+def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
+    """Channels 32 -> 8 -> 16 -> 8 -> 24: every intermediate after the first
+    two fits in a dead one's buffer (exact sizes only made three), at
+    the first run and when the graph is computed again on new inputs (a
+    replay, with bound kernel calls)."""
+    ctx = jitnn.Context()
+    channels = (8, 32, 8, 16, 8, 24)
+    weights = [_random((o, i, 3, 3), 80 + n, 0.2)
+               for n, (i, o) in enumerate(zip(channels, channels[1:]))]
+
+    def reference(x):
+        for w in weights:
+            x = _relu(conv2d_reference(x, w, padding=1))
+        return x
+
+    h = ctx.tensor(_random((2, 8, 9, 7), 86))
+    x_np = np.asarray(h)
+    for w in weights:
+        h = jitnn.conv2d(h, w, padding=1, activation="relu")
+    assert "2 intermediate buffer(s)" in jitnn.explain(h)
+    _close(h.numpy(), reference(x_np), atol=1e-3)
+
+    b = jitnn.GraphBuilder(ctx)
+    t = b.input("x", (2, 8, 9, 7))
+    for w in weights:
+        t = b.conv2d(t, b.constant(w), padding=1, activation="relu")
+    graph = b.build({"y": t})
+    for seed in range(3):
+        x_np = _random((2, 8, 9, 7), 90 + seed)
+        out = {"y": np.full((2, 24, 9, 7), np.nan, np.float32)}
+        ctx.compute(graph, {"x": x_np}, out)
+        _close(out["y"], reference(x_np), atol=1e-3)
+    assert graph._programs[0].plan.buffer_slots == 2
+
+
 def test_in_place_elementwise_reuses_the_input_buffer():
     ctx = jitnn.Context()
     x = jitnn.reorder(ctx.tensor(_random((1, 8, 4, 4), 16)), "nChw8c")
