@@ -195,8 +195,8 @@ class _TileEmitter:
         ``pixel_x[p] + i`` for ``i < lanes`` (default ``cb``); with
         ``lanes_apart``, lane ``i`` is at ``block + tap_offset(t * lanes + i)
         + pixel_x[p]`` instead, and the steps are the taps of one block (a
-        plain input: ``steps == taps``). Per lane, B weight vectors and P broadcasts.
-        The weights walk on by ``lanes * cb`` per step."""
+        plain input: ``steps == taps``). Per lane, B weight vectors and P
+        broadcasts. The weights walk on by ``lanes * cb`` per step."""
         builder, const, P, B, cb = self.builder, self.const, self.P, self.B, self.cb
         lanes = cb if lanes is None else lanes
         # Pointers and a count-down as loop variables: with 6 pixel offsets
@@ -345,7 +345,7 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
     shape = _tile_shape(P, B, cb)
     if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
             not isinstance(lanes_apart, types.BooleanLiteral) or \
-            not 1 <= lanes.literal_value <= 64 or \
+            lanes.literal_value < 1 or \
             not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
             not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y)):
         return None
