@@ -801,34 +801,6 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                                      cb, lanes, act, p0, p1)
 
 
-@jit()
-def _conv1x1_task(task, xf, wf, bias, resf, yf, geom, chunk, kcb, gsets, has_res, clamp,
-                  lo, hi, post, act, p0, p1, cb, P, B):
-    """Task ``task`` of the 1x1 driver: one chunk of pixels of one image for
-    one set of output-block groups, every K-block."""
-    literally(cb)
-    literally(P)
-    literally(B)
-    (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
-     x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
-    OG = (OB + B - 1) // B
-    nchunks = (OH * OW + chunk - 1) // chunk
-    per_set = (OG + gsets - 1) // gsets
-    strided = sh != 1 or sw != 1
-    n = task // (nchunks * gsets)
-    c = (task // gsets) % nchunks
-    og0 = (task % gsets) * per_set
-    og1 = min(OG, og0 + per_set)
-    k_start = c * chunk
-    k_end = min(OH * OW, k_start + chunk)
-    copy_input = strided or k_end - k_start < P
-    buf = np.empty(kcb * chunk * cb if copy_input else 0, np.float32)
-    for kb0 in range(0, CB, kcb):
-        _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1,
-                       k_start, k_end, kb0, min(CB, kb0 + kcb), copy_input, has_res,
-                       clamp, lo, hi, post, act, p0, p1, cb, P, B)
-
-
 def _make_conv1x1_driver(cb: int, P: int, B: int):
     """The parallel 1x1 driver for block ``cb`` and tiles of P pixels x B
     output blocks (no padding, no groups). ``threads`` workers take the tasks
@@ -841,15 +813,31 @@ def _make_conv1x1_driver(cb: int, P: int, B: int):
                        clamp, lo, hi, post, act, p0, p1):
         (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
          x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
-        tasks = N * ((OH * OW + chunk - 1) // chunk) * gsets
+        OG = (OB + B - 1) // B
+        nchunks = (OH * OW + chunk - 1) // chunk
+        per_set = (OG + gsets - 1) // gsets
+        strided = sh != 1 or sw != 1
+        tasks = N * nchunks * gsets
         next_task = np.zeros(1, np.int64)
         for worker in prange(max(1, min(threads, tasks))):
             while True:
+                # a task: one chunk of pixels of one image, for one set of
+                # output-block groups, every K-block
                 task = atomic_add(next_task, 0, 1)
                 if task >= tasks:
                     break
-                _conv1x1_task(task, xf, wf, bias, resf, yf, geom, chunk, kcb, gsets,
-                              has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B)
+                n = task // (nchunks * gsets)
+                c = (task // gsets) % nchunks
+                og0 = (task % gsets) * per_set
+                og1 = min(OG, og0 + per_set)
+                k_start = c * chunk
+                k_end = min(OH * OW, k_start + chunk)
+                copy_input = strided or k_end - k_start < P
+                buf = np.empty(kcb * chunk * cb if copy_input else 0, np.float32)
+                for kb0 in range(0, CB, kcb):
+                    _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1,
+                                   k_start, k_end, kb0, min(CB, kb0 + kcb), copy_input,
+                                   has_res, clamp, lo, hi, post, act, p0, p1, cb, P, B)
 
     conv1x1_driver.__qualname__ = f"conv1x1_driver_cb{cb}_{P}x{B}"
     return jit(parallel=True)(conv1x1_driver)
