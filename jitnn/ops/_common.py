@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -237,3 +237,16 @@ def reorder_to_blocked(ctx: Context, plain: np.ndarray, block: int, axes: str) -
 def plain_layout(ndim: int, axes: str = "nchw") -> str:
     """The layout tag of a plain result: ``axes`` for 4-D, else the rank's tag."""
     return axes if ndim == 4 else layouts.plain_tag(ndim)
+
+
+def plain_result(ctx: Context, shape: tuple[int, ...],
+                 compute: Callable[[np.ndarray], np.ndarray], x: Tensor, op: str,
+                 axes: str = "nchw") -> Tensor:
+    """The pending plain result ``compute(values of x)`` (``plain_buffer``).
+
+    The producer holds ``x``'s Value, not the caller's handle: a handle it
+    kept would count as the caller holding ``x``, and ``x`` would be kept (an
+    array of its own at every run) instead of a buffer the plan reuses."""
+    xv = value_of(x)
+    return Tensor(ctx, shape, plain_layout(len(shape), axes),
+                  producer=lambda: compute(plain_buffer(xv)), axes=axes, inputs=(x,), op=op)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
 from ..tensor import Tensor
-from ._common import as_tensor, axis_index, context_of, plain_buffer, plain_layout, value_of
+from ._common import as_tensor, axis_index, context_of, plain_result
 
 
 def gather_reference(x, indices, axis: int = 0) -> np.ndarray:
@@ -42,8 +42,5 @@ def gather(x, indices, axis: int = 0) -> Tensor:
     index = np.where(index < 0, index + size, index).astype(np.intp)
     shape = x.shape[:axis] + index.shape + x.shape[axis + 1:]
 
-    xv = value_of(x)              # not the handle: see jitnn/ops/shape.py _plain_result
-
-    def produce() -> np.ndarray:
-        return np.ascontiguousarray(np.take(plain_buffer(xv), index, axis=axis))
-    return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce, inputs=(x,), op=op)
+    return plain_result(ctx, shape,
+                        lambda data: np.ascontiguousarray(np.take(data, index, axis=axis)), x, op)

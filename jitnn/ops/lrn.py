@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import JitnnValueError
 from ..tensor import Tensor
-from ._common import as_tensor, context_of, is_number, plain_buffer, plain_layout, value_of
+from ._common import as_tensor, context_of, is_number, plain_result
 
 
 def lrn_reference(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75,
@@ -45,10 +45,7 @@ def lrn(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 
     size, alpha, beta, bias = int(size), float(alpha), float(beta), float(bias)
     before, after = (size - 1) // 2, -(-(size - 1) // 2)
 
-    xv = value_of(x)              # not the handle: see jitnn/ops/shape.py _plain_result
-
-    def produce() -> np.ndarray:
-        data = plain_buffer(xv)
+    def compute(data: np.ndarray) -> np.ndarray:
         squares = np.square(data, dtype=np.float32)
         # a running sum over the channel axis: window sums by differences of prefix sums
         prefix = np.zeros((data.shape[0], data.shape[1] + 1) + data.shape[2:], np.float64)
@@ -60,6 +57,4 @@ def lrn(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 
         scale = (bias + (alpha / size) * total) ** beta
         return (data / scale).astype(np.float32)
 
-    axes = x._axes if x.ndim == 4 else "nchw"
-    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce, axes=axes,
-                  inputs=(x,), op=op)
+    return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")

@@ -18,7 +18,8 @@ from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
-                      parse_activation, pending, plain_buffer, plain_layout, value_of)
+                      parse_activation, pending, plain_buffer, plain_layout, plain_result,
+                      value_of)
 from .eltwise import eltwise_node
 
 
@@ -83,7 +84,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     epsilon = float(epsilon)
 
     # the closures read Values, not the caller's handles (a handle they kept
-    # would count as the caller holding it: see jitnn/ops/shape.py _plain_result)
+    # would count as the caller holding it: see _common.plain_result)
     stats = tuple(value_of(v) for v in vectors)
 
     def fold() -> tuple[np.ndarray, np.ndarray]:
@@ -126,10 +127,8 @@ def softmax(x, axis: int = -1) -> Tensor:
     if x.ndim < 1:
         raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
     axis = axis_index(op, "axis", axis, x.ndim)
-    xv = value_of(x)              # not the handle: see batch_normalization
 
-    def produce() -> np.ndarray:
-        data = plain_buffer(xv)
+    def compute(data: np.ndarray) -> np.ndarray:
         if data.size == 0:
             return np.empty(data.shape, np.float32)
         out = data - data.max(axis=axis, keepdims=True)
@@ -137,6 +136,4 @@ def softmax(x, axis: int = -1) -> Tensor:
         out /= out.sum(axis=axis, keepdims=True)
         return out
 
-    axes = x._axes if x.ndim == 4 else "nchw"
-    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes), producer=produce, axes=axes,
-                  inputs=(x,), op=op)
+    return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")

@@ -14,17 +14,16 @@ concatenates the plain values with numpy.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from .. import layouts
-from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
-                      is_blocked, plain_buffer, plain_layout, value_of)
+                      is_blocked, plain_buffer, plain_layout, plain_result, value_of)
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -50,15 +49,6 @@ def concat_reference(tensors, axis: int) -> np.ndarray:
 
 
 # --- the ops ---------------------------------------------------------------------------
-
-def _plain_result(ctx: Context, shape: tuple[int, ...], produce: Callable[[], np.ndarray],
-                  x: Tensor, op: str) -> Tensor:
-    """The pending plain result of ``produce()``. The producers read ``x``'s
-    Value, not the caller's handle: a handle they kept would count as the
-    caller holding ``x``, and ``x`` would be kept (its own array at every
-    run) instead of a buffer the plan reuses."""
-    return Tensor(ctx, shape, plain_layout(len(shape)), producer=produce, inputs=(x,), op=op)
-
 
 def reshape(x, new_shape: Sequence[int]) -> Tensor:
     """The values of ``x`` in row-major order with shape ``new_shape`` (one
@@ -88,8 +78,7 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
         raise JitnnValueError(
             f"{op}: new_shape {shape} has {int(np.prod(shape, dtype=np.int64))} elements but "
             f"x {x.shape} has {x.size}")
-    xv = value_of(x)
-    return _plain_result(ctx, shape, lambda: plain_buffer(xv).reshape(shape), x, op)
+    return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
 
 
 def flatten(x, start_axis: int = 1) -> Tensor:
@@ -101,8 +90,7 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
     shape = (int(np.prod(x.shape[:axis], dtype=np.int64)),
              int(np.prod(x.shape[axis:], dtype=np.int64)))
-    xv = value_of(x)
-    return _plain_result(ctx, shape, lambda: plain_buffer(xv).reshape(shape), x, op)
+    return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
 
 
 def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
@@ -127,9 +115,8 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
                 f"{op}: permutation must order the axes 0..{x.ndim - 1} of x {x.shape} "
                 f"each once, got {perm}")
     shape = tuple(x.shape[p] for p in perm)
-    xv = value_of(x)
-    return _plain_result(
-        ctx, shape, lambda: np.ascontiguousarray(plain_buffer(xv).transpose(perm)), x, op)
+    return plain_result(ctx, shape, lambda data: np.ascontiguousarray(data.transpose(perm)),
+                        x, op)
 
 
 def concat(tensors: Sequence, axis: int) -> Tensor:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
 from ..tensor import Tensor
-from ._common import as_tensor, context_of, plain_buffer, plain_layout, value_of
+from ._common import as_tensor, context_of, plain_result
 
 
 def slice_reference(x, starts, sizes, strides=None) -> np.ndarray:
@@ -59,8 +59,4 @@ def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - Web
     index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
                   for b, n, s in zip(starts, sizes, steps))
 
-    xv = value_of(x)              # not the handle: see jitnn/ops/shape.py _plain_result
-
-    def produce() -> np.ndarray:
-        return np.ascontiguousarray(plain_buffer(xv)[index])
-    return Tensor(ctx, sizes, plain_layout(rank), producer=produce, inputs=(x,), op=op)
+    return plain_result(ctx, sizes, lambda data: np.ascontiguousarray(data[index]), x, op)
