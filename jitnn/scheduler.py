@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import layouts
-from .kernels import eltwise as eltwise_kernels
+from .kernels import conv2d as conv_kernels, eltwise as eltwise_kernels
 from .tensor import Node, Value
 
 if TYPE_CHECKING:
@@ -368,7 +368,7 @@ def plan_buffers(plan: Plan) -> Plan:
             node = step.node
             for source in node.inputs:
                 last_use[id(source)] = i
-            step.layouts_in = _kernel_layouts(node)
+            step.layouts_in = _kernel_layouts(node, step.value)
             step.layout_out = step.value._layout
             step.bytes_in = sum(physical_bytes(s) for s in node.inputs)
             step.bytes_out = physical_bytes(step.value)
@@ -429,17 +429,36 @@ def plan_buffers(plan: Plan) -> Plan:
     return plan
 
 
-def _kernel_layouts(node: Node) -> tuple[str, ...]:
-    """The layouts a node's kernel reads (after the plan's reorders)."""
+def _kernel_layouts(node: Node, v: Value) -> tuple[str, ...]:
+    """The layouts a node's kernel reads (after the plan's reorders); a conv2d
+    that runs Winograd reads its filter transformed (``winograd:36OI8i8o``: the 6 x 6
+    positions of ``G g Gt``, each an ``OI8i8o`` matrix)."""
     if node.kind == "conv2d":
         a = node.attrs
         b = a["block"]
         tag = layouts.blocked_tag(b)
         x = a["x"]._layout if a["first_layer"] else tag
         ic = a["in_channels"] if a["first_layer"] else b    # first layer: all C at once
-        found = (x, f"OIhw{ic}i{b}o")
+        weights = f"OIhw{ic}i{b}o"
+        if conv2d_algorithm(node, v) == "winograd":
+            weights = f"winograd:{conv_kernels.winograd.POSITIONS}OI{b}i{b}o"
+        found = (x, weights)
         return found + ((tag,) if a["residual"] is not None else ())
     return tuple(s._layout for s in node.inputs)
+
+
+def conv2d_algorithm(node: Node, v: Value) -> str:
+    """What runs conv2d ``node`` (with its fused ops) making ``v`` (see
+    ``kernels.conv2d.conv2d_algorithm``): ``"winograd"``, or the packed
+    filter's path."""
+    a = node.attrs
+    o, group_in, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
+    path = conv_kernels.conv2d_path((kh, kw), a["in_channels"], a["groups"], a["first_layer"])
+    n, out_h, out_w = (v._shape[0], v._shape[2], v._shape[3]) if a["axes"] == "nchw" else \
+        v._shape[:3]
+    return conv_kernels.conv2d_algorithm(
+        path, (kh, kw), a["strides"], a["dilations"], a["groups"], a["in_channels"], o, n,
+        out_h, out_w, a["block"], v._ctx.conv_algorithm)
 
 
 #: node kinds whose kernels write into a buffer the scheduler gives them
@@ -468,7 +487,7 @@ def _single_op_plan(ctx: "Context", v: Value) -> Plan:
     per-call cost of an eager op, e.g. a tiny matmul, stays small)."""
     node = v._node
     step = Step("op", v, node.label, node=node, flops=node.flops, kept=True,
-                layouts_in=_kernel_layouts(node), layout_out=v._layout,
+                layouts_in=_kernel_layouts(node, v), layout_out=v._layout,
                 bytes_out=physical_bytes(v))
     plan = Plan(ctx.policy, [v], [step], {id(v)}, recorded_ops=1,
                 peak_bytes=step.bytes_out)

@@ -108,10 +108,14 @@ from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                        activate)
 from .layout import group_input_block_ranges, pack_filter
 from .register_tile import conv_tile, depthwise_tile, fma_tile
+from . import winograd
 from .stack import atomic_add, prefetch, stack_empty
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
+#: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
+#: (:func:`conv2d_algorithm`), never, or wherever it applies
+ALGORITHMS = ("auto", "direct", "winograd")
 
 _ZERO = np.float32(0.0)
 #: stack-array size: the largest tile (P * B * cb) over every block size
@@ -1202,6 +1206,8 @@ class PackedConv2dFilter:
     ib_end: np.ndarray
     #: :func:`conv2d_forward`'s launch plans for this filter, by shapes and options
     launches: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the Winograd transform of the weights, made by the first launch that needs it
+    transformed: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def out_blocks(self) -> int:
@@ -1231,6 +1237,15 @@ def aligned_empty(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
     return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def conv2d_path(kernel, in_channels: int, groups: int, input_is_plain: bool = False) -> str:
+    """The path (and packed layout) of a filter: see :func:`pack_conv2d_filter`."""
+    if input_is_plain:
+        return "first_layer"
+    if groups == in_channels and groups > 1:
+        return "depthwise"
+    return "1x1" if tuple(kernel) == (1, 1) else "direct"
+
+
 def pack_conv2d_filter(w_oihw, in_channels: int, groups: int, block: int,
                        input_is_plain: bool = False) -> PackedConv2dFilter:
     """Choose the path for this filter and pack it.
@@ -1258,20 +1273,18 @@ def pack_conv2d_filter(w_oihw, in_channels: int, groups: int, block: int,
     if w.dtype != np.float32:
         w = w.astype(np.float32)
     ob = _blocks(out_channels, block)
-    if input_is_plain:
-        path = "first_layer"
+    path = conv2d_path((kh, kw), in_channels, groups, input_is_plain)
+    if path == "first_layer":
         packed = aligned_empty((ob, 1, kh, kw, in_channels, block))
         pack_filter(w, groups, packed)
         begin, end = np.zeros(ob, np.int64), np.ones(ob, np.int64)
-    elif groups == in_channels and groups > 1:
-        path = "depthwise"
+    elif path == "depthwise":
         padded = np.zeros((ob * block, kh, kw), np.float32)
         padded[:out_channels] = w[:, 0]
         packed = aligned_empty((ob, kh, kw, block))
         packed[...] = padded.reshape(ob, block, kh, kw).transpose(0, 2, 3, 1)
         begin = end = np.zeros(0, np.int64)
     else:
-        path = "1x1" if kh == kw == 1 else "direct"
         packed = aligned_empty((ob, _blocks(in_channels, block), kh, kw, block, block))
         pack_filter(w, groups, packed)
         begin, end = group_input_block_ranges(in_channels, out_channels, groups, block, block)
@@ -1401,6 +1414,7 @@ class _Conv2dLaunch:
     zero_bias: np.ndarray
     x_shape: tuple                   # the shapes it was planned for
     out_shape: tuple
+    path: str                        # what runs: the filter's path, or "winograd"
 
 
 _MAX_LAUNCHES = 16                   # per filter: shapes x options seen
@@ -1408,7 +1422,7 @@ _MAX_LAUNCHES = 16                   # per filter: shapes x options seen
 
 def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
                    padding=(0, 0, 0, 0), bias=None, residual=None, activation=NONE,
-                   param0=0.0, param1=0.0, num_threads=None):
+                   param0=0.0, param1=0.0, num_threads=None, algorithm="auto"):
     """``out = act(conv(x, w) + bias + residual)``, writing every element of ``out``.
 
     ``x``: ``(N, C_phys//cb, H, W, cb)``, or ``(N, C, H, W)`` for the
@@ -1417,8 +1431,10 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     be ``out`` itself), or None. ``activation``: a code from
     :mod:`kernels.epilogue` with its two parameters. ``padding`` is
     ``[top, bottom, left, right]``. ``num_threads``: numba's current thread
-    count, when the caller knows it (asking numba costs ~1.5 us). Raises ValueError on any mismatch (the
-    kernels themselves do not check bounds). Returns ``out``.
+    count, when the caller knows it (asking numba costs ~1.5 us).
+    ``algorithm``: one of :data:`ALGORITHMS` (see :func:`conv2d_algorithm`).
+    Raises ValueError on any mismatch (the kernels themselves do not check
+    bounds). Returns ``out``.
 
     The geometry, path choice and blocking are worked out once per shapes and
     options and kept on ``packed`` (a model runs the same convolutions again
@@ -1427,20 +1443,22 @@ def conv2d_forward(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations
     x, out, bias, residual)``.
     """
     launch = conv2d_launch(x, packed, out, strides, dilations, padding, bias is None,
-                           residual is None, activation, param0, param1, num_threads)
+                           residual is None, activation, param0, param1, num_threads,
+                           algorithm)
     return _run_conv2d(launch, x, out, bias, residual)
 
 
 def conv2d_launch(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=(1, 1),
                   padding=(0, 0, 0, 0), no_bias=True, no_residual=True, activation=NONE,
-                  param0=0.0, param1=0.0, num_threads=None) -> _Conv2dLaunch:
+                  param0=0.0, param1=0.0, num_threads=None,
+                  algorithm="auto") -> _Conv2dLaunch:
     """The launch :func:`conv2d_forward` runs for these shapes and options
     (planned once, then kept on ``packed``): a caller that runs one convolution
     again and again may keep it and call :func:`run_conv2d_launch`."""
     try:
         key = (x.shape, out.shape, _as_key(strides), _as_key(dilations), _as_key(padding),
                bool(no_bias), bool(no_residual), int(activation), float(param0),
-               float(param1),
+               float(param1), algorithm,
                # only the 1x1 path's blocking depends on the thread count
                (num_threads or numba.get_num_threads()) if packed.path == "1x1" else 0)
         launch = packed.launches.get(key)
@@ -1448,7 +1466,7 @@ def conv2d_launch(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=
         key = launch = None              # malformed: the full checks below say why
     if launch is None:
         launch = _plan_conv2d(x, packed, out, strides, dilations, padding,
-                              not no_residual, activation, param0, param1)
+                              not no_residual, activation, param0, param1, algorithm)
         if key is not None:
             if len(packed.launches) >= _MAX_LAUNCHES:
                 packed.launches.clear()
@@ -1532,10 +1550,43 @@ def _checked_args(launch: _Conv2dLaunch, x, out, bias, residual) -> tuple:
     return (x.ravel(), launch.weights, bias, resf, yf) + launch.tail
 
 
+#: Winograd's scratch (transformed input and products) at most this many
+#: bytes under "auto" (it is ~4.5x the input and output: at 224 x 224 x 64,
+#: 58 MB); past it the direct path runs
+_WINOGRAD_SCRATCH_BYTES = 256 << 20
+
+
+def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_channels: int,
+                     out_channels: int, batch: int, out_h: int, out_w: int, block: int,
+                     algorithm: str = "auto") -> str:
+    """What runs a convolution: ``"winograd"`` or the filter's ``path``.
+
+    Winograd F(4x4, 3x3) (:mod:`kernels.winograd`) applies to the direct
+    path's 3x3 kernels with stride 1, dilation 1 and one group.
+    ``algorithm="direct"`` never uses it, ``"winograd"`` wherever it
+    applies, and ``"auto"`` where it applies and pays: 8 or more input and
+    output channels (measured 1.5-3x faster than direct from there, 1 and
+    2 threads, every ResNet-50 3x3 shape), within the scratch limit."""
+    if algorithm == "direct" or path != "direct" or tuple(kernel) != (3, 3) or \
+            tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or groups != 1:
+        return path
+    if algorithm == "winograd":
+        return "winograd"
+    tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
+    # v and m: 36 positions x tiles x (input + output) channels, float32
+    scratch = winograd.POSITIONS * batch * tile_rows * tile_cols * 4 * block * (
+        _blocks(in_channels, block) + _blocks(out_channels, block))
+    if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
+        return "winograd"
+    return path
+
+
 def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding,
-                 has_res: bool, activation, param0, param1) -> _Conv2dLaunch:
+                 has_res: bool, activation, param0, param1, algorithm) -> _Conv2dLaunch:
     """Check the shapes and options of a conv2d_forward call; choose the path,
     padding copy and blocking."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"conv2d: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     cb = packed.block
     sh, sw = _pair(strides, "strides")
     dh, dw = _pair(dilations, "dilations")
@@ -1570,9 +1621,25 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     epilogue = _epilogue_args(activation, param0, param1)
     wf = packed.weights.reshape(-1)
 
-    def launch(driver, tail, pad_copy=None):
-        return _Conv2dLaunch(driver, wf, tail, pad_copy, OB * cb, O,
-                             np.zeros(OB * cb, np.float32), x.shape, out.shape)
+    def launch(driver, tail, pad_copy=None, weights=wf, path=packed.path):
+        return _Conv2dLaunch(driver, weights, tail, pad_copy, OB * cb, O,
+                             np.zeros(OB * cb, np.float32), x.shape, out.shape, path)
+
+    if conv2d_algorithm(packed.path, packed.kernel, (sh, sw), (dh, dw), packed.groups, C, O,
+                        N, OH, OW, cb, algorithm) == "winograd":
+        CB = _blocks(C, cb)
+        P, B = conv_tile_shape(cb)
+        tile_rows, tile_cols = winograd.tile_counts(OH, OW)
+        geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols,
+                winograd.padded_tiles(tile_rows * tile_cols, P))
+        u = packed.transformed.get("winograd")
+        if u is None:
+            u = winograd.transform_filter(packed.weights,
+                                          aligned_empty((winograd.POSITIONS, OB, CB, cb, cb)))
+            u = packed.transformed.setdefault("winograd", u)
+        return launch(winograd.winograd_driver(cb, P, B),
+                      (geom, winograd.products_k_blocks(CB, cb, B), has_res) + epilogue,
+                      weights=u.reshape(-1), path="winograd")
 
     if packed.path == "depthwise":
         CB = _blocks(C, cb)

@@ -22,6 +22,10 @@ from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
 
+#: Winograd's tolerance factor over the direct sum's 4 (see the Winograd tests:
+#: its transforms' constants, up to 8 and 1/24, round ~10x more)
+WINOGRAD_ERROR = 40
+
 ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.75),
                (CLAMP, 0.25, 6.0),  # min > 0: padding lanes must still be 0
                (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
@@ -42,9 +46,12 @@ def _to_blocked(x, block):
 def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(1, 1),
              padding=(0, 0, 0, 0), groups=1, block=8, activation=(NONE, 0.0, 0.0),
              bias=True, residual=False, plain=False, seed=0, filter_view=None,
-             residual_in_place=False):
+             residual_in_place=False, algorithm="direct", expect_path=None):
     """Run one convolution through the kernels and check it; returns the
-    packed filter (so callers can check the path)."""
+    packed filter (so callers can check the path). The direct kernels by
+    default (``algorithm="auto"`` would run Winograd on 3x3 stride-1 cases);
+    the tolerance is Winograd's when Winograd ran; ``expect_path``: check
+    what ran."""
     rng = np.random.default_rng(seed)
     kh, kw = kernel
     x = _random((n, c, h, w), rng)
@@ -69,8 +76,9 @@ def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(
         out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
         res = _to_blocked(r, block) if residual else None
     code, p0, p1 = activation
-    K.conv2d_forward(xin, packed, out, strides, dilations, padding, bias_phys, res,
-                     code, p0, p1)
+    launch = K.conv2d_launch(xin, packed, out, strides, dilations, padding, bias_phys is None,
+                             res is None, code, p0, p1, algorithm=algorithm)
+    K.run_conv2d_launch(launch, xin, out, bias_phys, res)
 
     assert not np.isnan(out).any(), "some output element was not written"
     lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
@@ -84,8 +92,10 @@ def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(
     scale = conv2d_reference(np.abs(x), np.abs(w_oihw), None if b is None else np.abs(b),
                              None if r is None else np.abs(r), strides, dilations, padding,
                              groups)
-    atol = 4e-7 * (1.0 + scale.max()) * 4
+    atol = 4e-7 * (1.0 + scale.max()) * (WINOGRAD_ERROR if launch.path == "winograd" else 4)
     np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
+    if expect_path is not None:
+        assert launch.path == expect_path
     return packed
 
 
@@ -461,7 +471,8 @@ def test_wrapper_rejects_bad_buffers():
 
 # --- generated code -----------------------------------------------------------
 
-def _fresh_asm(monkeypatch, name, run):
+def _fresh_asm(monkeypatch, name, run, module=K, driver_tables=(
+        "_conv_drivers", "_depthwise_drivers", "_conv1x1_drivers")):
     """Compile kernel ``name`` and its drivers in this process (the cache
     keeps no assembly) by running ``run`` with fresh dispatchers; return the
     assembly of every specialization of the kernel and of every driver.
@@ -471,14 +482,13 @@ def _fresh_asm(monkeypatch, name, run):
     what runs whenever the driver is loaded from the cache.
     """
     from jitnn.kernels._config import jit
-    fresh = jit(cache=False)(getattr(K, name).py_func)
-    monkeypatch.setattr(K, name, fresh)
-    monkeypatch.setattr(K, "jit", lambda parallel=False, cache=True:
+    fresh = jit(cache=False)(getattr(module, name).py_func)
+    monkeypatch.setattr(module, name, fresh)
+    monkeypatch.setattr(module, "jit", lambda parallel=False, cache=True:
                         jit(parallel=parallel, cache=False))
     drivers = {}
-    monkeypatch.setattr(K, "_conv_drivers", drivers)
-    monkeypatch.setattr(K, "_depthwise_drivers", drivers)
-    monkeypatch.setattr(K, "_conv1x1_drivers", drivers)
+    for table in driver_tables:
+        monkeypatch.setattr(module, table, drivers)
     run()
     asms = dict(fresh.inspect_asm())
     for key, driver in drivers.items():
@@ -546,6 +556,16 @@ def test_conv_tiles_use_packed_fma(monkeypatch, kind):
     _check_packed_fma(asms)
 
 
+@pytest.mark.slow
+@needs_release_build
+def test_winograd_products_use_packed_fma(monkeypatch):
+    from jitnn.kernels import winograd
+    asms = _fresh_asm(monkeypatch, "_products", lambda: run_case(
+        1, 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), algorithm="winograd",
+        expect_path="winograd"), module=winograd, driver_tables=("_drivers",))
+    _check_packed_fma(asms)
+
+
 @needs_release_build
 def test_depthwise_rows_use_packed_fma(monkeypatch):
     asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
@@ -573,6 +593,113 @@ def test_resnet_shapes(block):
     run_case(3, 3, 64, 64, 64, (7, 7), (2, 2), padding=(3, 3, 3, 3), block=block, plain=True)
     run_case(1, 144, 144, 28, 28, (3, 3), padding=(1, 1, 1, 1), groups=144, block=block)
     run_case(1, 512, 512, 7, 7, (3, 3), padding=(1, 1, 1, 1), block=block)
+
+
+# --- Winograd F(4x4, 3x3) ------------------------------------------------------------
+
+# (n, c, o, h, w, padding): channels that do not fill a block in and out,
+# odd sizes, outputs that end in partial tiles, asymmetric and no padding,
+# images smaller than a tile, a batch
+WINOGRAD = [
+    (1, 1, 9, 7, 9, (1, 1, 1, 1)),
+    (2, 3, 7, 9, 11, (0, 0, 0, 0)),
+    (1, 7, 17, 11, 5, (2, 0, 1, 2)),
+    (3, 9, 3, 5, 6, (1, 1, 1, 1)),
+    (1, 17, 24, 13, 13, (0, 2, 2, 0)),
+    (1, 16, 16, 3, 3, (0, 0, 0, 0)),          # one output pixel
+    (2, 64, 40, 14, 14, (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}")
+def test_winograd(case):
+    n, c, o, h, w, padding = case
+    for activation, residual in ((ACTIVATIONS[2], True), (ACTIVATIONS[3], False),
+                                 (ACTIVATIONS[7], True)):
+        run_case(n, c, o, h, w, padding=padding, activation=activation, residual=residual,
+                 algorithm="winograd", expect_path="winograd", seed=c + o)
+    run_case(n, c, o, h, w, padding=padding, residual=True, residual_in_place=True,
+             algorithm="winograd", expect_path="winograd")
+
+
+@pytest.mark.parametrize("block", [4, 16])
+def test_winograd_blocks_4_16(block):
+    run_case(2, 9, 17, 9, 7, padding=(1, 1, 1, 1), block=block, residual=True,
+             activation=(RELU, 0.0, 0.0), algorithm="winograd", expect_path="winograd")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [1, 32])
+def test_winograd_blocks_1_32(block):
+    run_case(2, 9, 33, 9, 7, padding=(1, 1, 1, 1), block=block, residual=True,
+             activation=(GELU, 0.0, 0.0), algorithm="winograd", expect_path="winograd")
+
+
+@pytest.mark.slow
+def test_winograd_network_shapes():
+    for n, c, h in ((1, 64, 56), (1, 128, 28), (2, 256, 14), (1, 512, 7)):
+        run_case(n, c, c, h, h, padding=(1, 1, 1, 1), activation=(RELU, 0.0, 0.0),
+                 residual=True, algorithm="winograd", expect_path="winograd")
+
+
+def test_winograd_rounds_about_ten_times_more_than_the_direct_sum():
+    """What WINOGRAD_ERROR allows for: on ResNet-like data (64 channels,
+    weights ~1/sqrt(9 C)) Winograd's largest error against the float64
+    reference is ~12x the direct kernel's (measured; the tolerance allows 10x
+    the direct one's 4)."""
+    rng = np.random.default_rng(7)
+    x = _random((1, 64, 20, 20), rng)
+    w_oihw = _random((64, 64, 3, 3), rng) / 24
+    packed = K.pack_conv2d_filter(w_oihw, 64, 1, 8)
+    expected = conv2d_reference(x, w_oihw, None, None, (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    errors = {}
+    for algorithm in ("direct", "winograd"):
+        out = np.empty((1, 8, 20, 20, 8), np.float32)
+        K.conv2d_forward(_to_blocked(x, 8), packed, out, padding=(1, 1, 1, 1),
+                         algorithm=algorithm)
+        got = np.empty((1, 64, 20, 20), np.float32)
+        layout.blocked_to_nchw(out, got)
+        errors[algorithm] = np.abs(got - expected).max()
+    assert 2 * errors["direct"] < errors["winograd"] < 30 * errors["direct"]
+
+
+@pytest.mark.parametrize("algorithm, expected", [("auto", "winograd"), ("direct", "direct"),
+                                                 ("winograd", "winograd")])
+def test_algorithm_choice(algorithm, expected):
+    run_case(1, 16, 16, 9, 9, padding=(1, 1, 1, 1), algorithm=algorithm, expect_path=expected)
+
+
+def test_winograd_applies_to_3x3_stride_1_only():
+    choose = K.conv2d_algorithm
+    base = dict(path="direct", kernel=(3, 3), strides=(1, 1), dilations=(1, 1), groups=1,
+                in_channels=64, out_channels=64, batch=1, out_h=56, out_w=56, block=8)
+    assert choose(**base) == "winograd"
+    for change in (dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
+                   dict(groups=2), dict(path="first_layer"), dict(path="1x1", kernel=(1, 1))):
+        assert choose(**dict(base, **change), algorithm="winograd") == \
+            dict(base, **change)["path"]
+    # "auto" keeps few channels (and huge scratch) on the direct kernel
+    assert choose(**dict(base, in_channels=4)) == "direct"
+    assert choose(**dict(base, batch=64, out_h=224, out_w=224)) == "direct"
+    assert choose(**base, algorithm="direct") == "direct"
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        run_case(algorithm="fast")
+
+
+def test_transform_formulas_match_the_matrices():
+    from jitnn.kernels import winograd
+    d = np.random.default_rng(3).standard_normal((6, 5))
+    np.testing.assert_allclose(winograd.input_transform_1d(list(d)), winograd.BT @ d,
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(winograd.output_transform_1d(list(d)), winograd.AT @ d,
+                               rtol=1e-12, atol=1e-12)
+    # the algorithm itself: At [(G g Gt) * (Bt d B)] A is the 4x4 valid correlation
+    g, patch = np.random.default_rng(4).standard_normal((3, 3)), \
+        np.random.default_rng(5).standard_normal((6, 6))
+    product = (winograd.G @ g @ winograd.G.T) * (winograd.BT @ patch @ winograd.BT.T)
+    direct = np.array([[np.sum(patch[i:i + 3, j:j + 3] * g) for j in range(4)]
+                       for i in range(4)])
+    np.testing.assert_allclose(winograd.AT @ product @ winograd.AT.T, direct, atol=1e-12)
 
 
 # --- the 1x1 GEMM path ------------------------------------------------------------

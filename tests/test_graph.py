@@ -500,8 +500,17 @@ def test_a_bound_conv_call_is_checked_like_a_run():
         conv_kernels.bind_conv2d_launch(launch, np.zeros((1, 1, 4, 5, 8), np.float32),
                                         np.empty((1, 1, 4, 5, 8), np.float32))
     padded = conv_kernels.pack_conv2d_filter(_random((8, 8, 3, 3), 0), 8, 1, 8)
-    pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1))
+    pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1),
+                                      algorithm="direct")
     assert conv_kernels.bind_conv2d_launch(pads, x, out) is None     # pads per run
+    # Winograd reads the borders as zeros itself: bound like any other call
+    winograd = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1))
+    assert winograd.path == "winograd"
+    driver, args = conv_kernels.bind_conv2d_launch(winograd, x, out)
+    driver(*args)
+    want = out.copy()
+    conv_kernels.run_conv2d_launch(winograd, x, out)
+    np.testing.assert_array_equal(out, want)
 
 
 def test_a_conv_launch_rejects_arrays_of_other_shapes():

@@ -301,6 +301,26 @@ def test_eager_and_plain_policies_run_at_the_call(seed):
         assert ctx.stats.reorders == reorders and ctx.stats.launches == 6
 
 
+def test_the_conv_algorithm_shows_in_explain_and_agrees(seed):
+    """3x3 stride-1 convs with 8+ channels run Winograd under "auto" (the
+    filter read as 36 transformed OI8i8o matrices); "direct" keeps the direct
+    kernel. Same numbers within Winograd's rounding."""
+    _, a, ws, want = seed
+    results = {}
+    for algorithm, filter_layout in (("auto", "winograd:36OI8i8o"), ("direct", "OIhw8i8o"),
+                                     ("winograd", "winograd:36OI8i8o")):
+        ctx = jitnn.Context(conv_algorithm=algorithm)
+        h, _ = _seed_chain(ctx, ctx.tensor(np.asarray(a)), [ctx.tensor(np.asarray(w)) for w in ws])
+        text = jitnn.explain(h)
+        assert f"nChw8c,{filter_layout} -> nChw8c" in text, text
+        results[algorithm] = h.numpy()
+        _close(results[algorithm], want)
+    np.testing.assert_array_equal(results["auto"], results["winograd"])
+    assert repr(jitnn.Context(conv_algorithm="direct")).endswith("conv_algorithm='direct')")
+    with pytest.raises(jitnn.JitnnValueError, match="conv_algorithm must be one of"):
+        jitnn.Context(conv_algorithm="fft")
+
+
 def test_bad_policy():
     with pytest.raises(jitnn.JitnnValueError, match="policy must be one of"):
         jitnn.Context(policy="lazy")
@@ -314,7 +334,8 @@ def test_explain_before_and_after_the_run(seed):
     before = jitnn.explain(h)
     assert h.pending                         # explaining never runs anything
     for expected in ("policy blocked", "reorder nchw -> nChw8c", "conv2d + relu",
-                     "OIhw8i8o", "peak memory", "not run yet", "read: reorder nChw8c -> nchw"):
+                     "winograd:36OI8i8o", "peak memory", "not run yet",
+                     "read: reorder nChw8c -> nchw"):
         assert expected in before, expected
     h.numpy()
     after = jitnn.explain(h)

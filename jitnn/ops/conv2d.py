@@ -301,7 +301,8 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     dest = _destination(blocked, plain_result, out)
     launch = conv_kernels.conv2d_launch(
         source, packed, dest, a["strides"], a["dilations"], a["padding"], bias_array is None,
-        a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads)
+        a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads,
+        algorithm=ctx.conv_algorithm)
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
                        weakref.ref(launch), blocked, plain_result)

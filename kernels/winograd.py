@@ -1,0 +1,447 @@
+"""Winograd F(4x4, 3x3) convolution on blocked ``nChw{cb}c`` tensors.
+
+A 3x3 convolution with stride 1 computes each 4 x 4 tile of output pixels
+from a 6 x 6 patch of input. Winograd's minimal filtering algorithm does it
+with 36 multiplications per (input, output channel) pair instead of 144:
+transform the patch (``V = Bt d B``) and the filter (``U = G g Gt``), multiply
+them element by element and sum over the input channels (``M = sum U * V``),
+and transform back (``Y = At M A``). Summed over channels, the element-wise
+products are 36 independent GEMMs, one per position ``xi`` of the 6 x 6
+transform: ``M[xi] (tiles x O) = V[xi] (tiles x C) @ U[xi] (C x O)``. They do
+4x fewer FLOPs than the direct convolution, at the price of the transforms
+(cheap: additions on vectors of cb lanes) and of rounding: the transforms'
+constants (up to 8 and 1/24) make the result ~10x less exact than the direct
+sum (relative error ~1e-6 -> ~1e-5 in float32; see the tests).
+
+Buffers (float32, C-contiguous; ``cb`` the channel block, ``CB = C_phys //
+cb``, ``OB = O_phys // cb``; ``T = ceil(OH / 4) * ceil(OW / 4)`` tiles per
+image, numbered row-major, ``T_pad`` = T rounded up to whole register tiles):
+
+* input:   ``x: (N, CB, H, W, cb)``; padding lanes zero
+* filter:  ``u: (36, OB, CB, cb, cb)``: ``u[xi, ob, ib, i, o]`` is position
+  ``xi`` of ``G g Gt`` for input channel ``ib*cb + i`` and output channel
+  ``ob*cb + o`` (:func:`transform_filter`; for each ``xi`` the 1x1 conv's
+  packed layout, so the products are the 1x1 conv's register tile)
+* scratch: ``v: (N, 36, CB, T_pad, cb)`` the transformed input tiles
+  (tiles past T are zero), ``m: (N, 36, OB, T_pad, cb)`` the products
+* bias ``(O_phys,)``, residual and output ``y: (N, OB, OH, OW, cb)`` as in
+  :mod:`conv2d` (every output element written, padding lanes zero)
+
+Three parallel phases, each over independent tasks: input transform (one
+task per image, input block and row of tiles), products (one task per image
+and position ``xi``: its ``V[xi]`` stays in L2 while every output-block
+group runs over it with that group's weights in L1), output transform with
+the epilogue (one task per image, output block and row of tiles: bias,
+residual, clamp or activation, padding lanes zeroed).
+
+The transform matrices (interpolation points 0, 1, -1, 2, -2 and infinity,
+as in Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks")::
+
+    Bt = [4  0 -5  0  1  0]    G = [ 1/4     0     0]    At = [1  1  1  1  1  0]
+         [0 -4 -4  1  1  0]        [-1/6  -1/6  -1/6]         [0  1 -1  2 -2  0]
+         [0  4 -4 -1  1  0]        [-1/6   1/6  -1/6]         [0  1  1  4  4  0]
+         [0 -2 -1  2  1  0]        [1/24  1/12   1/6]         [0  1 -1  8 -8  1]
+         [0  2 -1 -2  1  0]        [1/24 -1/12   1/6]
+         [0  4  0 -5  0  1]        [   0     0     1]
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import literally, prange, types
+from numba.extending import intrinsic
+
+from ._config import jit
+from .epilogue import activate
+from .register_tile import fma_tile
+from .stack import stack_empty
+
+#: output pixels per tile side, input pixels per patch side, positions
+TILE = 4
+PATCH = 6
+POSITIONS = PATCH * PATCH
+_MAX_LANES = 32
+_PATCH_ELEMENTS = POSITIONS * _MAX_LANES
+_ROW_ELEMENTS = TILE * _MAX_LANES
+_ZERO = np.float32(0.0)
+
+G = np.array([[1 / 4, 0, 0],
+              [-1 / 6, -1 / 6, -1 / 6],
+              [-1 / 6, 1 / 6, -1 / 6],
+              [1 / 24, 1 / 12, 1 / 6],
+              [1 / 24, -1 / 12, 1 / 6],
+              [0, 0, 1]])
+BT = np.array([[4, 0, -5, 0, 1, 0],
+               [0, -4, -4, 1, 1, 0],
+               [0, 4, -4, -1, 1, 0],
+               [0, -2, -1, 2, 1, 0],
+               [0, 2, -1, -2, 1, 0],
+               [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+AT = np.array([[1, 1, 1, 1, 1, 0],
+               [0, 1, -1, 2, -2, 0],
+               [0, 1, 1, 4, 4, 0],
+               [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+
+
+def transform_filter(packed_direct: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``u = G g Gt`` for every (output, input) channel pair, into ``out``
+    ``(36, OB, CB, cb, cb)``, from the direct path's packed 3x3 filter
+    ``(OB, CB, 3, 3, cb, cb)`` (zero lanes stay zero). In float64, rounded once."""
+    g = packed_direct.astype(np.float64)
+    # (r, kh) x (ob, ib, kh, kw, i, o) -> (r, ob, ib, kw, i, o), then the columns
+    rows = np.tensordot(G, g, axes=([1], [2]))
+    u = np.tensordot(G, rows, axes=([1], [3]))        # (c, r, ob, ib, i, o)
+    out[...] = u.transpose(1, 0, 2, 3, 4, 5).reshape(out.shape)
+    return out
+
+
+def tile_counts(out_h: int, out_w: int) -> tuple[int, int]:
+    """``(tile rows, tile columns)`` covering an ``out_h x out_w`` output."""
+    return -(-out_h // TILE), -(-out_w // TILE)
+
+
+# --- the 1-D transforms, on vectors of cb lanes --------------------------------------
+# Written once as formulas on "vectors" (anything with + - and * by a float:
+# numpy arrays in the reference and the tests, LLVM values in the kernels),
+# factored so each output takes 2-3 operations.
+
+def input_transform_1d(d):
+    """``Bt @ (d0 .. d5)``."""
+    d0, d1, d2, d3, d4, d5 = d
+    return [4.0 * d0 - 5.0 * d2 + d4,
+            (d3 + d4) - 4.0 * (d1 + d2),
+            4.0 * (d1 - d2) + (d4 - d3),
+            2.0 * (d3 - d1) + (d4 - d2),
+            2.0 * (d1 - d3) + (d4 - d2),
+            4.0 * d1 - 5.0 * d3 + d5]
+
+
+def output_transform_1d(m):
+    """``At @ (m0 .. m5)``."""
+    m0, m1, m2, m3, m4, m5 = m
+    sum12, diff12, sum34, diff34 = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return [m0 + sum12 + sum34,
+            diff12 + 2.0 * diff34,
+            sum12 + 4.0 * sum34,
+            diff12 + 8.0 * diff34 + m5]
+
+
+class _IRVector:
+    """An LLVM float vector with the arithmetic the formulas use (fmul and
+    fadd may contract to an FMA)."""
+    __slots__ = ("builder", "value")
+    flags = ("contract",)
+
+    def __init__(self, builder, value):
+        self.builder, self.value = builder, value
+
+    def __add__(self, other):
+        return _IRVector(self.builder, self.builder.fadd(self.value, other.value,
+                                                         flags=self.flags))
+
+    def __sub__(self, other):
+        return _IRVector(self.builder, self.builder.fsub(self.value, other.value,
+                                                         flags=self.flags))
+
+    def __rmul__(self, factor: float):
+        constant = ir.Constant(self.value.type, [factor] * self.value.type.count)
+        return _IRVector(self.builder, self.builder.fmul(constant, self.value,
+                                                         flags=self.flags))
+
+
+def _vector_transform(formula, outputs: int):
+    """A numba intrinsic ``t(cb, src, src_offset, src_stride, dst, dst_offset,
+    dst_stride)``: load 6 vectors of ``cb`` (a literal) lanes at ``src_offset +
+    k * src_stride`` (k < 6), apply ``formula``, store its ``outputs`` vectors
+    at ``dst_offset + k * dst_stride``. Flat float32 offsets, no bounds check.
+    (In numba, SLP-vectorized loops over a 6 x 6 x cb stack array came out
+    at ~500 cycles per patch: the patch lived in registers and spilled.)"""
+
+    @intrinsic
+    def transform(typingctx, cb, src, src_offset, src_stride, dst, dst_offset, dst_stride):
+        if not isinstance(cb, types.IntegerLiteral) or not all(
+                isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float32
+                for a in (src, dst)):
+            return None
+        lanes = cb.literal_value
+        index = types.intp
+        signature = types.void(cb, src, index, index, dst, index, index)
+
+        def codegen(context, builder, sig, args):
+            _, src_arg, src_offset, src_stride, dst_arg, dst_offset, dst_stride = args
+            vector = ir.VectorType(ir.FloatType(), lanes)
+            src_data = context.make_array(sig.args[1])(context, builder, src_arg).data
+            dst_data = context.make_array(sig.args[4])(context, builder, dst_arg).data
+
+            def pointer(data, offset, stride, k):
+                at = builder.add(offset, builder.mul(stride, ir.Constant(offset.type, k)))
+                return builder.bitcast(builder.gep(data, [at]), vector.as_pointer())
+
+            values = [_IRVector(builder, builder.load(pointer(src_data, src_offset,
+                                                              src_stride, k), align=4))
+                      for k in range(PATCH)]
+            for k, result in enumerate(formula(values)):
+                builder.store(result.value, pointer(dst_data, dst_offset, dst_stride, k),
+                              align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return transform
+
+
+input_transform6 = _vector_transform(input_transform_1d, PATCH)
+output_transform6 = _vector_transform(output_transform_1d, TILE)
+
+
+# --- input transform ---------------------------------------------------------------
+
+@jit()
+def _input_row(xf, vf, geom, n, ib, th, cb):
+    """``V = Bt d B`` for the tiles of tile row ``th``, input block ``ib`` of
+    image ``n``: the columns of each 6 x 6 patch (read in place, or from a
+    zero-padded copy at the borders), then the rows, each row's 6 results to
+    6 positions of ``v``. The last row also zeroes the padding tiles."""
+    literally(cb)
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    patch = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
+    half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
+    x_base = (n * CB + ib) * H * W * cb
+    position_stride = CB * T_pad * cb
+    v_base = (n * POSITIONS * CB + ib) * T_pad * cb
+    ih0 = th * TILE - pt
+    rows_inside = ih0 >= 0 and ih0 + PATCH <= H
+    row = PATCH * cb
+    for tw in range(TW):
+        iw0 = tw * TILE - pl
+        if rows_inside and iw0 >= 0 and iw0 + PATCH <= W:
+            # columns: half[r, c] = (Bt d)[r, c], read in place
+            src = x_base + (ih0 * W + iw0) * cb
+            for c in range(PATCH):
+                input_transform6(cb, xf, src + c * cb, W * cb, half, c * cb, row)
+        else:
+            for r in range(PATCH):
+                ih = ih0 + r
+                for c in range(PATCH):
+                    iw = iw0 + c
+                    d = (r * PATCH + c) * cb
+                    if 0 <= ih < H and 0 <= iw < W:
+                        src = x_base + (ih * W + iw) * cb
+                        for lane in range(cb):
+                            patch[d + lane] = xf[np.uint64(src + lane)]
+                    else:
+                        for lane in range(cb):
+                            patch[d + lane] = _ZERO
+            for c in range(PATCH):
+                input_transform6(cb, patch, c * cb, row, half, c * cb, row)
+        # rows: V[r, c] = (half B)[r, c], to position r * 6 + c
+        out = v_base + (th * TW + tw) * cb
+        for r in range(PATCH):
+            input_transform6(cb, half, r * row, cb, vf, out + r * PATCH * position_stride,
+                             position_stride)
+    if th == TH - 1:
+        # tiles past the last: zero, so the products' whole register tiles
+        # multiply zeros (never stored to the output)
+        for xi in range(POSITIONS):
+            base = v_base + xi * position_stride
+            for k in range(TH * TW * cb, T_pad * cb):
+                vf[np.uint64(base + k)] = _ZERO
+
+
+# --- products -----------------------------------------------------------------------
+
+@jit()
+def _products(vf, uf, mf, zero, geom, n, xi, kcb, cb, P, B):
+    """``M[xi] = V[xi] @ U[xi]`` for image ``n``: the 1x1 conv's register
+    tile over ``T_pad`` "pixels" (tiles), input blocks in K-blocks of
+    ``kcb`` (a group's weights for one K-block stay in L1); the first K-block
+    starts from zero, later ones from the partial sums in ``m``."""
+    literally(cb)
+    literally(P)
+    literally(B)
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    v_block = T_pad * cb                 # v and m: (CB or OB, T_pad, cb) per position
+    v_base = (n * POSITIONS + xi) * CB * v_block
+    m_base = (n * POSITIONS + xi) * OB * v_block
+    w_ib = cb * cb
+    w_ob = CB * w_ib
+    u_base = xi * OB * w_ob
+    for kb0 in range(0, CB, kcb):
+        nkb = min(kcb, CB - kb0)
+        for ob0 in range(0, OB, B):
+            wo = u_base + ob0 * w_ob + kb0 * w_ib
+            for k0 in range(0, T_pad, P):
+                xo = v_base + kb0 * v_block + k0 * cb
+                yo = m_base + ob0 * v_block + k0 * cb
+                if ob0 + B <= OB:
+                    if kb0 == 0:
+                        fma_tile(P, B, cb, vf, xo, v_block, nkb, uf, wo, w_ob, zero, 0, 0, 0,
+                                 mf, False, mf, yo, v_block, 0, False, _ZERO, _ZERO)
+                    else:
+                        fma_tile(P, B, cb, vf, xo, v_block, nkb, uf, wo, w_ob, mf, yo, cb,
+                                 v_block, mf, False, mf, yo, v_block, 0, False, _ZERO, _ZERO)
+                else:                    # an odd last block: a tile of one block
+                    if kb0 == 0:
+                        fma_tile(P, 1, cb, vf, xo, v_block, nkb, uf, wo, w_ob, zero, 0, 0, 0,
+                                 mf, False, mf, yo, v_block, 0, False, _ZERO, _ZERO)
+                    else:
+                        fma_tile(P, 1, cb, vf, xo, v_block, nkb, uf, wo, w_ob, mf, yo, cb,
+                                 v_block, mf, False, mf, yo, v_block, 0, False, _ZERO, _ZERO)
+
+
+# --- output transform ----------------------------------------------------------------
+
+@jit()
+def _output_row(mf, bias, resf, yf, geom, n, ob, th, has_res, clamp, lo, hi, post, act,
+                p0, p1, cb):
+    """``Y = At M A`` for the tiles of tile row ``th``, output block ``ob``
+    of image ``n``, plus bias (and residual), clamped or activated, padding
+    lanes zero; only the pixels inside the output are stored."""
+    literally(cb)
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
+    result = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
+    position_stride = OB * T_pad * cb
+    m_base = (n * POSITIONS * OB + ob) * T_pad * cb
+    y_base = (n * OB + ob) * OH * OW * cb
+    lanes = min(cb, O - ob * cb)
+    b0 = ob * cb
+    row = TILE * cb
+    rows = min(TILE, OH - th * TILE)
+    bias_row = numba.carray(stack_empty(_ROW_ELEMENTS, np.float32), _ROW_ELEMENTS)
+    for k in range(row):
+        bias_row[k] = bias[np.uint64(b0 + k % cb)]
+    for tw in range(TW):
+        src = m_base + (th * TW + tw) * cb
+        # rows: half[r, j] = (m A)[r, j]
+        for r in range(PATCH):
+            output_transform6(cb, mf, src + r * PATCH * position_stride, position_stride,
+                              half, r * row, cb)
+        # columns: result[i, j] = (At half)[i, j]
+        for j in range(TILE):
+            output_transform6(cb, half, j * cb, row, result, j * cb, row)
+        cols = min(TILE, OW - tw * TILE)
+        if cols == TILE:
+            # a whole tile row: constant trip counts, one loop per case, written
+            # here (through a helper call, 0.1 -> 0.2 ms at 64 x 56 x 56)
+            for i in range(rows):
+                out = y_base + ((th * TILE + i) * OW + tw * TILE) * cb
+                at = i * row
+                if has_res and clamp:
+                    for k in range(TILE * cb):
+                        value = result[at + k] + bias_row[k] + resf[np.uint64(out + k)]
+                        yf[np.uint64(out + k)] = min(max(value, lo), hi)
+                elif has_res:
+                    for k in range(TILE * cb):
+                        yf[np.uint64(out + k)] = result[at + k] + bias_row[k] + \
+                            resf[np.uint64(out + k)]
+                elif clamp:
+                    for k in range(TILE * cb):
+                        yf[np.uint64(out + k)] = min(max(result[at + k] + bias_row[k], lo), hi)
+                else:
+                    for k in range(TILE * cb):
+                        yf[np.uint64(out + k)] = result[at + k] + bias_row[k]
+        else:
+            for i in range(rows):
+                _finish_pixels(result, i * row, yf, y_base + ((th * TILE + i) * OW
+                                                              + tw * TILE) * cb,
+                               cols, bias_row, resf, has_res, clamp, lo, hi, cb)
+        for i in range(rows):
+            out = y_base + ((th * TILE + i) * OW + tw * TILE) * cb
+            if post:
+                _activate_row(yf, out, cols, cb, lanes, act, p0, p1)
+            if lanes < cb:
+                for c in range(cols):
+                    for lane in range(lanes, cb):
+                        yf[np.uint64(out + c * cb + lane)] = _ZERO
+
+
+@jit()
+def _finish_pixels(result, at, yf, out, cols, bias_row, resf, has_res, clamp, lo, hi, cb):
+    """``cols`` pixels of a tile row from ``result[at:]`` to ``yf[out:]``:
+    plus the bias (``bias_row``: the block's bias once per pixel of a tile
+    row) and the residual, clamped when ``clamp`` (a partial tile's rows)."""
+    count = cols * cb
+    if has_res and clamp:
+        for k in range(count):
+            value = result[at + k] + bias_row[k] + resf[np.uint64(out + k)]
+            yf[np.uint64(out + k)] = min(max(value, lo), hi)
+    elif has_res:
+        for k in range(count):
+            yf[np.uint64(out + k)] = result[at + k] + bias_row[k] + resf[np.uint64(out + k)]
+    elif clamp:
+        for k in range(count):
+            yf[np.uint64(out + k)] = min(max(result[at + k] + bias_row[k], lo), hi)
+    else:
+        for k in range(count):
+            yf[np.uint64(out + k)] = result[at + k] + bias_row[k]
+
+
+@jit()
+def _activate_row(yf, start, npix, stride, lanes, act, p0, p1):
+    """The activation ``act`` in place on ``npix`` pixels' first ``lanes`` lanes."""
+    for p in range(npix):
+        base = start + p * stride
+        for o in range(lanes):
+            k = np.uint64(base + o)
+            yf[k] = activate(yf[k], act, p0, p1)
+
+
+# --- the driver ------------------------------------------------------------------
+
+def _make_winograd_driver(cb: int, P: int, B: int):
+    """The parallel Winograd driver for block ``cb`` and product tiles of P
+    tiles x B output blocks."""
+
+    def winograd_driver(xf, uf, bias, resf, yf, geom, kcb, has_res, clamp, lo, hi, post, act,
+                        p0, p1):
+        (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+        vf = np.empty(N * POSITIONS * CB * T_pad * cb, np.float32)
+        mf = np.empty(N * POSITIONS * OB * T_pad * cb, np.float32)
+        zero = np.zeros(cb, np.float32)
+        for task in prange(N * CB * TH):
+            n = task // (CB * TH)
+            ib = (task // TH) % CB
+            _input_row(xf, vf, geom, n, ib, task % TH, cb)
+        for task in prange(N * POSITIONS):
+            _products(vf, uf, mf, zero, geom, task // POSITIONS, task % POSITIONS, kcb,
+                      cb, P, B)
+        for task in prange(N * OB * TH):
+            n = task // (OB * TH)
+            ob = (task // TH) % OB
+            _output_row(mf, bias, resf, yf, geom, n, ob, task % TH, has_res, clamp, lo, hi,
+                        post, act, p0, p1, cb)
+
+    winograd_driver.__qualname__ = f"winograd_driver_cb{cb}_{P}x{B}"
+    return jit(parallel=True)(winograd_driver)
+
+
+_drivers: dict = {}
+
+
+def winograd_driver(cb: int, P: int, B: int):
+    """The compiled Winograd driver for block ``cb`` and tile ``P x B`` (made once)."""
+    key = (cb, P, B)
+    driver = _drivers.get(key)
+    if driver is None:
+        driver = _drivers.setdefault(key, _make_winograd_driver(cb, P, B))
+    return driver
+
+
+#: a K-block's weights for one output-block group: at most this many bytes (L1)
+_L1_SLIVER_BYTES = 16 * 1024
+
+
+def products_k_blocks(CB: int, cb: int, B: int) -> int:
+    """Input blocks per K-block of the products (balanced)."""
+    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
+    nkb = -(-CB // kcb)
+    return -(-CB // nkb)
+
+
+def padded_tiles(tiles: int, P: int) -> int:
+    return -(-tiles // P) * P
+
+
