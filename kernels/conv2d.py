@@ -1382,6 +1382,17 @@ def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
 _scratch = threading.local()
 
 
+def _scratch_buffer(name: str, count: int) -> np.ndarray:
+    """This thread's scratch buffer ``name`` of at least ``count`` floats
+    (the first ``count``), valid until its next call; the largest stays
+    allocated (a new one per call faulted its pages in again every time)."""
+    scratch = getattr(_scratch, name, None)
+    if scratch is None or scratch.size < count:
+        scratch = aligned_empty((count,))
+        setattr(_scratch, name, scratch)
+    return scratch[:count]
+
+
 def _pad_input(xf, N: int, CB: int, H: int, W: int, cb: int, pad):
     """``(xp, H + pt + pb, W + pl + pr)``: the flat blocked input ``xf``
     zero-padded by ``pad = (pt, pb, pl, pr)`` (:func:`pad_blocked`).
@@ -1391,11 +1402,7 @@ def _pad_input(xf, N: int, CB: int, H: int, W: int, cb: int, pad):
     its pages faulted in again), so the largest one stays allocated."""
     pt, pb, pl, pr = pad
     Hp, Wp = H + pt + pb, W + pl + pr
-    count = N * CB * Hp * Wp * cb
-    scratch = getattr(_scratch, "padded", None)
-    if scratch is None or scratch.size < count:
-        scratch = _scratch.padded = aligned_empty((count,))
-    padded = scratch[:count]
+    padded = _scratch_buffer("padded", N * CB * Hp * Wp * cb)
     pad_blocked(xf, padded, N, CB, H, W, cb, pt, pl, Hp, Wp)
     return padded, Hp, Wp
 
@@ -1415,6 +1422,7 @@ class _Conv2dLaunch:
     x_shape: tuple                   # the shapes it was planned for
     out_shape: tuple
     path: str                        # what runs: the filter's path, or "winograd"
+    scratch: int = 0                 # floats of a per-thread scratch argument (Winograd)
 
 
 _MAX_LAUNCHES = 16                   # per filter: shapes x options seen
@@ -1499,6 +1507,8 @@ def _run_conv2d(launch: _Conv2dLaunch, x, out, bias, residual):
     args = _checked_args(launch, x, out, bias, residual)
     if launch.pad_copy is not None:
         args = (_pad_input(args[0], *launch.pad_copy)[0],) + args[1:]
+    if launch.scratch:
+        args += (_scratch_buffer("winograd", launch.scratch),)
     launch.driver(*args)
     return out
 
@@ -1508,9 +1518,9 @@ def bind_conv2d_launch(launch: _Conv2dLaunch, x, out, bias=None, residual=None):
     x, out, bias, residual)`` again, for a caller that runs one convolution on
     the same arrays again and again (they are checked here, once; their shapes,
     dtypes and addresses cannot change while the caller holds them). None
-    when the launch pads the input first (into a per-thread scratch buffer:
-    that copy is part of every run)."""
-    if launch.pad_copy is not None:
+    when the launch pads the input first or needs scratch memory (Winograd):
+    both come from a per-thread buffer at every run."""
+    if launch.pad_copy is not None or launch.scratch:
         return None
     return launch.driver, _checked_args(launch, x, out, bias, residual)
 
@@ -1621,17 +1631,18 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     epilogue = _epilogue_args(activation, param0, param1)
     wf = packed.weights.reshape(-1)
 
-    def launch(driver, tail, pad_copy=None, weights=wf, path=packed.path):
+    def launch(driver, tail, pad_copy=None, weights=wf, path=packed.path, scratch=0):
         return _Conv2dLaunch(driver, weights, tail, pad_copy, OB * cb, O,
-                             np.zeros(OB * cb, np.float32), x.shape, out.shape, path)
+                             np.zeros(OB * cb, np.float32), x.shape, out.shape, path,
+                             scratch)
 
     if conv2d_algorithm(packed.path, packed.kernel, (sh, sw), (dh, dw), packed.groups, C, O,
                         N, OH, OW, cb, algorithm) == "winograd":
         CB = _blocks(C, cb)
         P, B = conv_tile_shape(cb)
         tile_rows, tile_cols = winograd.tile_counts(OH, OW)
-        geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols,
-                winograd.padded_tiles(tile_rows * tile_cols, P))
+        padded_tiles = winograd.padded_tiles(tile_rows * tile_cols, P)
+        geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols, padded_tiles)
         u = packed.transformed.get("winograd")
         if u is None:
             u = winograd.transform_filter(packed.weights,
@@ -1639,7 +1650,8 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
             u = packed.transformed.setdefault("winograd", u)
         return launch(winograd.winograd_driver(cb, P, B),
                       (geom, winograd.products_k_blocks(CB, cb, B), has_res) + epilogue,
-                      weights=u.reshape(-1), path="winograd")
+                      weights=u.reshape(-1), path="winograd",
+                      scratch=winograd.scratch_floats(N, CB, OB, padded_tiles, cb))
 
     if packed.path == "depthwise":
         CB = _blocks(C, cb)

@@ -503,14 +503,10 @@ def test_a_bound_conv_call_is_checked_like_a_run():
     pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1),
                                       algorithm="direct")
     assert conv_kernels.bind_conv2d_launch(pads, x, out) is None     # pads per run
-    # Winograd reads the borders as zeros itself: bound like any other call
+    # Winograd needs scratch memory, this thread's at every run
     winograd = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1))
     assert winograd.path == "winograd"
-    driver, args = conv_kernels.bind_conv2d_launch(winograd, x, out)
-    driver(*args)
-    want = out.copy()
-    conv_kernels.run_conv2d_launch(winograd, x, out)
-    np.testing.assert_array_equal(out, want)
+    assert conv_kernels.bind_conv2d_launch(winograd, x, out) is None
 
 
 def test_a_conv_launch_rejects_arrays_of_other_shapes():
