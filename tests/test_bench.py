@@ -86,6 +86,7 @@ def test_matmul_quick_reports_a_missing_peer(capsys, tmp_path, monkeypatch):
         assert row["torch"] is None and row["onnxruntime"] is None
 
 
+@pytest.mark.slow     # compiles every conv path: ~50 s with a cold kernel cache
 def test_conv2d_quick_with_every_installed_peer(capsys, tmp_path):
     out, err, data = _bench(capsys, tmp_path, "conv2d")
     info, run = _check_common(out, err, data, "conv2d", "conv2d")
@@ -112,6 +113,7 @@ def test_conv2d_quick_with_every_installed_peer(capsys, tmp_path):
         assert "| torch blocked | ratio |" in out and "torch" in run["versions"]
 
 
+@pytest.mark.slow     # compiles the conv drivers of five block sizes: ~90 s cold
 def test_blocks_quick_with_plot(capsys, tmp_path):
     png = tmp_path / "blocks.png"
     out, err, data = _bench(capsys, tmp_path, "blocks", "--peers", "numpy", "--plot", str(png))

@@ -622,7 +622,7 @@ def test_winograd(case):
              algorithm="winograd", expect_path="winograd")
 
 
-@pytest.mark.parametrize("block", [4, 16])
+@pytest.mark.parametrize("block", [4, pytest.param(16, marks=pytest.mark.slow)])
 def test_winograd_blocks_4_16(block):
     run_case(2, 9, 17, 9, 7, padding=(1, 1, 1, 1), block=block, residual=True,
              activation=(RELU, 0.0, 0.0), algorithm="winograd", expect_path="winograd")
