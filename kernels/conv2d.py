@@ -33,7 +33,10 @@ Buffers (float32, C-contiguous; ``cb`` is the channel block: 1, 4, 8, 16 or
 Paths: direct (any kernel, strides, dilations, padding, groups), 1x1 (the
 same kernel: with one tap it is a GEMM over pixels), first_layer (plain nchw
 input read in place: C lanes of stride H*W instead of a blocked input) and
-depthwise (its own kernel, vectorized over the channel block).
+depthwise (its own kernel, vectorized over the channel block). A direct 3x3
+filter with stride 1 may instead run Winograd F(4x4, 3x3) (``kernels/winograd.py``,
+its filter transformed from the direct packing at the first launch): the
+``algorithm`` argument and :func:`conv2d_algorithm` decide.
 
 How it is fast (see the design notes on Numba kernels):
 
