@@ -452,7 +452,7 @@ def conv2d_algorithm(node: Node, v: Value) -> str:
     ``kernels.conv2d.conv2d_algorithm``): ``"winograd"``, or the packed
     filter's path."""
     a = node.attrs
-    o, group_in, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
+    o, _, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
     path = conv_kernels.conv2d_path((kh, kw), a["in_channels"], a["groups"], a["first_layer"])
     n, out_h, out_w = (v._shape[0], v._shape[2], v._shape[3]) if a["axes"] == "nchw" else \
         v._shape[:3]

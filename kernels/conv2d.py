@@ -107,8 +107,7 @@ import numpy as np
 from numba import literally, prange
 
 from ._config import jit
-from .epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID, TANH,
-                       activate)
+from .epilogue import CLAMP, GELU, NONE, RELU, activate_pixels
 from .layout import group_input_block_ranges, pack_filter
 from .register_tile import conv_tile, depthwise_tile, fma_tile
 from . import winograd
@@ -151,53 +150,6 @@ def depthwise_tile_pixels(cb: int) -> int:
     14, 7) are multiples of 7: tiles of 12 wasted up to 40 % of a 14-wide
     row and could not tile a 7-wide one at all."""
     return max(1, min(7, _TILE_ELEMENTS // cb))
-
-
-# --- epilogue helpers --------------------------------------------------------
-
-@jit()
-def _activate_pixels(yf, start, npix, stride, lanes, act, p0, p1):
-    """Apply activation ``act`` in place to ``npix`` pixels of ``lanes``
-    channels starting at flat offset ``start``, ``stride`` apart.
-
-    One loop per activation so each loop body holds a single activation
-    (``activate`` is called with a constant code and folds to it)."""
-    if act == LEAKY_RELU:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], LEAKY_RELU, p0, p1)
-    elif act == SIGMOID:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], SIGMOID, p0, p1)
-    elif act == TANH:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], TANH, p0, p1)
-    elif act == HARD_SWISH:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], HARD_SWISH, p0, p1)
-    elif act == GELU:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], GELU, p0, p1)
-    elif act != NONE:
-        for p in range(npix):
-            base = start + p * stride
-            for o in range(lanes):
-                k = np.uint64(base + o)
-                yf[k] = activate(yf[k], act, p0, p1)
 
 
 @jit()
@@ -447,7 +399,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             if post:
                 for p in range(p_lo, P):
                     for b in range(last + 1):
-                        _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
+                        activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
             continue
         # partial tiles: the same steps in numba, accumulators on the stack
         # accumulators start from bias (+ residual)
@@ -533,7 +485,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             for p in range(p_lo, nvalid):
                 for b in range(last + 1):
                     lanes = min(cb, O - (ob0 + b) * cb)
-                    _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
+                    activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
                                      act, p0, p1)
 
 
@@ -724,7 +676,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                                     i_px, i_ob, resf, use_res, yf, yo, y_ob, clamp_now, lo, hi)
                 if post and last_k:
                     for b in range(last + 1):
-                        _activate_pixels(yf, yo + b * y_ob, p_hi, cb, cb, act, p0, p1)
+                        activate_pixels(yf, yo + b * y_ob, p_hi, cb, cb, act, p0, p1)
                 continue
             if not copy_input and p_hi < P:
                 # a partial output block (O not a multiple of cb): the numba
@@ -804,7 +756,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
             if post and last_k:
                 for b in range(last + 1):
                     lanes = min(cb, O - (ob0 + b) * cb)
-                    _activate_pixels(yf, ybase + (p_lo * cb) + (ob0 + b) * y_ob, p_hi - p_lo,
+                    activate_pixels(yf, ybase + (p_lo * cb) + (ob0 + b) * y_ob, p_hi - p_lo,
                                      cb, lanes, act, p0, p1)
 
 
@@ -967,7 +919,7 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
                         v = min(max(v, lo), hi)
                     yf[np.uint64(yo + o)] = v if o < lim else _ZERO
                 if post:
-                    _activate_pixels(yf, yo, 1, cb, min(cb, lim), act, p0, p1)
+                    activate_pixels(yf, yo, 1, cb, min(cb, lim), act, p0, p1)
                 ow += 1
             if not tiled:
                 continue
@@ -1016,7 +968,7 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
                     depthwise_tile(P, cb, xps, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 if post:
-                    _activate_pixels(yf, ypix + p_lo * cb, P - p_lo, cb, cb, act, p0, p1)
+                    activate_pixels(yf, ypix + p_lo * cb, P - p_lo, cb, cb, act, p0, p1)
                 ow0 += P
                 continue
             # a partial tile (pixels, or lanes of the last block): the same
@@ -1078,7 +1030,7 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geom, n, ob, oh_sta
                             v = min(max(v, lo), hi)
                         yf[np.uint64(yo + o)] = v if o < lim else _ZERO
             if post:
-                _activate_pixels(yf, ypix + p_lo * cb, nvalid - p_lo, cb, min(cb, lim), act,
+                activate_pixels(yf, ypix + p_lo * cb, nvalid - p_lo, cb, min(cb, lim), act,
                                  p0, p1)
             ow0 += P
 
@@ -1359,14 +1311,20 @@ _L1_SLIVER_BYTES = 16 * 1024
 _L2_CHUNK_BYTES = 128 * 1024
 
 
+def k_blocks(CB: int, cb: int, B: int) -> int:
+    """Input blocks per K-block of a GEMM on the register tile (the 1x1 path,
+    Winograd's products): balanced, a group's weights for one in L1."""
+    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
+    nkb = -(-CB // kcb)
+    return -(-CB // nkb)
+
+
 def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
                    P: int, B: int):
     """``(chunk, kcb, gsets)`` for the 1x1 driver with tiles of P pixels x B
     blocks: pixels per task (whole tiles), input blocks per K-block, and how
     many sets the output-block groups are split into (tasks = N x chunks x sets)."""
-    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
-    nkb = -(-CB // kcb)
-    kcb = -(-CB // nkb)                         # balanced K-blocks
+    kcb = k_blocks(CB, cb, B)
     chunk = max(P, _L2_CHUNK_BYTES // (kcb * cb * 4) // P * P)
     nchunks = -(-pixels // chunk)
     threads = max(1, threads)
@@ -1586,9 +1544,9 @@ def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_chan
     if algorithm == "winograd":
         return "winograd"
     tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
-    # v and m: 36 positions x tiles x (input + output) channels, float32
-    scratch = winograd.POSITIONS * batch * tile_rows * tile_cols * 4 * block * (
-        _blocks(in_channels, block) + _blocks(out_channels, block))
+    tiles = winograd.padded_tiles(tile_rows * tile_cols, conv_tile_shape(block)[0])
+    scratch = 4 * winograd.scratch_floats(batch, _blocks(in_channels, block),
+                                          _blocks(out_channels, block), tiles, block)
     if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
         return "winograd"
     return path
@@ -1652,7 +1610,7 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
                                           aligned_empty((winograd.POSITIONS, OB, CB, cb, cb)))
             u = packed.transformed.setdefault("winograd", u)
         return launch(winograd.winograd_driver(cb, P, B),
-                      (geom, winograd.products_k_blocks(CB, cb, B), has_res) + epilogue,
+                      (geom, k_blocks(CB, cb, B), has_res) + epilogue,
                       weights=u.reshape(-1), path="winograd",
                       scratch=winograd.scratch_floats(N, CB, OB, padded_tiles, cb))
 

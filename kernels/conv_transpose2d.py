@@ -72,9 +72,9 @@ import numpy as np
 from numba import literally, prange
 
 from ._config import jit
-from .conv2d import (BLOCK_SIZES, _activate_pixels, _border_pixel, _epilogue_args,
+from .conv2d import (BLOCK_SIZES, _border_pixel, _epilogue_args,
                      aligned_empty, conv_tile_shape)
-from .epilogue import NONE
+from .epilogue import NONE, activate_pixels
 from .layout import group_input_block_ranges, pack_filter
 from .stack import stack_empty
 
@@ -275,7 +275,7 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
             for p in range(nvalid):
                 for b in range(last + 1):
                     lanes = min(cb, O - (ob0 + b) * cb)
-                    _activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
+                    activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
                                      act, p0, p1)
 
 

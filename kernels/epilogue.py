@@ -65,6 +65,51 @@ def activate(x, code, param0, param1):
     return x
 
 
+@jit()
+def activate_pixels(yf, start, npix, stride, lanes, act, p0, p1):
+    """Apply activation ``act`` in place to ``npix`` pixels of ``lanes``
+    channels starting at flat offset ``start``, ``stride`` apart.
+
+    One loop per activation so each loop body holds a single activation
+    (``activate`` is called with a constant code and folds to it)."""
+    if act == LEAKY_RELU:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], LEAKY_RELU, p0, p1)
+    elif act == SIGMOID:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], SIGMOID, p0, p1)
+    elif act == TANH:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], TANH, p0, p1)
+    elif act == HARD_SWISH:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], HARD_SWISH, p0, p1)
+    elif act == GELU:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], GELU, p0, p1)
+    elif act != NONE:
+        for p in range(npix):
+            base = start + p * stride
+            for o in range(lanes):
+                k = np.uint64(base + o)
+                yf[k] = activate(yf[k], act, p0, p1)
+
+
 def activation_reference(x: np.ndarray, code: int, param0: float = 0.0,
                          param1: float = 0.0) -> np.ndarray:
     """The numpy spec of :func:`activate`, computed in float64."""

@@ -55,7 +55,7 @@ from numba import literally, prange, types
 from numba.extending import intrinsic
 
 from ._config import jit
-from .epilogue import activate
+from .epilogue import activate_pixels
 from .register_tile import fma_tile
 from .stack import stack_empty
 
@@ -152,10 +152,10 @@ class _IRVector:
                                                          flags=self.flags))
 
 
-def _vector_transform(formula, outputs: int):
+def _vector_transform(formula):
     """A numba intrinsic ``t(cb, src, src_offset, src_stride, dst, dst_offset,
     dst_stride)``: load 6 vectors of ``cb`` (a literal) lanes at ``src_offset +
-    k * src_stride`` (k < 6), apply ``formula``, store its ``outputs`` vectors
+    k * src_stride`` (k < 6), apply ``formula``, store the vectors it returns
     at ``dst_offset + k * dst_stride``. Flat float32 offsets, no bounds check.
     (In numba, SLP-vectorized loops over a 6 x 6 x cb stack array came out
     at ~500 cycles per patch: the patch lived in registers and spilled.)"""
@@ -193,8 +193,8 @@ def _vector_transform(formula, outputs: int):
     return transform
 
 
-input_transform6 = _vector_transform(input_transform_1d, PATCH)
-output_transform6 = _vector_transform(output_transform_1d, TILE)
+input_transform6 = _vector_transform(input_transform_1d)
+output_transform6 = _vector_transform(output_transform_1d)
 
 
 # --- input transform ---------------------------------------------------------------
@@ -352,7 +352,7 @@ def _output_row(mf, bias, resf, yf, geom, n, ob, th, has_res, clamp, lo, hi, pos
         for i in range(rows):
             out = y_base + ((th * TILE + i) * OW + tw * TILE) * cb
             if post:
-                _activate_row(yf, out, cols, cb, lanes, act, p0, p1)
+                activate_pixels(yf, out, cols, cb, lanes, act, p0, p1)
             if lanes < cb:
                 for c in range(cols):
                     for lane in range(lanes, cb):
@@ -378,16 +378,6 @@ def _finish_pixels(result, at, yf, out, cols, bias_row, resf, has_res, clamp, lo
     else:
         for k in range(count):
             yf[np.uint64(out + k)] = result[at + k] + bias_row[k]
-
-
-@jit()
-def _activate_row(yf, start, npix, stride, lanes, act, p0, p1):
-    """The activation ``act`` in place on ``npix`` pixels' first ``lanes`` lanes."""
-    for p in range(npix):
-        base = start + p * stride
-        for o in range(lanes):
-            k = np.uint64(base + o)
-            yf[k] = activate(yf[k], act, p0, p1)
 
 
 # --- the driver ------------------------------------------------------------------
@@ -432,23 +422,12 @@ def winograd_driver(cb: int, P: int, B: int):
     return driver
 
 
-#: a K-block's weights for one output-block group: at most this many bytes (L1)
-_L1_SLIVER_BYTES = 16 * 1024
-
-
 def scratch_floats(N: int, CB: int, OB: int, T_pad: int, cb: int) -> int:
     """Floats of the driver's ``scratch`` argument: ``v`` then ``m``. The
     caller keeps it between calls (a new array per call had its pages faulted
     in by the worker threads every time: 0.44 -> 0.65 ms at 64 x 56 x 56 on
     2 threads)."""
     return N * POSITIONS * (CB + OB) * T_pad * cb
-
-
-def products_k_blocks(CB: int, cb: int, B: int) -> int:
-    """Input blocks per K-block of the products (balanced)."""
-    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
-    nkb = -(-CB // kcb)
-    return -(-CB // nkb)
 
 
 def padded_tiles(tiles: int, P: int) -> int:
