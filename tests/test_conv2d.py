@@ -60,10 +60,22 @@ def test_activations_through_the_op(activation):
     _check(got, conv2d_reference(x, w, b, padding=1, activation=activation), 81)
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("c_in,c_out,kernel,stride,groups", [
+PATH_CASES = [
     (3, 16, 7, 2, 1),      # first layer: reads nchw directly
-    (17, 9, 3, 1, 1), (16, 16, 3, 1, 16), (8, 16, 3, 2, 8), (64, 17, 1, 1, 1), (12, 6, 3, 1, 3)])
+    (17, 9, 3, 1, 1), (16, 16, 3, 1, 16), (8, 16, 3, 2, 8), (64, 17, 1, 1, 1), (12, 6, 3, 1, 3)]
+
+
+def _path_and_block_cases():
+    """Every path at blocks 4 and 8; at block 16 (AVX-512's) only the 1x1 in
+    the default run: each other path compiles a driver of its own there
+    (~60 s of the default run on a cold cache), so they are ``slow``."""
+    for block in (4, 8, 16):
+        for case in PATH_CASES:
+            slow = block == 16 and case != (64, 17, 1, 1, 1)
+            yield pytest.param(block, *case, marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("block,c_in,c_out,kernel,stride,groups", _path_and_block_cases())
 def test_paths_and_block_sizes(block, c_in, c_out, kernel, stride, groups):
     ctx = jitnn.Context(block=block)
     x, w = _random((3, c_in, 9, 11), 7), _random((c_out, c_in // groups, kernel, kernel), 8)
