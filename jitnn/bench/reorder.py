@@ -5,8 +5,7 @@ C = 3 up to 8 gets credit for the larger buffer it writes. Every row compares,
 in the same run, against ``np.copyto`` of the source's bytes (the
 memory-bound ceiling: this suite's peak; single-threaded in numpy) and
 against numpy doing the same conversion with a transposed view and one
-strided copy (the numpy peer), the three timed in turns (so a ratio is not
-at the mercy of what else ran while one of them was timed). Block 8 (``nChw8c``, AVX2's register).
+strided copy (the numpy peer). Block 8 (``nChw8c``, AVX2's register).
 The compile probe measures ``import jitnn`` and every reorder kernel's cold
 compile and cached load, each in a fresh process with an empty kernel cache.
 """
@@ -43,9 +42,7 @@ def reorder_rows(run: Run, shape):
     cp = layouts.padded_channels(c, BLOCK)
     plain_out, nhwc_out, blocked_out = np.empty_like(x), np.empty_like(nhwc), np.empty_like(blocked)
     copy_dst = np.empty_like(x)
-
-    def copy():
-        np.copyto(copy_dst, x)
+    copy_s, _, _ = run.median(lambda: np.copyto(copy_dst, x))
     padded = np.zeros((n, cp, h, w), np.float32)
     padded_nhwc = np.zeros((n, h, w, cp), np.float32)
 
@@ -77,10 +74,8 @@ def reorder_rows(run: Run, shape):
     ]
     moved = x.nbytes + blocked.nbytes
     for name, ours, theirs in conversions:
-        # in turns with the copy (and numpy's conversion): the ratios see the same machine
-        timed = run.interleaved([ours, copy] + ([theirs] if "numpy" in run.peers else []))
-        (ours_s, lo, hi, _), copy_s = timed[0], timed[1][0]
-        numpy_s = timed[2][0] if len(timed) > 2 else None
+        ours_s, lo, hi = run.median(ours)
+        numpy_s = run.median(theirs)[0] if "numpy" in run.peers else None
         yield {
             "reorder": name, "shape": list(shape), "threads": run.threads,
             "mbytes": x.nbytes / 1e6,
@@ -100,15 +95,12 @@ def filter_rows(run: Run):
         w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         o, i, kh, kw = shape
         packed = np.empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK), np.float32)
+        ours_s, lo, hi = run.median(lambda: kernels.pack_filter(w, 1, packed))
         dst = np.empty_like(w)
-        variants = [lambda: kernels.pack_filter(w, 1, packed), lambda: np.copyto(dst, w)]
-        if "numpy" in run.peers:
-            variants.append(lambda: np.copyto(
-                packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK, kh, kw)
-                .transpose(0, 2, 4, 5, 3, 1)))
-        timed = run.interleaved(variants)
-        (ours_s, lo, hi, _), copy_s = timed[0], timed[1][0]
-        numpy_s = timed[2][0] if len(timed) > 2 else None
+        copy_s, _, _ = run.median(lambda: np.copyto(dst, w))
+        numpy_s = run.median(lambda: np.copyto(
+            packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK, kh, kw)
+            .transpose(0, 2, 4, 5, 3, 1)))[0] if "numpy" in run.peers else None
         moved = 2 * w.nbytes
         yield {"reorder": "oihw -> OIhw8i8o", "shape": list(shape), "threads": run.threads,
                "mbytes": w.nbytes / 1e6, "jitnn_gbs": moved / ours_s / 1e9,
