@@ -26,7 +26,7 @@ import numpy as np
 
 from . import default_context
 from .bench.chain import POLICIES, jitnn_forward, parameters, workloads
-from .bench.harness import interleaved_seconds
+from .bench.harness import median_seconds
 
 PLOT = "jitnn-demo.png"
 
@@ -49,7 +49,7 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         params = parameters(kind, shape[1], mid, np)
         result = np.empty(shape, np.float32)
-        answers, runs = {}, []
+        answers = {}
         for policy in POLICIES:
             ctx = jitnn.Context(num_threads=threads, policy=policy)
             weights = [(ctx.tensor(w), None if bn is None else [ctx.tensor(v) for v in bn], pad)
@@ -71,15 +71,13 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
             answers[policy] = result.copy()
             ctx.reset_stats()
             once()
-            runs.append((policy, ctx, weights, once, ctx.stats))
+            stats = ctx.stats
+            # the bench suites' timing: median over >= 0.3 s of repeats after warm-up;
+            # the tax is the reorders' share of those same repeats
             ctx.reset_stats()
-        # the bench suites' timing: the three policies in turns, median over >= 0.3 s
-        # each (so their ratios see the same machine); the tax is the reorders'
-        # share of those same calls
-        timed = interleaved_seconds([run[3] for run in runs], min_time=0.05 if quick else 0.3,
-                                    warmup=0)
-        for (policy, ctx, weights, once, stats), (seconds, _, _, total) in zip(runs, timed):
-            tax = ctx.stats.reorder_s / total
+            start = time.perf_counter()
+            seconds = median_seconds(once, min_time=0.05 if quick else 0.3)[0]
+            tax = ctx.stats.reorder_s / (time.perf_counter() - start)
             rows.append({"workload": name, "policy": policy, "ms": seconds * 1e3,
                          "reorders": stats.reorders, "reorder_mb": stats.reorder_bytes / 1e6,
                          "tax": tax, "reorder_ms": tax * seconds * 1e3,

@@ -4,7 +4,6 @@ JSON holds what it promises. No timing assertions: only that things run."""
 import json
 import pathlib
 import runpy
-import time
 
 import pytest
 
@@ -225,21 +224,3 @@ def test_conv2d_suite_defaults_its_batches_when_the_cli_passes_none():
     assert batches_of(SimpleNamespace(quick=False, options={})) == [1, 8]
     assert batches_of(SimpleNamespace(quick=False, options={"batches": [8]})) == [8]
     assert batches_of(SimpleNamespace(quick=True, options={"batches": [8]})) == [1]
-
-
-def test_interleaved_timing_calls_the_variants_in_turns():
-    calls = []
-
-    def variant(name, seconds):
-        def call():
-            calls.append(name)
-            time.sleep(seconds)
-        return call
-    timed = harness.interleaved_seconds([variant("a", 0.002), variant("b", 0.0)],
-                                        min_time=0.05, min_reps=5, warmup=1)
-    assert calls[:2] == ["a", "b"]                # the warm-up, one call each
-    rounds = calls[2:]
-    assert len(rounds) >= 10 and rounds == ["a", "b"] * (len(rounds) // 2)
-    (a_median, a_min, a_max, a_total), (b_median, _, _, b_total) = timed
-    assert a_min <= a_median <= a_max and a_median >= 0.002 > b_median
-    assert a_total >= a_median * (len(rounds) // 2) * 0.5 and b_total < a_total

@@ -13,10 +13,7 @@ Columns: jitnn under ``policy="blocked"`` (lazy, fused, blocked between ops),
 at its call, converted back to NCHW after every op), with their reorder count
 and reorder tax (share of the time spent in reorders, from ``ctx.stats``);
 PyTorch eager on NCHW tensors, and PyTorch with ``to_mkldnn`` tensors and
-modules (blocked between ops, converted at both ends). The three policies are
-timed in turns (:func:`harness.interleaved_seconds`), so their ratios see the
-same machine; PyTorch, whose threads keep spinning after a call, is timed on
-its own.
+modules (blocked between ops, converted at both ends).
 
 Scheduler overhead: a chain of 1x1 conv + relu pairs on a 1x8x4x4 tensor
 (kernels cost nothing there), timed through ``jitnn.conv2d``/``jitnn.relu``
@@ -117,7 +114,7 @@ def measure(run: Run) -> dict:
         params = parameters(kind, shape[1], mid, np)
         out = np.empty(shape, np.float32)
         row = {"label": name, "kind": kind, "threads": run.threads}
-        results, onces = {}, {}
+        results = {}
         for policy in POLICIES:
             ctx = jitnn.Context(num_threads=run.threads, policy=policy)
             weights = [(ctx.tensor(w), None if bn is None else [ctx.tensor(v) for v in bn], pad)
@@ -130,20 +127,18 @@ def measure(run: Run) -> dict:
             ctx.reset_stats()
             once()
             stats = ctx.stats
+            seconds, lo, hi = run.median(once)
+            ctx.reset_stats()
+            taxed = run.median(once)[0]
+            reps = ctx.stats
+            row[policy] = seconds * 1e3
+            row[f"{policy}_spread"] = [lo * 1e3, hi * 1e3]
             row[f"{policy}_reorders"] = stats.reorders
             row[f"{policy}_reorder_mb"] = stats.reorder_bytes / 1e6
             row[f"{policy}_launches"] = stats.launches
-            ctx.reset_stats()
-            onces[policy] = (ctx, once)
-        # the policies in turns (warm already): their ratio sees the same machine
-        timed = run.interleaved([once for _, once in onces.values()], warmup=0)
-        for policy, (seconds, lo, hi, total) in zip(onces, timed):
-            ctx = onces[policy][0]
-            row[policy] = seconds * 1e3
-            row[f"{policy}_spread"] = [lo * 1e3, hi * 1e3]
-            # share of the time in reorders, over all the timed calls
-            row[f"{policy}_tax"] = (ctx.stats.reorder_s / total
-                                    if row[f"{policy}_reorders"] else 0.0)
+            # share of the time in reorders, over all repeats of the timing
+            calls = max(1, reps.reorders // max(1, stats.reorders))
+            row[f"{policy}_tax"] = reps.reorder_s / (taxed * calls) if stats.reorders else 0.0
             run.progress(f"{name}: {policy} {seconds * 1e3:.2f} ms")
         row["max_diff"] = float(max(np.abs(results[p] - results["blocked"]).max()
                                     for p in POLICIES))

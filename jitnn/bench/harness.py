@@ -14,9 +14,7 @@ recording figures.
 
 Timing. :func:`median_seconds` calls the function a few times first (so JIT
 compilation and first-touch page faults happen outside the timed calls), then
-reports the median and the spread (min, max) of the timed calls;
-:func:`interleaved_seconds` times several variants in turns, so a ratio
-between them is not at the mercy of what else ran in each one's window. Compile
+reports the median and the spread (min, max) of the timed calls. Compile
 time is measured apart, by :func:`compile_times`, in fresh processes sharing
 an empty kernel cache.
 
@@ -71,39 +69,6 @@ def median_seconds(function: Callable[[], object], min_time: float = 0.3, min_re
         times.append(time.perf_counter() - t0)
     times.sort()
     return times[len(times) // 2], times[0], times[-1]
-
-
-def interleaved_seconds(functions: list[Callable[[], object]], min_time: float = 0.3,
-                        min_reps: int = 5, warmup: int = 2) -> list[tuple[float, float, float, float]]:
-    """For each function, ``(median, min, max, total)`` seconds of its timed
-    calls, the functions called in turn (one call each per round) until each
-    has ``min_reps`` calls and the rounds took ``min_time`` per function.
-
-    For the ratios between jitnn's own variants (the policies of a chain):
-    timed one after the other, each in its own window, a busy neighbour on
-    this shared machine that came and went between the windows moved the
-    ratio by 0.9-2x between runs; in turns, every variant sees the same
-    conditions. Peers that keep threads spinning after a call (OpenBLAS,
-    torch) are not timed this way (see :func:`median_seconds`)."""
-    if min_time >= 0.3:
-        time.sleep(0.2)
-    for function in functions:
-        for _ in range(warmup):
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    start = time.perf_counter()
-    while (len(times[0]) < min_reps
-           or time.perf_counter() - start < min_time * len(functions)):
-        for function, spent in zip(functions, times):
-            t0 = time.perf_counter()
-            function()
-            spent.append(time.perf_counter() - t0)
-    result = []
-    for spent in times:
-        total = sum(spent)
-        spent.sort()
-        result.append((spent[len(spent) // 2], spent[0], spent[-1], total))
-    return result
 
 
 def geomean(values: Iterable[float | None]) -> float:
@@ -221,17 +186,6 @@ class Run:
             min_reps = min(min_reps, 3)
             warmup = min(warmup, 1)
         return median_seconds(function, min_time=min_time, min_reps=min_reps, warmup=warmup)
-
-    def interleaved(self, functions, min_time: float | None = None, min_reps: int = 5,
-                    warmup: int = 2) -> list[tuple[float, float, float, float]]:
-        """:func:`interleaved_seconds`, shorter in quick mode."""
-        if min_time is None:
-            min_time = 0.02 if self.quick else 0.3
-        if self.quick:
-            min_reps = min(min_reps, 3)
-            warmup = min(warmup, 1)
-        return interleaved_seconds(functions, min_time=min_time, min_reps=min_reps,
-                                   warmup=warmup)
 
     def progress(self, message: str) -> None:
         """One progress line on stderr (the tables go to stdout)."""
