@@ -547,6 +547,7 @@ def _check_packed_fma(asms, min_fma=12):
             assert not spills, f"{signature}: spills in the hot loop: {spills[:3]}"
 
 
+@pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 @pytest.mark.parametrize("kind", ["direct", "first_layer"])
 def test_conv_tiles_use_packed_fma(monkeypatch, kind):
@@ -566,6 +567,7 @@ def test_winograd_products_use_packed_fma(monkeypatch):
     _check_packed_fma(asms)
 
 
+@pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 def test_depthwise_rows_use_packed_fma(monkeypatch):
     asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
@@ -766,6 +768,7 @@ def test_1x1_gemm_split_groups_and_threads():
         numba.set_num_threads(prev)
 
 
+@pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 def test_conv1x1_tiles_use_packed_fma(monkeypatch):
     # 81 pixels: whole tiles and a short one; O = 24: the 4 x 3 tile

@@ -369,6 +369,7 @@ needs_release_build = pytest.mark.skipif(
     bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
 
 
+@pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 def test_tiles_use_packed_fma(monkeypatch):
     """The driver's copy of the tile loop (what runs from the cache) uses
