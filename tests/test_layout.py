@@ -138,18 +138,23 @@ def test_nhwc_reorders_on_tensors_past_the_caches(block, shape):
     np.testing.assert_array_equal(back, nhwc)
 
 
-def test_blocked_to_nhwc_ignores_padding_lane_values():
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("channels", (1, 3, 7, 9, 17))
+def test_blocked_to_nhwc_ignores_padding_lane_values(block, channels):
     # the partial block is stored as whole vectors that spill padding lanes
     # onto the next pixel before that pixel is written: garbage there must
     # never survive (nor reach past the output)
-    x = _random((2, 3, 40, 30), seed=5)
-    blocked = layouts.reference_nchw_to_blocked(x, 8)
-    blocked[:, :, :, :, 3:] = np.nan
-    storage = np.full(2 * 40 * 30 * 3 + 16, -1.0, np.float32)  # 16 spare floats past the output
-    nhwc = storage[:-16].reshape(2, 40, 30, 3)
+    x = _random((2, channels, 40, 30), seed=5)
+    blocked = layouts.reference_nchw_to_blocked(x, block)
+    partial = channels % block
+    if partial:
+        blocked[:, -1, :, :, partial:] = np.nan
+    spare = 40  # floats past the output
+    storage = np.full(x.size + spare, -1.0, np.float32)
+    nhwc = storage[:-spare].reshape(2, 40, 30, channels)
     kernels.blocked_to_nhwc(blocked, nhwc)
     np.testing.assert_array_equal(nhwc, x.transpose(0, 2, 3, 1))
-    assert np.all(storage[-16:] == -1.0)
+    assert np.all(storage[-spare:] == -1.0)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
