@@ -124,7 +124,9 @@ class Value:
         self._layout = layout
         self._data = data
         self._node = node
-        self._lock = threading.Lock()
+        # re-entrant: a form may be derived from another form of the same
+        # value (a blocked filter's packing reads its plain copy first)
+        self._lock = threading.RLock()
         # Forms derived from this value once and reused: a packed filter per
         # block size, the blocked copy of a plain input. Values are immutable,
         # so these never go stale.
@@ -182,7 +184,11 @@ class Value:
         return self._data
 
     def _derive(self, key: tuple, make: Callable[[], object]) -> object:
-        """``make()`` once per key for this value, then the stored result."""
+        """``make()`` once per key for this value, then the stored result.
+
+        ``make`` runs under this value's lock, so it must not run pending work
+        (a flush takes the context's lock, and a flushing thread may be
+        waiting for this one): materialize what it reads before calling."""
         value = self._derived.get(key)
         if value is None:
             with self._lock:

@@ -518,3 +518,68 @@ def test_a_residual_that_is_the_convs_own_input_is_not_overwritten(kernel):
     h_want = _relu(conv2d_reference(x_np, w1, padding=1))
     mid = conv2d_reference(h_want, w2, padding=kernel // 2) + h_want
     _close(y.numpy(), conv2d_reference(mid, w2, padding=kernel // 2), atol=1e-3)
+
+
+# --- operands computed in a blocked layout -----------------------------------------------
+
+def _finishes(call, seconds=120):
+    """``call()``'s result, failing (not hanging the suite) if it deadlocks."""
+    result, errors = [], []
+
+    def run():
+        try:
+            result.append(call())
+        except BaseException as error:  # noqa: BLE001 - re-raised below
+            errors.append(error)
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"did not finish in {seconds} s (deadlock?)"
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+@pytest.mark.parametrize("policy", ["blocked", "plain", "eager"])
+@pytest.mark.parametrize("op", ["conv2d", "conv_transpose2d"])
+def test_a_filter_or_bias_computed_in_a_blocked_layout(policy, op):
+    """A conv whose filter is another op's blocked output: packing reads the
+    filter back to plain first (once deadlocked on the filter's own lock)."""
+    ctx = jitnn.Context(policy=policy)
+    x_np, w_np = _random((2, 9, 6, 5), 80), _random((9, 9, 3, 3), 81, 0.3)
+    eye = np.eye(9, dtype=np.float32).reshape(9, 9, 1, 1)
+    x = ctx.tensor(x_np)
+    computed = [jitnn.reorder(ctx.tensor(w_np), "nChw8c"),      # blocked in every policy
+                jitnn.conv2d(ctx.tensor(w_np), eye)]            # blocked unless plain
+    bias = jitnn.reshape(jitnn.global_average_pool2d(jitnn.conv2d(ctx.tensor(x_np[:1]), eye)),
+                         (9,))
+    for w in computed:
+        if op == "conv2d":
+            y = getattr(jitnn, op)(x, w, bias, padding=1)
+            want = conv2d_reference(x_np, w_np, x_np[0].mean(axis=(1, 2)), padding=1)
+        else:
+            y = getattr(jitnn, op)(x, w)
+            want = jitnn.conv_transpose2d(x, w_np).numpy()
+        _close(_finishes(y.numpy), want, atol=1e-3)
+
+
+@pytest.mark.parametrize("policy", ["blocked", "plain", "eager"])
+def test_matmul_reads_a_conv_output_whatever_the_policy(policy):
+    """matmul needs plain operands: a conv output that stays blocked is read
+    back (one reorder), not refused."""
+    ctx = jitnn.Context(policy=policy)
+    x_np, w_np = _random((2, 9, 5, 4), 82), _random((9, 9, 1, 1), 83)
+    b_np = _random((4, 3), 84)
+    c = jitnn.conv2d(ctx.tensor(x_np), w_np)
+    conv = conv2d_reference(x_np, w_np)
+    _close(jitnn.matmul(c, b_np).numpy(), conv @ b_np, atol=1e-3)
+    left = _random((3, 5), 85)
+    _close(jitnn.matmul(left, c).numpy(), left @ conv, atol=1e-3)
+    # with a graph as well
+    builder = jitnn.GraphBuilder(ctx)
+    xin = builder.input("x", x_np.shape)
+    graph = builder.build({"y": builder.matmul(builder.conv2d(xin, builder.constant(w_np)),
+                                               builder.constant(b_np))})
+    out = np.empty((2, 9, 5, 3), np.float32)
+    ctx.compute(graph, {"x": x_np}, {"y": out})
+    _close(out, conv @ b_np, atol=1e-3)

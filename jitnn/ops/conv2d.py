@@ -286,7 +286,8 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     if a["bias"] is not None and bn_shift is None:
         # padded to whole blocks once per bias tensor (a model runs it again)
         bias_key = ("conv2d_bias", o_phys)
-        bias_array = a["bias"]._derive(bias_key, lambda: _padded_bias(a["bias"], o, o_phys))
+        bias_values = plain_buffer(a["bias"])
+        bias_array = a["bias"]._derive(bias_key, lambda: _padded_bias(bias_values, o, o_phys))
     elif a["bias"] is not None or bn_shift is not None:
         bias_array = np.zeros(o_phys, np.float32)
         if a["bias"] is not None:
@@ -317,9 +318,9 @@ def _destination(blocked: tuple, plain_result: bool, out: np.ndarray | None) -> 
     return out if out is not None and not plain_result else np.empty(blocked, np.float32)
 
 
-def _padded_bias(bias: Value, channels: int, lanes: int) -> np.ndarray:
+def _padded_bias(bias: np.ndarray, channels: int, lanes: int) -> np.ndarray:
     padded = np.zeros(lanes, np.float32)
-    padded[:channels] = bias._materialize()
+    padded[:channels] = bias
     return padded
 
 
@@ -333,8 +334,14 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
     if bn_scale is not None:
         key += ("bn",) + tuple(a["bn"])   # the statistics' Values: same tensors, same fold
 
+    packed = w._derived.get(key)
+    if packed is not None:
+        return packed, key
+    # read outside the filter's lock (see Value._derive); a filter computed in
+    # a blocked layout (another conv's output, say) is read back to plain
+    weights = plain_buffer(w)
+
     def pack():
-        weights = w._materialize() if layouts.block_of(w.layout) is None else plain_buffer(w)
         oihw = layouts.filter_as_oihw(weights, a["filter_layout"])
         if bn_scale is not None:
             oihw = oihw * bn_scale[:, None, None, None]

@@ -339,9 +339,9 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     x_value = node.inputs[0]
     source = blocked_buffer(ctx, x_value, block, options.input_layout)
     w = a["w"]
+    weights = plain_buffer(w)    # outside the filter's lock (see Value._derive)
 
     def pack():
-        weights = plain_buffer(w)
         packed = conv_transpose2d_pack(weights, options, block)
         ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed

@@ -22,7 +22,7 @@ from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import matmul as mm
 from ..tensor import Node, Tensor, Value
-from ._common import as_tensor, context_of, parse_activation, pending, value_of
+from ._common import as_tensor, context_of, parse_activation, pending, plain_buffer, value_of
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -41,8 +41,10 @@ def gemm_reference(a, b, c=None, *, alpha=1.0, beta=1.0, a_transpose=False,
 
 
 def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
+    values = plain_buffer(b)     # outside b's lock (see Value._derive)
+
     def pack():
-        packed = mm.pack_b(b._materialize(), b_transpose=transpose, threads=ctx.num_threads)
+        packed = mm.pack_b(values, b_transpose=transpose, threads=ctx.num_threads)
         ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes)
         return packed
     return b._derive(("matmul_b", transpose), pack)
@@ -63,8 +65,6 @@ def matmul(a, b, *, activation=None) -> Tensor:
     for name, t in (("a", a), ("b", b)):
         if t.ndim < 1:
             raise JitnnValueError(f"{op}: {name} must have rank >= 1, got a scalar")
-        if layouts.block_of(t.layout) is not None:
-            raise JitnnValueError(f"{op}: {name} is blocked ({t.layout}); matmul reads plain tensors")
     code, p0, p1 = parse_activation(op, activation)
     a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
     b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
@@ -100,10 +100,12 @@ def matmul(a, b, *, activation=None) -> Tensor:
 
     def produce() -> np.ndarray:
         out = np.empty((groups, m, n), np.float32)
-        a3 = av._materialize().reshape(a_count, m, k)
+        # a conv's output may come blocked: matmul reads it back to plain
+        # (one reorder, counted) like any op that needs the standard layout
+        a3 = plain_buffer(av).reshape(a_count, m, k)
         b3 = _packed_b(ctx, bv, False) if pack and b_count == 1 else None
         if b3 is None:
-            b3 = bv._materialize().reshape(b_count, k, n)
+            b3 = plain_buffer(bv).reshape(b_count, k, n)
         if out.size:
             ctx._launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
                         activation=code, param0=p0, param1=p1)
@@ -141,16 +143,16 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     dest = np.empty((m, n), np.float32)
     if dest.size == 0:
         return dest.reshape(value.shape)
-    left, b = a["a"]._materialize(), a["b"]
+    left, b = plain_buffer(a["a"]), a["b"]
     if left.ndim != 2:                       # numpy's 1-D operands of matmul
         left = left.reshape(m, k)
     if _worth_packing(m, n, k):
         right, b_transpose = _packed_b(ctx, b, a["b_transpose"]), False
     else:
-        right, b_transpose = b._materialize(), a["b_transpose"]
+        right, b_transpose = plain_buffer(b), a["b_transpose"]
         if right.ndim != 2:
             right = right.reshape(k, n)
-    c = None if a["c"] is None else a["c"]._materialize()
+    c = None if a["c"] is None else plain_buffer(a["c"])
     code, p0, p1 = a["activation"]
     ctx._launch(mm.gemm, left, right, dest, alpha=a["alpha"],
                 beta=a["beta"] if c is not None else 0.0, c=c, activation=code, param0=p0,
