@@ -69,7 +69,8 @@ from numba.extending import intrinsic
 
 from ._config import jit
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
-                       SIGMOID, TANH, activate, activation_reference)
+                       SIGMOID, TANH, activate, activation_reference, nan_maximum,
+                       nan_minimum)
 
 #: binary op codes
 ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM = range(6)
@@ -194,10 +195,10 @@ def _binary_span(src, y, dst, m, op, reverse):
                 dst[j] = src[j] / y[j]
     elif op == MAXIMUM:
         for j in range(m):
-            dst[j] = max(src[j], y[j])
+            dst[j] = nan_maximum(src[j], y[j])
     else:
         for j in range(m):
-            dst[j] = min(src[j], y[j])
+            dst[j] = nan_minimum(src[j], y[j])
 
 
 @jit()

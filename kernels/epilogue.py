@@ -18,6 +18,11 @@ gelu        7    -                       ``0.5 x (1 + erf(x / sqrt(2)))``
 
 All arithmetic is float32: numba promotes ``float32 * 0.5`` to float64, which
 halves the vector width, so every constant here is an ``np.float32``.
+
+NaN in, NaN out, for every activation (as numpy's ``maximum`` gives it). Numba's
+``max(a, b)`` is ``b if b > a else a``: it keeps a NaN in ``a`` but drops one
+in ``b``, so the NaN-carrying value always goes first, and
+:func:`nan_maximum` / :func:`nan_minimum` serve where either side may be NaN.
 """
 
 import math
@@ -42,6 +47,19 @@ _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 
 
 @jit()
+def nan_maximum(a, b):
+    """``max(a, b)``, NaN if either is NaN (numpy's ``maximum``). Written with
+    ``|``, not ``or``, so it stays one branch-free select that vectorizes."""
+    return a if (a > b) | (a != a) else b
+
+
+@jit()
+def nan_minimum(a, b):
+    """``min(a, b)``, NaN if either is NaN (numpy's ``minimum``)."""
+    return a if (a < b) | (a != a) else b
+
+
+@jit()
 def activate(x, code, param0, param1):
     """Apply activation ``code`` to the float32 scalar ``x``.
 
@@ -49,7 +67,7 @@ def activate(x, code, param0, param1):
     LLVM unswitch it) so each loop body holds one activation.
     """
     if code == RELU:
-        return x if x > _ZERO else _ZERO
+        return max(x, _ZERO)       # x first: NaN stays NaN
     if code == CLAMP:
         return min(max(x, param0), param1)
     if code == LEAKY_RELU:
@@ -59,7 +77,8 @@ def activate(x, code, param0, param1):
     if code == TANH:
         return np.tanh(x)
     if code == HARD_SWISH:
-        return x * min(max(x + _THREE, _ZERO), _SIX) * _INV_SIX
+        # the gate divided by 6 first: x * 6 overflows for |x| > 5.7e37
+        return x * (min(max(x + _THREE, _ZERO), _SIX) * _INV_SIX)
     if code == GELU:
         return _HALF * x * (_ONE + np.float32(math.erf(x * _INV_SQRT2)))
     return x

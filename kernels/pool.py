@@ -50,6 +50,7 @@ import numpy as np
 from numba import prange
 
 from ._config import jit
+from .epilogue import nan_maximum
 from .stack import stack_empty
 
 _NEG_INF = np.float32(-np.inf)
@@ -107,8 +108,8 @@ def _make_pool_rows(G: int):
                             if is_max:
                                 for t in range(_TILE):
                                     for lane in range(G):
-                                        acc[t, lane] = max(
-                                            acc[t, lane], xf[np.uint64(p + t * sw * cb + lane)])
+                                        acc[t, lane] = nan_maximum(
+                                            xf[np.uint64(p + t * sw * cb + lane)], acc[t, lane])
                             else:
                                 for t in range(_TILE):
                                     for lane in range(G):
@@ -133,7 +134,8 @@ def _make_pool_rows(G: int):
                             p = row + kw * dw * cb
                             if is_max:
                                 for lane in range(G):
-                                    acc[0, lane] = max(acc[0, lane], xf[np.uint64(p + lane)])
+                                    acc[0, lane] = nan_maximum(xf[np.uint64(p + lane)],
+                                                               acc[0, lane])
                             else:
                                 for lane in range(G):
                                     acc[0, lane] += xf[np.uint64(p + lane)]

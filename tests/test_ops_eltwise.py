@@ -73,6 +73,45 @@ def test_unary_against_reference(op, options, channels, kind):
         assert_padding_lanes_zero(y)    # sigmoid(0) = 0.5, clamp(0, 0.25) = 0.25 must not leak
 
 
+def _with_specials(x):
+    """``x`` with NaN, +-inf and values near float32's limits in every channel."""
+    x = x.copy()
+    flat = x.reshape(x.shape[0], x.shape[1], -1)
+    specials = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, 1e-40, -0.0], np.float32)
+    flat[:, :, :specials.size] = specials
+    return x
+
+
+@pytest.mark.parametrize("policy", ["blocked", "plain", "eager"])
+@pytest.mark.parametrize("kind", ["plain", "nChw8c"])
+@pytest.mark.parametrize("op,options", UNARY, ids=lambda v: str(v))
+def test_unary_nan_and_inf_as_the_reference(op, options, kind, policy):
+    """NaN in, NaN out (relu(NaN) once gave 0 alone and NaN fused), inf and
+    huge values as the float64 reference (hard_swish(3e38) once overflowed)."""
+    x = _with_specials(_random((2, 9, 3, 5), 7, scale=3.0))
+    ctx = jitnn.Context(policy=policy)
+    t = ctx.tensor(x) if kind == "plain" else jitnn.reorder(ctx.tensor(x), "nChw8c")
+    with np.errstate(all="ignore"):
+        want = unary_reference(op, x, **options)
+        got = getattr(jitnn, op)(t, **options).numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert_close(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["blocked", "plain", "eager"])
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_maximum_and_minimum_carry_nan_from_either_side(op, policy):
+    ctx = jitnn.Context(policy=policy)
+    a = _with_specials(_random((2, 9, 3, 5), 8))
+    b = _random((2, 9, 3, 5), 9)
+    for left, right in ((a, b), (b, a)):
+        for operand in (right, right[0, :, 0, 0].reshape(9, 1, 1)):   # same shape, per channel
+            want = binary_reference(op, left, operand)
+            got = getattr(jitnn, op)(jitnn.reorder(ctx.tensor(left), "nChw8c"), operand)
+            assert_close(got.numpy(), want)
+            assert_close(getattr(jitnn, op)(ctx.tensor(left), operand).numpy(), want)
+
+
 @pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4), (2, 3, 4, 5, 2), (0, 3)])
 def test_unary_plain_any_rank(shape):
     x = _random(shape, 1, scale=3.0)

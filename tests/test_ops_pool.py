@@ -55,6 +55,30 @@ def test_pool_against_reference(op, channels, kind):
             assert_padding_lanes_zero(got)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
+def test_nan_in_a_window_gives_nan(op, kind):
+    """A NaN anywhere in a window makes that output NaN (max_pool2d once
+    skipped it, and gave -inf for an all-NaN window); inf as the reference."""
+    x = _random((2, 9, 7, 8), 3)
+    x[0, 1, 2, 3] = np.nan                       # inside the interior tiles
+    x[1, 8, 0, 0] = np.nan                       # at a border
+    x[0, 4, 4:6, 6:8] = np.nan                   # a whole 2 x 2 window
+    x[1, 2, 5, 1] = np.inf
+    x[1, 3, 5, 1] = -np.inf
+    t = make(x, kind)
+    for options in ({"window_dimensions": (2, 2), "strides": 2},
+                    {"window_dimensions": (3, 3), "strides": 1, "padding": 1},
+                    {"window_dimensions": (3, 3), "strides": 2, "padding": 1,
+                     "rounding_type": "ceil"}):
+        got = _run(op, t, **options).numpy()
+        with np.errstate(invalid="ignore"):
+            want = _want(op, x, **options)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=str(options))
+        assert np.isnan(got).any()
+        assert_close(got, want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["plain", "nChw8c", "block4"])
 @pytest.mark.parametrize("channels", [3, 16])
 @pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
