@@ -375,6 +375,13 @@ class Context:
                     f"of shape {names[name]}, got "
                     + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
                        else type(array).__name__))
+        arrays = list(outputs.items())
+        for k, (name, array) in enumerate(arrays):
+            for other, other_array in arrays[:k]:
+                if np.shares_memory(array, other_array):
+                    raise JitnnValueError(
+                        f"compute: outputs {other!r} and {name!r} share memory; each output "
+                        "needs an array of its own")
         replay.compute(self, graph, inputs, outputs)
         return dict(outputs)
 

@@ -77,11 +77,13 @@ class _Recorded:
             op, function, args, kwargs, index
 
 
-def _substitute(value: Any, lookup: Callable[["Operand"], Any]) -> Any:
-    if isinstance(value, Operand):
+def _substitute(value: Any, lookup: Callable[[Any], Any], kind: type = None) -> Any:
+    """``value`` with every instance of ``kind`` (an Operand by default) in it,
+    also inside lists and tuples, replaced by ``lookup(instance)``."""
+    if isinstance(value, kind or Operand):
         return lookup(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_substitute(v, lookup) for v in value)
+        return type(value)(_substitute(v, lookup, kind) for v in value)
     return value
 
 
@@ -155,9 +157,20 @@ class GraphBuilder:
             if operand._builder is not self:
                 raise JitnnValueError(f"GraphBuilder.{op}: an operand from another builder")
             return operand._placeholder
+
+        def shape_of(tensor: Tensor) -> Tensor:
+            # A Tensor given as it is: every dispatch reads it (see Graph); shape
+            # inference sees a placeholder, like an operand's, not the tensor
+            # itself (its op would run on the builder's context)
+            if tensor.context is not self._ctx:
+                raise JitnnValueError(f"GraphBuilder.{op}: a tensor of another context than "
+                                      "the builder's")
+            return self._placeholder(tensor.shape)
+
+        def for_inference(value: Any) -> Any:
+            return _substitute(_substitute(value, shape_of, Tensor), placeholder_of)
         function = getattr(_ops, op)
-        result = function(*_substitute(args, placeholder_of),
-                          **_substitute(kwargs, placeholder_of))
+        result = function(*for_inference(args), **for_inference(kwargs))
         operand = self._operand(result)
         self._ops.append(_Recorded(op, function, args, kwargs, operand._index))
         return operand
@@ -280,9 +293,9 @@ class Graph:
             items[name] = item
         return items
 
-    def _check_context(self, ctx: "Context") -> None:
+    def _check_context(self, ctx: "Context", op: str = "dispatch") -> None:
         if ctx is not self._ctx:
-            raise JitnnValueError("dispatch: the graph was built for another context "
+            raise JitnnValueError(f"{op}: the graph was built for another context "
                                   "(its constants live there)")
 
     def _dispatch(self, ctx: "Context", inputs: Mapping[str, Any]) -> dict[str, Tensor]:

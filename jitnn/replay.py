@@ -126,8 +126,8 @@ def compute(ctx: "Context", graph: "Graph", inputs: Mapping[str, object],
     """``ctx.compute``'s work once the outputs are checked: replay an idle
     program of ``graph``, or run the normal path (recording a program when
     the call allows one)."""
-    graph._check_context(ctx)
-    items = graph._input_items(ctx, inputs, "dispatch")     # the errors dispatch gives
+    graph._check_context(ctx, "compute")
+    items = graph._input_items(ctx, inputs, "compute")      # the errors dispatch gives
     if ctx.policy != "blocked" or any(isinstance(item, Tensor) for item in items.values()):
         _run(ctx, graph, items, outputs, record=False)      # see the module docstring
         return

@@ -313,6 +313,18 @@ class Tensor:
         state = ", pending" if v._data is None else ""
         return f"Tensor(shape={v._shape}, dtype=float32, layout={v._layout}{state})"
 
+    # Tensors are immutable values: a copy is the same tensor. One lives in its
+    # context's memory and work queue, so it does not pickle; its values do.
+    def __copy__(self) -> "Tensor":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        return self
+
+    def __reduce__(self):
+        raise JitnnTypeError("Tensor: a jitnn Tensor cannot be pickled (it lives in its "
+                             "Context); pickle t.numpy() and make a tensor of it again")
+
     # internals the ops and tests reach through the handle
     _ctx = property(lambda self: self._v._ctx)
     _axes = property(lambda self: self._v._axes)

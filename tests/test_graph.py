@@ -95,6 +95,31 @@ def test_compute_validates_outputs(conv_graph):
         ctx.compute(graph, {"x": x}, {"y": good["y"]})
     with pytest.raises(TypeError, match="output 'y' must be a writeable C-contiguous float32"):
         ctx.compute(graph, {"x": x}, {**good, "y": np.empty((2, 8, 7, 6), np.float64)})
+    # errors of compute name compute (they once said "dispatch")
+    with pytest.raises(TypeError, match="^compute: missing input 'x'"):
+        ctx.compute(graph, {}, good)
+    with pytest.raises(jitnn.JitnnValueError, match="^compute: the graph was built for another"):
+        jitnn.Context().compute(graph, {"x": x}, good)
+    # two outputs in one array: the second would overwrite the first
+    shared = np.empty(2 * 8 * 7 * 6 + 2 * 8, np.float32)
+    with pytest.raises(jitnn.JitnnValueError, match="outputs 'y' and 'pooled' share memory"):
+        ctx.compute(graph, {"x": x}, {"y": shared[:2 * 8 * 7 * 6].reshape(2, 8, 7, 6),
+                                      "pooled": shared[-2 * 8 - 1:-1].reshape(2, 8, 1, 1)})
+
+
+def test_a_tensor_passed_to_a_builder_op_mixes_with_operands():
+    """(once "the tensors belong to different contexts": shape inference ran on
+    the tensor itself)"""
+    ctx = jitnn.Context()
+    w, shift = _random((8, 5, 3, 3), 3, 0.3), _random((1, 8, 1, 1), 4)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 5, 7, 6))
+    graph = b.build({"y": b.add(b.conv2d(x, ctx.tensor(w), padding=1), ctx.tensor(shift))})
+    x_np = _random((2, 5, 7, 6), 5)
+    _close(ctx.dispatch(graph, {"x": x_np})["y"].numpy(),
+           conv2d_reference(x_np, w, padding=1) + shift)
+    with pytest.raises(jitnn.JitnnValueError, match="add: a tensor of another context"):
+        jitnn.GraphBuilder(ctx).add(x, jitnn.Context().tensor(shift))
 
 
 def test_a_builder_builds_once_and_errors_name_the_op():

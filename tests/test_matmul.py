@@ -104,6 +104,8 @@ def test_matmul_chain_stays_lazy_until_read():
      r"c \(3, 5\) does not broadcast to the output shape \(2, 5\)"),
     (lambda: jitnn.gemm(np.ones((2, 3)), np.ones((3, 5)), alpha="2"), ValueError,
      "alpha must be a number"),
+    (lambda: jitnn.gemm(np.ones((2, 3)), np.ones((3, 5)), a_transpose="yes"), TypeError,
+     "gemm: a_transpose must be a bool, got 'yes'"),
     (lambda: jitnn.matmul(np.ones((2, 3), complex), np.ones((3, 5))), TypeError,
      "matmul: a: expected real numbers"),
 ])

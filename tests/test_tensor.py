@@ -277,3 +277,12 @@ def test_pending_tensor_repr_does_not_compute(ctx):
     assert calls == [1] and not t.pending
     t.numpy()
     assert calls == [1]
+
+
+def test_copies_are_the_same_tensor_and_pickling_says_what_to_do(ctx):
+    import copy
+    import pickle
+    t = ctx.tensor(np.ones((2, 3), np.float32))
+    assert copy.copy(t) is t and copy.deepcopy([t])[0] is t
+    with pytest.raises(jitnn.JitnnTypeError, match=r"cannot be pickled .* pickle t.numpy\(\)"):
+        pickle.dumps(t)

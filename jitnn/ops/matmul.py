@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import layouts
-from ..errors import JitnnValueError
+from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import matmul as mm
 from ..tensor import Node, Tensor, Value
 from ._common import as_tensor, context_of, parse_activation, pending, plain_buffer, value_of
@@ -175,6 +175,9 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bo
     for name, value in (("alpha", alpha), ("beta", beta)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
             raise JitnnValueError(f"{op}: {name} must be a number, got {value!r}")
+    for name, value in (("a_transpose", a_transpose), ("b_transpose", b_transpose)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise JitnnTypeError(f"{op}: {name} must be a bool, got {value!r}")
     code, p0, p1 = parse_activation(op, activation)
     m, k = a.shape[::-1] if a_transpose else a.shape
     kb, n = b.shape[::-1] if b_transpose else b.shape
