@@ -97,7 +97,8 @@ class Context:
     ``conv_algorithm`` says how 3x3 convolutions with stride 1 run:
     ``"auto"`` (default) uses Winograd F(4x4, 3x3) where it pays (8 or more
     input and output channels: 1.5-3x faster than the direct kernel, with
-    ~10x the rounding error, relative ~1e-5), ``"direct"`` never,
+    ~10x the rounding error, relative ~1e-5; a NaN or inf input pixel turns
+    most of the 4 x 4 output tiles around it NaN), ``"direct"`` never,
     ``"winograd"`` wherever it applies (see
     :func:`jitnn.kernels.conv2d.conv2d_algorithm`); ``jitnn.explain`` shows
     which ran.

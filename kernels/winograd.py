@@ -11,7 +11,12 @@ transform: ``M[xi] (tiles x O) = V[xi] (tiles x C) @ U[xi] (C x O)``. They do
 4x fewer FLOPs than the direct convolution, at the price of the transforms
 (cheap: additions on vectors of cb lanes) and of rounding: the transforms'
 constants (up to 8 and 1/24) make the result ~10x less exact than the direct
-sum (relative error ~1e-6 -> ~1e-5 in float32; see the tests).
+sum (relative error ~1e-6 -> ~1e-5 in float32; see the tests). Non-finite
+input spreads further than in the direct sum: the transforms mix every pixel
+of a patch (with subtractions, so inf - inf = NaN), and a NaN or inf input
+pixel turns most of the 4 x 4 output tiles whose patches hold it NaN, not only
+its 3 x 3 neighbours (measured: 2554 NaN outputs for one NaN and one inf
+pixel at 64 channels, 28 x 28, where the direct sum gives 576 NaN and 576 inf).
 
 Buffers (float32, C-contiguous; ``cb`` the channel block, ``CB = C_phys //
 cb``, ``OB = O_phys // cb``; ``T = ceil(OH / 4) * ceil(OW / 4)`` tiles per
