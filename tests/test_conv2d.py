@@ -75,7 +75,7 @@ def _path_and_block_cases():
             yield pytest.param(block, *case, marks=[pytest.mark.slow] if slow else [])
 
 
-@pytest.mark.parametrize("block,c_in,c_out,kernel,stride,groups", _path_and_block_cases())
+@pytest.mark.parametrize("block,c_in,c_out,kernel,stride,groups", list(_path_and_block_cases()))
 def test_paths_and_block_sizes(block, c_in, c_out, kernel, stride, groups):
     ctx = jitnn.Context(block=block)
     x, w = _random((3, c_in, 9, 11), 7), _random((c_out, c_in // groups, kernel, kernel), 8)
