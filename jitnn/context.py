@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import threading
 import time
 import weakref
@@ -376,13 +377,11 @@ class Context:
                     f"of shape {names[name]}, got "
                     + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
                        else type(array).__name__))
-        arrays = list(outputs.items())
-        for k, (name, array) in enumerate(arrays):
-            for other, other_array in arrays[:k]:
-                if np.shares_memory(array, other_array):
-                    raise JitnnValueError(
-                        f"compute: outputs {other!r} and {name!r} share memory; each output "
-                        "needs an array of its own")
+        for (other, other_array), (name, array) in itertools.combinations(outputs.items(), 2):
+            if np.shares_memory(array, other_array):
+                raise JitnnValueError(
+                    f"compute: outputs {other!r} and {name!r} share memory; each output "
+                    "needs an array of its own")
         replay.compute(self, graph, inputs, outputs)
         return dict(outputs)
 

@@ -77,10 +77,10 @@ class _Recorded:
             op, function, args, kwargs, index
 
 
-def _substitute(value: Any, lookup: Callable[[Any], Any], kind: type = None) -> Any:
-    """``value`` with every instance of ``kind`` (an Operand by default) in it,
-    also inside lists and tuples, replaced by ``lookup(instance)``."""
-    if isinstance(value, kind or Operand):
+def _substitute(value: Any, lookup: Callable[[Any], Any], kind: type = Operand) -> Any:
+    """``value`` with every instance of ``kind`` in it, also inside lists and
+    tuples, replaced by ``lookup(instance)``."""
+    if isinstance(value, kind):
         return lookup(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_substitute(v, lookup, kind) for v in value)

@@ -127,7 +127,7 @@ def compute(ctx: "Context", graph: "Graph", inputs: Mapping[str, object],
     program of ``graph``, or run the normal path (recording a program when
     the call allows one)."""
     graph._check_context(ctx, "compute")
-    items = graph._input_items(ctx, inputs, "compute")      # the errors dispatch gives
+    items = graph._input_items(ctx, inputs, "compute")      # dispatch's checks
     if ctx.policy != "blocked" or any(isinstance(item, Tensor) for item in items.values()):
         _run(ctx, graph, items, outputs, record=False)      # see the module docstring
         return
