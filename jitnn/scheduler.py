@@ -11,8 +11,9 @@ Each pass is a plain function from plan to plan, and each leaves a line in
 3. :func:`fuse_epilogues` - a conv2d absorbs a following residual add and an
    activation into its kernel's epilogue; a matmul a bias or residual add and
    an activation;
-4. :func:`fuse_eltwise_chains` - chains of single-consumer elementwise ops on
-   blocked data become one pass over memory;
+4. :func:`fuse_eltwise_chains` - chains of single-consumer elementwise ops
+   become one pass over memory (on blocked data, and on plain data when each
+   operand is a scalar or has the chain's shape);
 5. :func:`insert_reorders` - a plain input of a blocked kernel gets one
    reorder, shared by every op of the plan that reads it;
 6. :func:`plan_buffers` - intermediates get buffers, reusing those of dead
@@ -270,11 +271,12 @@ def _matmul_epilogue(node: Node, consumer: Node, v: Value, result: Value) -> Nod
     attrs = dict(node.attrs)
     if attrs["activation"][0] != eltwise_kernels.NONE:
         return None
-    if consumer.kind == "eltwise_plain" and consumer.inputs[0] is v:
-        (step,) = consumer.attrs["steps"]
-        attrs["activation"] = tuple(step[1:])
+    steps = consumer.attrs.get("steps", ())
+    if consumer.kind == "eltwise_plain" and consumer.inputs[0] is v and len(steps) == 1 \
+            and steps[0][0] == "activation":
+        attrs["activation"] = tuple(steps[0][1:])
         return node.replace(attrs=attrs, fused=node.fused + (consumer.op,))
-    if consumer.kind == "binary_plain" and consumer.attrs["op"] == "add" \
+    if consumer.kind in ("binary_plain", "eltwise_plain") and consumer.attrs.get("op") == "add" \
             and attrs["c"] is None and result._shape == v._shape and v.ndim == 2:
         operands = [consumer.attrs["main"], consumer.attrs["other"]]
         if sum(t is v for t in operands) != 1:
@@ -294,28 +296,48 @@ def _matmul_epilogue(node: Node, consumer: Node, v: Value, result: Value) -> Nod
     return None
 
 
+def _chain_kind(node: Node) -> str | None:
+    """``"blocked"`` or ``"plain"`` for a node a chain may merge, else None. A
+    plain one (``eltwise_plain``) is one pass of steps over its first input:
+    activations, and binary ops with a scalar or same-shape operand."""
+    if node.kind == "eltwise":
+        return "blocked"
+    if node.kind == "eltwise_plain":
+        return "plain"
+    return None
+
+
 def fuse_eltwise_chains(plan: Plan) -> Plan:
-    """Single-consumer elementwise ops on blocked data run as one pass."""
+    """Single-consumer elementwise ops run as one pass: on blocked data, and
+    on plain data (any rank) when each op's operand is a scalar or has the
+    chain's shape."""
     fused = 0
     for step in list(plan.steps):
         v = step.value
-        if step.kind != "op" or step.node.kind != "eltwise" or step.removed:
+        if step.kind != "op" or step.removed:
             continue
         node = step.node
+        kind = _chain_kind(node)
+        if kind is None:
+            continue
         reader = _fusible(plan, v)
         if reader is None:
             continue
         consumer = reader.node
-        if consumer.kind != "eltwise" or consumer.inputs[0] is not v \
-                or any(t is v for t in consumer.inputs[1:]):
+        if _chain_kind(consumer) != kind or consumer.inputs[0] is not v \
+                or any(t is v for t in consumer.inputs[1:]) or reader.value._shape != v._shape:
             continue
         steps = node.attrs["steps"] + consumer.attrs["steps"]
         tensors = sum(1 for s in steps if s[0] == "binary" and s[2] is not None
-                      and s[2]._shape == v._shape)
+                      and s[2]._shape == v._shape and s[2].size > 1)
         if len(steps) > eltwise_kernels.MAX_STEPS or tensors > eltwise_kernels.MAX_TENSORS:
             continue
-        _fuse(plan, step, reader, node.replace(
-            inputs=node.inputs + consumer.inputs[1:], attrs={**node.attrs, "steps": steps},
+        if kind == "blocked":
+            merged = node.replace(attrs={**node.attrs, "steps": steps})
+        else:
+            merged = node.replace(kind="eltwise_plain", attrs={"steps": steps})
+        _fuse(plan, step, reader, merged.replace(
+            inputs=node.inputs + consumer.inputs[1:],
             fused=node.fused + (consumer.label,), flops=node.flops + consumer.flops))
         fused += 1
     _drop_removed(plan)
@@ -462,12 +484,12 @@ def conv2d_algorithm(node: Node, v: Value) -> str:
 
 
 #: node kinds whose kernels write into a buffer the scheduler gives them
-STRUCTURED = ("conv2d", "eltwise")
+STRUCTURED = ("conv2d", "eltwise", "eltwise_plain")
 
 
 def _inplace_inputs(v: Value, node: Node) -> list[Value]:
     """Inputs whose buffer the op's kernel may overwrite with its output."""
-    if node.kind == "eltwise":
+    if node.kind in ("eltwise", "eltwise_plain"):
         return [s for s in node.inputs if s._shape == v._shape and s._layout == v._layout]
     if node.kind == "conv2d" and node.attrs["residual"] is not None:
         # never over the conv's own input (conv2d(h) + h): the kernel reads

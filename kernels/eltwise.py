@@ -528,26 +528,34 @@ def _plain_view(a):
     return a.reshape(1, 1, a.size, 1, 1)
 
 
-def eltwise_unary_plain(x, out, activation, param0=0.0, param1=0.0):
-    """``out = act(x)`` for plain C-contiguous arrays of any shape (no padding)."""
+def eltwise_chain_plain(x, steps, out):
+    """``out = steps(x)`` in one pass for plain C-contiguous arrays of one
+    shape (any rank, no padding lanes): the blocked engine on a ``(1, 1,
+    size, 1, 1)`` view. A binary step's operand is a scalar or an array of
+    ``x``'s shape; ``out`` may be ``x`` or such an operand (in place)."""
     _check_array("x", x)
     _check_array("out", out, x.shape)
-    return eltwise_unary(_plain_view(x), _plain_view(out), 1, activation, param0,
-                         param1).reshape(x.shape)
+    viewed = []
+    for s, step in enumerate(steps):
+        if step[0] == "binary" and isinstance(step[2], np.ndarray) and step[2].ndim > 0:
+            _check_array(f"operand of step {s}", step[2], x.shape)
+            step = (step[0], step[1], _plain_view(step[2]), step[3])
+        viewed.append(step)
+    eltwise_chain(_plain_view(x), viewed, _plain_view(out), 1)
+    return out
+
+
+def eltwise_unary_plain(x, out, activation, param0=0.0, param1=0.0):
+    """``out = act(x)`` for plain C-contiguous arrays of any shape (no padding)."""
+    return eltwise_chain_plain(x, [activation_step(activation, param0, param1)], out)
 
 
 def eltwise_binary_plain(x, y, out, op, activation=NONE, param0=0.0, param1=0.0,
                          reverse=False):
     """``out = act(x op y)`` for plain C-contiguous arrays; ``y`` has ``x``'s
     shape or is a scalar (materialize other broadcasts first)."""
-    _check_array("x", x)
-    _check_array("out", out, x.shape)
-    if isinstance(y, np.ndarray) and y.ndim > 0:
-        _check_array("y", y, x.shape)
-        y = _plain_view(y)
-    eltwise_binary(_plain_view(x), y, _plain_view(out), 1, op, activation, param0, param1,
-                   reverse)
-    return out
+    steps = [binary_step(op, y, reverse)]
+    return eltwise_chain_plain(x, _with_activation(steps, activation, param0, param1), out)
 
 
 def batch_norm_fold(mean, variance, scale=None, bias=None, epsilon=1e-5):

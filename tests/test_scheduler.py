@@ -163,6 +163,69 @@ def test_elementwise_chain_after_conv_is_one_pass():
     assert ctx.stats.fused_ops == 4
 
 
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 9, 5), (1, 17, 1, 1)])
+def test_elementwise_chain_on_plain_data_is_one_pass(shape):
+    # activations and binary ops with a scalar or a same-shape operand, either
+    # side; no conv before them, so the data stays plain (any rank)
+    ctx = jitnn.Context()
+    x_np, y_np = _random(shape, 40), _random(shape, 41)
+    x, y = ctx.tensor(x_np), ctx.tensor(y_np)
+    ctx.reset_stats()
+    t = jitnn.sub(2.0, jitnn.mul(y, jitnn.sigmoid(jitnn.add(x, 0.5))))
+    out = jitnn.maximum(jitnn.leaky_relu(jitnn.tanh(t), alpha=0.2), y)
+    del t                                   # held, it would be kept (its own pass)
+    got = out.numpy()
+    inner = np.tanh(2.0 - y_np * _sigmoid(x_np + 0.5))
+    want = np.maximum(np.where(inner >= 0, inner, 0.2 * inner), y_np)
+    _close(got, want)
+    assert out.layout == x.layout
+    assert (ctx.stats.launches, ctx.stats.fused_ops, ctx.stats.reorders) == (1, 6, 0)
+    assert "add + sigmoid + mul + sub + tanh + leaky_relu + maximum" in jitnn.explain(out)
+
+
+def test_plain_chain_keeps_what_is_held_and_stops_at_broadcasts():
+    ctx = jitnn.Context()
+    x_np, row_np = _random((4, 6), 42), _random((6,), 43)
+    x = ctx.tensor(x_np)
+    ctx.reset_stats()
+    held = jitnn.relu(jitnn.add(x, 1.0))               # the caller keeps it
+    shifted = jitnn.add(held, row_np)                  # a broadcast row: its own pass
+    out = jitnn.sigmoid(jitnn.mul(shifted, 3.0))       # mul + sigmoid: one pass
+    got_out, got_held = jitnn.read_all([out, held])
+    want_held = _relu(x_np + 1.0)
+    _close(got_held, want_held)
+    _close(got_out, _sigmoid((want_held + row_np) * 3.0))
+    assert ctx.stats.launches == 3 and ctx.stats.fused_ops == 2
+
+
+@pytest.mark.parametrize("policy", ["plain", "eager"])
+def test_plain_chain_fuses_only_under_the_blocked_policy(policy):
+    ctx = jitnn.Context(policy=policy)
+    x_np = _random((3, 5), 44)
+    x = ctx.tensor(x_np)
+    ctx.reset_stats()
+    got = jitnn.sigmoid(jitnn.mul(jitnn.relu(x), 2.0)).numpy()
+    _close(got, _sigmoid(_relu(x_np) * 2.0))
+    assert (ctx.stats.launches, ctx.stats.fused_ops) == (3, 0)
+
+
+def test_plain_chain_runs_in_place_over_a_dead_intermediate():
+    ctx = jitnn.Context()
+    x_np = _random((5, 9), 45)
+    x = ctx.tensor(x_np)
+    a = jitnn.add(x, 1.0)                  # read twice below: its own pass, into b0
+    b = jitnn.sigmoid(jitnn.sub(jitnn.relu(jitnn.mul(a, a)), 1.0))
+    del a
+    text = jitnn.explain(b)
+    assert "1 intermediate buffer(s)" in text and "kept (b0)" in text
+    assert "mul + relu + sub + sigmoid" in text
+    _close(b.numpy(), _sigmoid(_relu((x_np + 1.0) ** 2) - 1.0))
+
+
 def test_relu_before_add_is_not_fused_as_residual():
     # act(conv + residual) is the epilogue's order; relu(conv) + r must not become it
     ctx = jitnn.Context()

@@ -110,6 +110,26 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     return out
 
 
+def run_plain_chain(ctx: Context, node: Node, value: Value,
+                    out: np.ndarray | None) -> np.ndarray:
+    """Run the steps of a plain elementwise node (one op, or a chain the
+    scheduler merged) in one pass over plain ``inputs[0]``, the main operand;
+    a binary step's operand is a scalar or a same-shape tensor. ``out`` (the
+    planned buffer) may be the main input's or a same-shape operand's: in place."""
+    x = plain_buffer(node.inputs[0])
+    kernel_steps = []
+    for step in node.attrs["steps"]:
+        if step[0] == "activation":
+            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
+        else:
+            kernel_steps.append(eltwise_kernels.binary_step(step[1], step[4](), step[3]))
+    if out is None:
+        out = np.empty(x.shape, np.float32)
+    if out.size:
+        ctx._launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
+    return out
+
+
 # --- operands ----------------------------------------------------------------------
 
 def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
@@ -198,10 +218,11 @@ def _binary(op: str, a, b) -> Tensor:
             f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
             f"pair of dimensions equal or one of them 1): a {_shape(a)}, b {_shape(b)}") from None
 
-    # the main operand has the output's shape; prefer a blocked one
+    # the main operand has the output's shape; prefer a blocked one, then a
+    # pending one (the scheduler merges a chain through main operands only)
     candidates = [(t, reverse) for t, reverse in ((a, False), (b, True))
                   if isinstance(t, Tensor) and t.shape == out_shape]
-    candidates.sort(key=lambda pair: not is_blocked(pair[0]))
+    candidates.sort(key=lambda pair: (not is_blocked(pair[0]), not pair[0].pending))
     if candidates:
         main, reverse = candidates[0]
         other = a if reverse else b
@@ -260,10 +281,24 @@ def _binary(op: str, a, b) -> Tensor:
         return out
 
     # a node the scheduler can fuse into a preceding matmul (bias or residual add)
-    inputs = tuple(t for t in (a_value, b_value) if isinstance(t, Value))
-    node = Node(op, inputs, kind="binary_plain",
-                attrs={"op": op, "main": main, "other": other, "reverse": reverse},
-                run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size)
+    attrs = {"op": op, "main": main, "other": other, "reverse": reverse}
+    if main is not None and (not isinstance(other, Value) or other.size == 1
+                             or other.shape == out_shape):
+        # a scalar or same-shape operand: a step of a plain chain (the scheduler
+        # may merge it with its neighbours), main input first
+        if isinstance(other, Value) and other.size != 1:
+            operand: Callable[[], object] = lambda: plain_buffer(other)
+        else:
+            operand = lambda: _scalar_of(other)  # noqa: E731
+        attrs["steps"] = [("binary", op, other if isinstance(other, Value) else None,
+                           reverse, operand)]
+        inputs = (main,) + ((other,) if isinstance(other, Value) else ())
+        node = Node(op, inputs, kind="eltwise_plain", attrs=attrs, run=run_plain_chain,
+                    flops=size)
+    else:
+        inputs = tuple(t for t in (a_value, b_value) if isinstance(t, Value))
+        node = Node(op, inputs, kind="binary_plain", attrs=attrs,
+                    run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size)
     return pending(ctx, out_shape, plain_layout(len(out_shape), axes), node, axes=axes)
 
 
@@ -309,19 +344,11 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
         return pending(ctx, x.shape, x.layout,
                        eltwise_node(op, (value_of(x),), [step], channels), axes=x._axes)
 
-    x_value = value_of(x)
-
-    def run_plain(ctx_, node, value, out) -> np.ndarray:
-        data = x_value._materialize()
-        out = np.empty_like(data)
-        if out.size:
-            ctx._launch(eltwise_kernels.eltwise_unary_plain, data, out, code, param0, param1)
-        return out
-
-    # a node the scheduler can fuse into a preceding matmul's epilogue
-    node = Node(op, (x_value,), kind="eltwise_plain",
+    # a node the scheduler can fuse into a preceding matmul's epilogue, or
+    # merge with its neighbours into one plain pass
+    node = Node(op, (value_of(x),), kind="eltwise_plain",
                 attrs={"steps": [("activation", code, float(param0), float(param1))]},
-                run=run_plain, flops=x.size)
+                run=run_plain_chain, flops=x.size)
     return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
 
