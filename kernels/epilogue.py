@@ -23,11 +23,21 @@ NaN in, NaN out, for every activation (as numpy's ``maximum`` gives it). Numba's
 ``max(a, b)`` is ``b if b > a else a``: it keeps a NaN in ``a`` but drops one
 in ``b``, so the NaN-carrying value always goes first, and
 :func:`nan_maximum` / :func:`nan_minimum` serve where either side may be NaN.
+
+sigmoid and tanh use :func:`vector_exp`, an ``exp`` written out (Cephes'
+``expf``: range reduction and a degree-6 polynomial, within 2 ulp) instead of
+the C library's: a loop calling ``expf`` or ``tanhf`` cannot be vectorized
+(numba has no vector math library here), and measured on 262144 floats, 1
+thread, ``tanhf`` took 5.5 ms against numpy's 0.74 ms. gelu still calls
+``erf`` per element.
 """
 
 import math
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from ._config import jit
 
@@ -44,6 +54,81 @@ _THREE = np.float32(3.0)
 _SIX = np.float32(6.0)
 _INV_SIX = np.float32(1.0 / 6.0)
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """The float32 whose IEEE bit pattern is the low 32 bits of the integer
+    ``bits`` (a bitcast: vectorizes, unlike ``ldexp``)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if bits.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HIGH = np.float32(0.693359375)        # ln 2 in two parts: n * high is exact
+_LN2_LOW = np.float32(-2.12194440e-4)
+_EXP_MAX = np.float32(89.0)                # e**89 overflows to inf
+_EXP_MIN = np.float32(-104.0)              # e**-104 rounds to 0 (denormals above)
+_EXP_P = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                       4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_TANH_P = tuple(np.float32(c) for c in (-5.70498872745e-3, 2.06390887954e-2,
+                                        -5.37397155531e-2, 1.33314422036e-1,
+                                        -3.33332819422e-1))
+_TANH_SMALL = np.float32(0.625)
+_TWO = np.float32(2.0)
+
+
+@jit()
+def vector_exp(x):
+    """``e**x`` for float32 ``x``, branch-free so loops of it vectorize:
+    ``x = n ln 2 + r`` with ``|r| <= ln 2 / 2``, ``e**r`` by Cephes' polynomial,
+    times ``2**n`` built from exponent bits (in two factors, so that results
+    from the largest float down into the denormals come out right). NaN stays
+    NaN, inf gives inf, -inf gives 0."""
+    clamped = min(max(x, _EXP_MIN), _EXP_MAX)
+    clamped = clamped if clamped == clamped else _ZERO      # NaN: any finite value
+    n = np.floor(clamped * _LOG2E + _HALF)
+    r = clamped - n * _LN2_HIGH - n * _LN2_LOW
+    p = _EXP_P[0]
+    p = p * r + _EXP_P[1]
+    p = p * r + _EXP_P[2]
+    p = p * r + _EXP_P[3]
+    p = p * r + _EXP_P[4]
+    p = p * r + _EXP_P[5]
+    p = p * r * r + r + _ONE
+    count = np.int32(n)
+    half = count >> 1
+    low = _float_from_bits((half + 127) << 23)
+    high = _float_from_bits((count - half + 127) << 23)
+    result = p * low * high
+    return result if x == x else x
+
+
+@jit()
+def vector_tanh(x):
+    """``tanh(x)`` for float32 ``x``, branch-free (Cephes' ``tanhf``, within 2
+    ulp): an odd polynomial below 0.625 in magnitude, ``1 - 2 / (e**2|x| + 1)``
+    above. -0 and NaN come back as they went in."""
+    s = x * x
+    p = _TANH_P[0]
+    p = p * s + _TANH_P[1]
+    p = p * s + _TANH_P[2]
+    p = p * s + _TANH_P[3]
+    p = p * s + _TANH_P[4]
+    small = p * s * x + x
+    z = abs(x)
+    large = _ONE - _TWO / (vector_exp(z + z) + _ONE)
+    large = -large if x < _ZERO else large
+    small = small if x != _ZERO else x                       # keeps the sign of -0
+    return large if z >= _TANH_SMALL else small
 
 
 @jit()
@@ -73,9 +158,13 @@ def activate(x, code, param0, param1):
     if code == LEAKY_RELU:
         return x if x >= _ZERO else param0 * x
     if code == SIGMOID:
-        return _ONE / (_ONE + np.exp(-x))
+        # e**-|x| never overflows: 1 / (1 + t) for x >= 0, t / (1 + t) below
+        # (down to the denormals, where 1 / (1 + e**-x) would give 0)
+        t = vector_exp(-abs(x))
+        s = _ONE / (_ONE + t)
+        return s if x >= _ZERO else t * s
     if code == TANH:
-        return np.tanh(x)
+        return vector_tanh(x)
     if code == HARD_SWISH:
         # the gate divided by 6 first: x * 6 overflows for |x| > 5.7e37
         return x * (min(max(x + _THREE, _ZERO), _SIX) * _INV_SIX)

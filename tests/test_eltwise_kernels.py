@@ -6,12 +6,13 @@ padding lanes must be exactly zero (also where the op makes 0 into something
 else: sigmoid, clamp with min > 0, a bias, 0 / 0).
 """
 
+import numba
 import numpy as np
 import pytest
 
 from jitnn import layouts
 from jitnn.kernels import eltwise as E
-from jitnn.kernels.epilogue import ACTIVATIONS
+from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 17, 64)
@@ -343,3 +344,53 @@ def test_errors():
         E.eltwise_chain(x, [E.activation_step("relu")] * (E.MAX_STEPS + 1), out, 5)
     with pytest.raises(ValueError, match="C-contiguous"):
         E.eltwise_unary(x, np.empty(x.shape[::-1], np.float32).T, 5, "relu")
+
+
+# --- accuracy of the written-out exp, sigmoid and tanh -----------------------------
+
+#: a dense sweep over every range the formulas split (tanh at 0.625, exp's
+#: overflow near 88.72 and its denormals below -87.3), and the specials
+_SWEEP = np.concatenate([np.linspace(-106, 96, 400_001, dtype=np.float32),
+                         np.linspace(-1, 1, 100_001, dtype=np.float32),
+                         np.float32([0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 88.72, -103.9])])
+
+
+def _ulp_error(got, want):
+    """|got - want| in units of the float32 spacing at ``want`` (the
+    smallest denormal below it): 0.5 is a correctly rounded result."""
+    spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    spacing = np.maximum(spacing, float(np.spacing(np.float32(0))))
+    return np.abs(got.astype(np.float64) - want) / spacing
+
+
+@numba.njit
+def _exp_all(x, out):
+    for i in range(x.size):
+        out[i] = vector_exp(x[i])
+
+
+def test_vector_exp_within_2_ulp_with_overflow_denormals_and_specials():
+    out = np.empty_like(_SWEEP)
+    _exp_all(_SWEEP, out)
+    with np.errstate(over="ignore"):
+        want = np.exp(_SWEEP.astype(np.float64))
+    finite = want < np.finfo(np.float32).max
+    assert _ulp_error(out[finite], want[finite]).max() <= 2
+    assert np.all(np.isposinf(out[~finite]))
+    specials = np.float32([np.inf, -np.inf, np.nan, -200.0])
+    got = np.empty_like(specials)
+    _exp_all(specials, got)
+    assert got[0] == np.inf and got[1] == 0 and np.isnan(got[2]) and got[3] == 0
+
+
+@pytest.mark.parametrize("activation, reference, max_ulp", [
+    ("sigmoid", lambda x: np.exp(np.minimum(x, 0)) / (1 + np.exp(-np.abs(x))), 3),
+    ("tanh", np.tanh, 2)])
+def test_sigmoid_and_tanh_within_a_few_ulp(activation, reference, max_ulp):
+    out = _nan_like(_SWEEP)
+    E.eltwise_unary_plain(_SWEEP, out, activation)
+    want = reference(_SWEEP.astype(np.float64))
+    # sigmoid far below 0 is a denormal or 0 in float32: within one denormal step
+    assert _ulp_error(out, want).max() <= max_ulp
+    if activation == "tanh":
+        assert np.signbit(out[_SWEEP == 0]).tolist() == np.signbit(_SWEEP[_SWEEP == 0]).tolist()
