@@ -332,13 +332,12 @@ def fuse_eltwise_chains(plan: Plan) -> Plan:
                       and s[2]._shape == v._shape and s[2].size > 1)
         if len(steps) > eltwise_kernels.MAX_STEPS or tensors > eltwise_kernels.MAX_TENSORS:
             continue
-        if kind == "blocked":
-            merged = node.replace(attrs={**node.attrs, "steps": steps})
-        else:
-            merged = node.replace(kind="eltwise_plain", attrs={"steps": steps})
-        _fuse(plan, step, reader, merged.replace(
-            inputs=node.inputs + consumer.inputs[1:],
-            fused=node.fused + (consumer.label,), flops=node.flops + consumer.flops))
+        # a merged plain node is a chain, no longer one binary op (its own attrs go)
+        changes = {"attrs": {**node.attrs, "steps": steps}} if kind == "blocked" else \
+            {"kind": "eltwise_plain", "attrs": {"steps": steps}}
+        _fuse(plan, step, reader, node.replace(
+            inputs=node.inputs + consumer.inputs[1:], fused=node.fused + (consumer.label,),
+            flops=node.flops + consumer.flops, **changes))
         fused += 1
     _drop_removed(plan)
     plan.fused_ops += fused
