@@ -25,6 +25,7 @@ import numpy as np
 from . import layouts
 from .errors import JitnnTypeError, JitnnValueError
 from .kernels import _config, conv2d as conv_kernels, layout as layout_kernels
+from .plan_cache import PlanCache
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -148,6 +149,9 @@ class Context:
         # single-op graphs: an op's validated signature, by op, shapes, layouts
         # and options (bounded: varying shapes do not grow memory without limit)
         self._graphs: collections.OrderedDict = collections.OrderedDict()
+        # plans of earlier flushes, by the shape of their pending DAG (an eager
+        # program that records the same ops every call is planned once)
+        self._plans = PlanCache()
         self._lock = threading.Lock()
         # Plain ints behind a lock (a launch counts in well under a microsecond);
         # ``stats`` hands out an immutable snapshot.

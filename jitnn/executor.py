@@ -110,6 +110,9 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     finally:
         ctx._tracing(previous)
     plan.seconds = time.perf_counter() - start
+    for home, node in plan.memo_homes:     # what the nodes memoized, for the next plan
+        home.memo = node.memo
+    plan.memo_homes = []
     if capture is not None:
         capture.steps = [CapturedStep(step, step.value, step.node, step.frees,
                                       physical_shape(step.value) if step.buffer else ())

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import layouts
+from . import layouts, plan_cache
 from .kernels import conv2d as conv_kernels, eltwise as eltwise_kernels
 from .tensor import Node, Value
 
@@ -81,6 +81,8 @@ class Plan:
     seconds: float | None = None
     read_lines: list[str] = dataclasses.field(default_factory=list)
     readers: dict = dataclasses.field(default_factory=dict)     # see _index_readers
+    #: (home, node): after the run, ``home.memo = node.memo`` (plan_cache)
+    memo_homes: list = dataclasses.field(default_factory=list)
 
     def op_steps(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "op"]
@@ -137,7 +139,7 @@ def _drop_removed(plan: Plan) -> None:
 
 # --- passes -------------------------------------------------------------------------
 
-def collect(ctx: "Context", roots: list[Value]) -> Plan:
+def pending_order(roots: list[Value]) -> list[Value]:
     """Every pending value the roots need, in dependency order."""
     order: list[Value] = []
     seen: set[int] = set()
@@ -157,6 +159,12 @@ def collect(ctx: "Context", roots: list[Value]) -> Plan:
             for source in reversed(v._node.inputs):
                 if source._data is None and id(source) not in seen:
                     stack.append((source, False))
+    return order
+
+
+def kept_values(order: list[Value], roots: list[Value]) -> set[int]:
+    """Ids of the values of ``order`` that must be materialized: the roots,
+    what the caller holds, and what an op outside ``order`` reads."""
     in_plan = {id(v) for v in order}
     kept = set()
     for v in order:
@@ -164,6 +172,18 @@ def collect(ctx: "Context", roots: list[Value]) -> Plan:
         if v.held or outside:
             kept.add(id(v))
     kept.update(id(r) for r in roots)
+    return kept
+
+
+def collect(ctx: "Context", roots: list[Value], order: list[Value] | None = None,
+            kept: set[int] | None = None) -> Plan:
+    """The plan of every pending value the roots need, one step per op, in
+    dependency order; which values must be *kept* (the caller holds them, an
+    op outside this flush reads them, or they are being read)."""
+    if order is None:
+        order = pending_order(roots)
+    if kept is None:
+        kept = kept_values(order, roots)
     steps = [Step("op", v, v._node.label, node=v._node, flops=v._node.flops) for v in order]
     plan = Plan(ctx.policy, list(roots), steps, kept, recorded_ops=len(order))
     _index_readers(plan)
@@ -519,15 +539,28 @@ def _single_op_plan(ctx: "Context", v: Value) -> Plan:
 
 
 def schedule(ctx: "Context", roots: list[Value]) -> Plan:
-    """Run the passes: fusion only under the ``"blocked"`` policy."""
+    """Run the passes (fusion only under the ``"blocked"`` policy), or reuse
+    the plan of an earlier flush whose pending DAG had the same shape
+    (jitnn/plan_cache.py). Call under the context's flush lock."""
     if len(roots) == 1 and all(s._data is not None for s in roots[0]._node.inputs):
         return _single_op_plan(ctx, roots[0])
-    plan = collect(ctx, roots)
+    order = pending_order(roots)
+    kept = kept_values(order, roots)
+    found = plan_cache.plan_key(ctx, order, kept, roots) if ctx.policy == "blocked" else None
+    if found is not None:
+        template = ctx._plans.get(found[0])
+        if template is not None:
+            return plan_cache.instantiate(template, ctx, roots, found[1])
+    plan = collect(ctx, roots, order, kept)
     for pass_ in PASSES:
         if ctx.policy != "blocked" and pass_ in (fold_batch_norms, fuse_epilogues,
                                                  fuse_eltwise_chains):
             continue
         plan = pass_(plan)
+    if found is not None:
+        template = plan_cache.template_of(plan, found[1])
+        if template is not None:
+            ctx._plans.put(found[0], template)
     return plan
 
 

@@ -70,13 +70,20 @@ class Node:
     ``run(ctx, node, value)`` computes the output buffer (in ``value``'s layout).
     A node made from a closure (``Tensor(..., producer=f)``) has ``kind``
     ``"opaque"``: the scheduler runs it as it is and fuses nothing into it.
+
+    ``sig`` (optional, set by the op that records the node): a hashable that
+    compares equal only between nodes whose ``op``, ``kind``, ``run``,
+    ``flops`` and ``attrs`` are the same once their inputs are matched up
+    (``attrs`` hold no Value that is not an input). Flushes of DAGs made of
+    such nodes reuse their plans (jitnn/plan_cache.py); a node without one
+    is planned anew every time.
     """
 
-    __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops", "memo")
+    __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops", "memo", "sig")
 
     def __init__(self, op: str, inputs: tuple["Value", ...] = (), *, kind: str = "opaque",
                  attrs: dict | None = None, run: Callable | None = None,
-                 fused: tuple[str, ...] = (), flops: int = 0):
+                 fused: tuple[str, ...] = (), flops: int = 0, sig: object = None):
         self.op = op
         self.kind = kind
         self.inputs = tuple(inputs)
@@ -87,10 +94,13 @@ class Node:
         #: what ``run`` may keep between runs of this node (a replayed program
         #: runs the same nodes again); never copied by :meth:`replace`
         self.memo = None
+        self.sig = sig
 
     def replace(self, **changes) -> "Node":
-        """A copy with some fields changed (passes never mutate a node in place)."""
-        fields = {name: getattr(self, name) for name in self.__slots__ if name != "memo"}
+        """A copy with some fields changed (passes never mutate a node in
+        place); the copy has no ``memo`` and no ``sig`` (its attrs differ)."""
+        fields = {name: getattr(self, name) for name in self.__slots__
+                  if name not in ("memo", "sig")}
         fields.update(changes)
         op, inputs = fields.pop("op"), fields.pop("inputs")
         return Node(op, inputs, **fields)

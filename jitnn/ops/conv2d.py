@@ -24,6 +24,7 @@ from ..kernels import conv2d as conv_kernels
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
+from ..plan_cache import Token
 from ..tensor import Node, Tensor, Value
 from ._common import (Binding, as_tensor, blocked_buffer, context_of, int_pair, padding4,
                       parse_activation, pending, plain_buffer, value_of, frozen)
@@ -109,7 +110,10 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
         # a plain input the kernel reads blocked: a reorder step (shared)
         attrs["blocked_inputs"] = ((x_value, attrs["block"], input_layout),)
     inputs = (x_value, attrs["w"]) + ((attrs["bias"],) if bias_t is not None else ())
-    node = Node(op, inputs, kind="conv2d", attrs=attrs, run=run_conv2d, flops=info["flops"])
+    # info's token: nodes made from one validated signature have the same
+    # attrs once their inputs are matched up (plans of such DAGs are reused)
+    node = Node(op, inputs, kind="conv2d", attrs=attrs, run=run_conv2d, flops=info["flops"],
+                sig=info["token"])
     return pending(ctx, info["shape"], info["layout"], node, axes=input_layout)
 
 
@@ -175,6 +179,7 @@ def _conv2d_signature(ctx, x: Tensor, w: Tensor, bias_t: Tensor | None, strides,
     return {
         "attrs": attrs, "needs_reorder": needs_reorder, "shape": out_shape,
         "flops": 2 * n * o * oh * ow * group_in * kh * kw,
+        "token": Token(op),
         # the "plain" policy converts every result back to standard layout
         "layout": layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout,
     }

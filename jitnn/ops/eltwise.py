@@ -33,6 +33,7 @@ from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
+from ..plan_cache import exact
 from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
                       is_number, pending, plain_buffer, plain_layout, reorder_to_blocked,
@@ -338,17 +339,20 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
     ctx = context_of(op, x)
     x = as_tensor(ctx, x, op, "x")
     code = epilogue.ACTIVATIONS[op]
+    param0, param1 = float(param0), float(param1)
+    step = ("activation", code, param0, param1)
+    # the node's whole description, given its input (see Node.sig)
+    sig = ("activation", op, code, exact(param0), exact(param1), is_blocked(x))
     if is_blocked(x):
         channels = x.shape[channel_axis(x._axes)]
-        step = ("activation", code, float(param0), float(param1))
-        return pending(ctx, x.shape, x.layout,
-                       eltwise_node(op, (value_of(x),), [step], channels), axes=x._axes)
+        node = eltwise_node(op, (value_of(x),), [step], channels)
+        node.sig = sig
+        return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
     # a node the scheduler can fuse into a preceding matmul's epilogue, or
     # merge with its neighbours into one plain pass
-    node = Node(op, (value_of(x),), kind="eltwise_plain",
-                attrs={"steps": [("activation", code, float(param0), float(param1))]},
-                run=run_plain_chain, flops=x.size)
+    node = Node(op, (value_of(x),), kind="eltwise_plain", attrs={"steps": [step]},
+                run=run_plain_chain, flops=x.size, sig=sig)
     return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
 
