@@ -60,7 +60,10 @@ class Stats:
     kernels' layout (once per filter tensor and block size); ``launches``: op
     kernels run (conv2d, elementwise, pool, ...; reorders and filter packs are
     counted apart); ``fused_ops``: ops folded into another op's kernel;
-    ``flushes``: times pending work was run for a readback; ``compile_s``:
+    ``flushes``: times pending work was run for a readback; ``plans_reused``:
+    flushes that ran an earlier plan, so no scheduler pass ran (a pending
+    DAG shaped like an earlier one, jitnn/plan_cache.py, or a ``compute``
+    replaying its graph's program, jitnn/replay.py); ``compile_s``:
     seconds of the launches that compiled a kernel or loaded it from the disk
     cache (the first call of each specialization, that run included).
     """
@@ -73,6 +76,7 @@ class Stats:
     launches: int = 0
     fused_ops: int = 0
     flushes: int = 0
+    plans_reused: int = 0
     compile_s: float = 0.0
 
 
@@ -314,7 +318,7 @@ class Context:
                 return None
             plan = _scheduler().schedule(self, values)
             _executor().execute(self, plan, capture)
-            self._count(flushes=1)
+            self._count(flushes=1, plans_reused=int(plan.reused))
         if self._pending:
             with self._lock:  # forget what is done
                 alive = [(r, r()) for r in self._pending]

@@ -10,19 +10,24 @@ was planned before gets that plan with its own values put in.
 The key says everything the passes look at, with each Value replaced by its
 place: the n-th pending value (dependency order, as ``collect`` found them)
 or the n-th computed value the DAG reads. Per pending value: its shape,
-layout, axes, whether it is kept, and its node (op, kind, run function,
-fused ops, FLOPs, inputs, and every attribute compared by type and value).
-Per computed value: its shape, layout, axes and which blocked copies it
-already has (``insert_reorders`` reuses them). And the context's block,
-policy, thread count and convolution algorithm. Two DAGs with equal keys get
-identical plans from the passes, so the stored plan (a template of places,
-holding no Value, no array and no closure) is that plan.
+layout, axes, whether it is kept, and its node, as the node's ``sig`` (which
+its op sets: for conv2d, a token of the validated call, since its attributes
+follow from the options and the inputs; for an activation, its name and
+parameters) and the places of its inputs. Per computed value: its shape,
+layout, axes and which blocked copies it already has (``insert_reorders``
+reuses them). And the context's policy, block, thread count and convolution
+algorithm. Two DAGs with equal keys get identical plans from the passes, so
+the stored plan (a template of places, holding no Value, array or closure)
+is that plan.
 
-A DAG is not cached, and is planned the normal way every time, when a node
-holds something the key cannot compare by value: a closure (a binary op's
-operand, an opaque producer), an array, a Tensor handle, or a pending value
-outside the DAG. The result is the same either way; only the planning cost
-differs. ``explain`` says when a plan was reused.
+A DAG is planned the normal way every time when one of its nodes has no
+``sig``: binary ops and batch normalization (their operands are closures
+over Values), pooling, matmul, opaque producers; or when it reads a pending
+value from outside the flush. The result is the same either way; only the
+planning cost differs. ``explain`` says when a plan was reused. A reused
+conv step also gets the memo of the last run (its launch and packed
+filter, as weak references, checked before use), so it skips the ~10 us of
+Python that plans a launch.
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ import collections
 import dataclasses
 import math
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from .tensor import Node, Value
 
@@ -169,6 +172,10 @@ def _to_places(item: object, place: dict) -> object:
         return [_to_places(x, place) for x in item]
     if kind is dict:
         return {k: _to_places(x, place) for k, x in item.items()}
+    if callable(item):
+        # a closure would carry this flush's values into the next (no node
+        # with a sig holds one; checked here so a template never does)
+        raise KeyError("callable attribute")
     return item
 
 
@@ -258,7 +265,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
     return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept}, log,
                 recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,
                 peak_bytes=template.peak_bytes, buffer_slots=template.buffer_slots,
-                memo_homes=memo_homes)
+                memo_homes=memo_homes, reused=True)
 
 
 class PlanCache:

@@ -114,7 +114,7 @@ class Program:
                 executor.replay(ctx, self.plan, self.steps, self.seeds, self.bindings)
                 # what _flush and the executor count per flush (launches and
                 # reorders count themselves as they run)
-                ctx._count(flushes=1, fused_ops=self.fused_ops)
+                ctx._count(flushes=1, fused_ops=self.fused_ops, plans_reused=1)
             ctx._read_values([v for _, v in self.outputs],
                              [outputs[name] for name, _ in self.outputs])
         finally:

@@ -81,6 +81,7 @@ class Plan:
     seconds: float | None = None
     read_lines: list[str] = dataclasses.field(default_factory=list)
     readers: dict = dataclasses.field(default_factory=dict)     # see _index_readers
+    reused: bool = False           # made from an earlier flush's plan (plan_cache)
     #: (home, node): after the run, ``home.memo = node.memo`` (plan_cache)
     memo_homes: list = dataclasses.field(default_factory=list)
 

@@ -51,6 +51,7 @@ def test_a_repeated_chain_reuses_its_plan_with_new_inputs(channels):
         _close(out, _chain_reference(x, ws))
         stats = ctx.stats
         assert (stats.launches, stats.fused_ops, stats.flushes) == (3, 3, 1)
+        assert stats.plans_reused == (call > 0)
     assert (ctx._plans.misses, ctx._plans.hits) == (1, 3)
 
 
