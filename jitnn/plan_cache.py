@@ -260,8 +260,9 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                           bytes_out=t.bytes_out, kept=t.kept, buffer=t.buffer,
                           frees=tuple(values[i] for i in t.frees),
                           reorder_block=t.reorder_block))
-    log = template.log + [f"plan reused: the pending DAG has the shape of one planned "
-                          f"before ({template.recorded_ops} op(s)), so no pass ran again"]
+    log = [f"plan_cache: reused the plan of an earlier flush whose pending DAG had this "
+           f"shape ({template.recorded_ops} op(s)); the passes below ran for it, none now"
+           ] + template.log
     return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept}, log,
                 recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,
                 peak_bytes=template.peak_bytes, buffer_slots=template.buffer_slots,

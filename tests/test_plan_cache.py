@@ -70,10 +70,10 @@ def test_the_reused_plan_says_so_in_explain():
     _chain(ctx.tensor(_random((1, 8, 5, 5), 1)), ws).numpy()
     h = _chain(ctx.tensor(_random((1, 8, 5, 5), 2)), ws)
     before = jitnn.explain(h)
-    assert "plan reused" in before and "not run yet" in before
+    assert "plan_cache: reused" in before and "not run yet" in before
     h.numpy()
     after = jitnn.explain(h)
-    assert "plan reused" in after and "ran in" in after
+    assert "plan_cache: reused" in after and "ran in" in after
     assert after.count("conv2d + relu") == 3
 
 
