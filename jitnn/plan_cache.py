@@ -201,14 +201,17 @@ def _filled(item: object, values: list[Value]) -> object:
     return item
 
 
-def template_of(plan: "Plan", values: list[Value]) -> PlanTemplate | None:
-    """The plan the passes made, with places instead of Values (None if a
-    pass brought in a Value the key did not number: then nothing is kept)."""
-    place = {id(v): n for n, v in enumerate(values)}
+def remember(cache: "PlanCache", key: tuple, plan: "Plan", values: list[Value]) -> None:
+    """Keep the plan the passes just made under ``key``, as a template of
+    places (not at all if a pass brought in a Value the key did not number,
+    or a callable), and have its run hand each node's memo to the template."""
     try:
-        return _template(plan, place)
+        template = _template(plan, {id(v): n for n, v in enumerate(values)})
     except KeyError:
-        return None
+        return
+    cache.put(key, template)
+    plan.memo_homes = [(t, step.node) for t, step in zip(template.steps, plan.steps)
+                       if t.kind == "op"]
 
 
 def _template(plan: "Plan", place: dict) -> PlanTemplate:
@@ -227,7 +230,6 @@ def _template(plan: "Plan", place: dict) -> PlanTemplate:
             step.kind, place[id(step.value)], step.label, template, step.layouts_in,
             step.layout_out, step.flops, step.bytes_in, step.bytes_out, step.kept,
             step.buffer, tuple(place[id(v)] for v in step.frees), step.reorder_block))
-    plan.memo_homes = [(t, step.node) for t, step in zip(steps, plan.steps) if t.kind == "op"]
     kept = tuple(sorted(place[k] for k in plan.kept))      # plan.kept holds ids
     return PlanTemplate(steps, kept, list(plan.log), plan.recorded_ops, plan.fused_ops,
                         plan.peak_bytes, plan.buffer_slots)

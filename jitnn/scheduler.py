@@ -559,9 +559,7 @@ def schedule(ctx: "Context", roots: list[Value]) -> Plan:
             continue
         plan = pass_(plan)
     if found is not None:
-        template = plan_cache.template_of(plan, found[1])
-        if template is not None:
-            ctx._plans.put(found[0], template)
+        plan_cache.remember(ctx._plans, found[0], plan, found[1])
     return plan
 
 
