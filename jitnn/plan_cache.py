@@ -254,7 +254,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                     attrs[name] = _filled(item, values)
                 node = Node(n.op, tuple(values[i] for i in n.inputs), kind=n.kind, attrs=attrs,
                             run=n.run, fused=n.fused, flops=n.flops)
-            if node.memo is None and t.memo is not None:
+            if node.memo is None:
                 node.memo = t.memo
             memo_homes.append((t, node))
         steps.append(Step(t.kind, v, t.label, node=node, layouts_in=t.layouts_in,

@@ -176,15 +176,10 @@ def kept_values(order: list[Value], roots: list[Value]) -> set[int]:
     return kept
 
 
-def collect(ctx: "Context", roots: list[Value], order: list[Value] | None = None,
-            kept: set[int] | None = None) -> Plan:
-    """The plan of every pending value the roots need, one step per op, in
-    dependency order; which values must be *kept* (the caller holds them, an
-    op outside this flush reads them, or they are being read)."""
-    if order is None:
-        order = pending_order(roots)
-    if kept is None:
-        kept = kept_values(order, roots)
+def collect(ctx: "Context", roots: list[Value], order: list[Value], kept: set[int]) -> Plan:
+    """The plan of the roots' pending values (``order``, from
+    :func:`pending_order`), one step per op, and which must be *kept*
+    (``kept``, from :func:`kept_values`)."""
     steps = [Step("op", v, v._node.label, node=v._node, flops=v._node.flops) for v in order]
     plan = Plan(ctx.policy, list(roots), steps, kept, recorded_ops=len(order))
     _index_readers(plan)
