@@ -207,7 +207,7 @@ def fold_batch_norms(plan: Plan) -> Plan:
         if consumer.kind != "eltwise" or consumer.inputs[0] is not v \
                 or len(consumer.attrs["steps"]) != 1 or consumer.attrs["steps"][0][0] != "affine":
             continue
-        bn = consumer.attrs["steps"][0][2]         # (mean, variance, scale, bias, epsilon)
+        bn = consumer.attrs["steps"][0][1]         # (mean, variance, scale, bias, epsilon)
         if any(t is not None and t._data is None for t in bn[:4]):
             continue                               # statistics not computed yet
         extra = tuple(t for t in bn[:4] if t is not None)

@@ -76,7 +76,9 @@ class Node:
     ``flops`` and ``attrs`` are the same once their inputs are matched up
     (``attrs`` hold no Value that is not an input). Flushes of DAGs made of
     such nodes reuse their plans (jitnn/plan_cache.py); a node without one
-    is planned anew every time.
+    is planned anew every time. ``run`` may differ where it is a closure no
+    pass copies into another node (an opaque node, a plain broadcast binary
+    op): a reused plan runs the node its own flush recorded.
     """
 
     __slots__ = ("op", "kind", "inputs", "attrs", "run", "fused", "flops", "memo", "sig")
@@ -258,8 +260,10 @@ class Tensor:
         if data is None:
             if producer is None:
                 raise JitnnValueError("Tensor: give data or a producer")
+            # no pass looks into an opaque node, and a reused plan runs the
+            # node recorded for its flush, so its op names it (see Node.sig)
             node = Node(op, tuple(_value_of(t) for t in inputs),
-                        run=lambda ctx_, node_, value_, out_: producer())
+                        run=lambda ctx_, node_, value_, out_: producer(), sig=("opaque", op))
         value = Value(ctx, shape, layout, data=data, node=node, axes=axes)
         self._v = value
         value._handle = weakref.ref(self)

@@ -11,6 +11,7 @@ import pytest
 import jitnn
 from jitnn import plan_cache
 from jitnn.ops.conv2d import conv2d_reference
+from jitnn.ops.normalization import batch_normalization_reference
 
 
 def _random(shape, seed, scale=1.0):
@@ -134,14 +135,162 @@ def test_activations_with_other_parameters_get_their_own_plans(first, second):
     assert ctx._plans.hits == 0 and ctx._plans.misses == 2
 
 
-def test_a_dag_with_an_operand_closure_is_planned_every_time():
+def _bn_stats(channels, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(channels).astype(np.float32) * 0.1,
+            (rng.random(channels) + 0.5).astype(np.float32),
+            (rng.random(channels) + 0.5).astype(np.float32),
+            rng.standard_normal(channels).astype(np.float32) * 0.1)
+
+
+def _bottleneck(x, layers):
+    h = x
+    for i, (w, stats, pad) in enumerate(layers):
+        h = jitnn.batch_normalization(jitnn.conv2d(h, w, padding=pad), *stats)
+        if i < 2:
+            h = jitnn.relu(h)
+    return jitnn.relu(jitnn.add(h, x))
+
+
+def _bottleneck_reference(x, layers):
+    h = np.asarray(x, np.float64)
+    for i, (w, stats, pad) in enumerate(layers):
+        h = batch_normalization_reference(conv2d_reference(h, np.asarray(w), padding=pad),
+                                          *(np.asarray(s) for s in stats))
+        if i < 2:
+            h = np.maximum(h, 0)
+    return np.maximum(h + x, 0)
+
+
+@pytest.mark.parametrize("channels, mid", [(9, 5), (16, 8)])
+def test_a_bottleneck_block_with_batch_norms_and_a_residual_reuses_its_plan(channels, mid):
     ctx = jitnn.Context()
-    ws = _filters(ctx, 8)
-    for call in range(2):
-        x = _random((1, 8, 5, 5), call)
+    specs = [(mid, channels, 1, 0), (mid, mid, 3, 1), (channels, mid, 1, 0)]
+    layers = [(ctx.tensor(_random((o, c, k, k), 20 + i, 0.3)),
+               [ctx.tensor(a) for a in _bn_stats(o, 30 + i)], pad)
+              for i, (o, c, k, pad) in enumerate(specs)]
+    for call in range(3):
+        x = _random((2, channels, 7, 9), call)
+        ctx.reset_stats()
+        _close(_bottleneck(ctx.tensor(x), layers).numpy(), _bottleneck_reference(x, layers))
+        stats = ctx.stats
+        # 3 convs, each with its batch norm folded; relu, relu, add + relu fused
+        assert (stats.launches, stats.fused_ops, stats.flushes) == (3, 7, 1)
+        assert stats.plans_reused == (call > 0)
+    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+
+
+def test_batch_norm_statistics_given_as_arrays_each_call_are_used():
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
+    x = _random((1, 8, 5, 5), 2)
+    for seed in (3, 4, 5):
+        stats = _bn_stats(8, seed)
+        h = jitnn.relu(jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1),
+                                                 *stats, epsilon=1e-3))
+        want = np.maximum(batch_normalization_reference(
+            conv2d_reference(x, np.asarray(w), padding=1), *stats, epsilon=1e-3), 0)
+        _close(h.numpy(), want)
+    assert ctx._plans.hits == 2
+
+
+def test_batch_norms_with_other_options_get_their_own_plans():
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
+    x = _random((1, 8, 5, 5), 2)
+    mean, variance, scale, bias = _bn_stats(8, 3)
+    conv = conv2d_reference(x, np.asarray(w), padding=1)
+    cases = [({"epsilon": 1e-3}, (mean, variance, scale, bias)),
+             ({"epsilon": 1e-2}, (mean, variance, scale, bias)),
+             ({"epsilon": 1e-2}, (mean, variance, None, bias)),
+             ({"epsilon": 1e-2}, (mean, variance, scale, None)),
+             ({"epsilon": 1e-2, "activation": "relu"}, (mean, variance, scale, bias))]
+    for options, stats in cases:
+        h = jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1), *stats,
+                                      **options)
+        _close(h.numpy(), batch_normalization_reference(conv, *stats, **options))
+    assert ctx._plans.hits == 0 and ctx._plans.misses == len(cases)
+
+
+@pytest.mark.parametrize("number, other", [(0.5, 1.5), (0.0, -0.0)])
+def test_a_number_operand_is_part_of_the_plan(number, other):
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
+    conv = np.asarray(jitnn.conv2d(ctx.tensor(_random((1, 8, 5, 5), 2)), w, padding=1))
+    for value in (number, number, other):
+        x = _random((1, 8, 5, 5), 2)
+        got = jitnn.div(1.0, jitnn.mul(jitnn.conv2d(ctx.tensor(x), w, padding=1), value))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            want = 1.0 / (conv.astype(np.float64) * value)
+        np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(want))
+        _close(got.numpy(), want)
+    assert (ctx._plans.misses, ctx._plans.hits) == (2, 1)
+
+
+# every way a blocked binary op takes its other operand (ops/eltwise.py), as
+# (shape of the operand, made by): a new operand of the same shape each call
+_OPERANDS = {
+    "number": None,
+    "size-1 tensor": (1, 1, 1, 1),
+    "same-shape tensor": (2, 9, 5, 7),
+    "per-channel vector": (9, 1, 1),
+    "per-(n, c) block": (2, 9, 1, 1),
+    "rows of a blocked pool": "pool",
+    "broadcast plane": (1, 1, 5, 7),
+}
+
+
+@pytest.mark.parametrize("kind", list(_OPERANDS))
+def test_each_kind_of_binary_operand_is_resolved_for_the_reusing_flush(kind):
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((9, 9, 3, 3), 1, 0.3))
+    for call in range(3):
+        x = _random((2, 9, 5, 7), 10 + call)
         a = ctx.tensor(x)
-        h = jitnn.add(jitnn.conv2d(a, ws[0], padding=1), 0.5 + call)
-        _close(h.numpy(), conv2d_reference(x, np.asarray(ws[0]), padding=1) + 0.5 + call)
+        conv = conv2d_reference(x, np.asarray(w), padding=1)
+        spec = _OPERANDS[kind]
+        if spec is None:
+            operand = want_operand = 0.25 * (call % 2)    # 0, 0.25, 0: the first plan again
+        elif spec == "pool":
+            want_operand = x.mean(axis=(2, 3), keepdims=True)
+            operand = jitnn.global_average_pool2d(a)
+        else:
+            operand = want_operand = _random(spec, 20 + call)
+        h = jitnn.relu(jitnn.sub(jitnn.mul(jitnn.conv2d(a, w, padding=1), operand), x))
+        _close(h.numpy(), np.maximum(conv * want_operand - x, 0))
+    # a number is part of the plan (0, then 0.25, then 0 again: one hit)
+    assert ctx._plans.hits == (1 if spec is None else 2)
+
+
+def test_a_merged_plain_chain_reuses_its_plan():
+    ctx = jitnn.Context()
+    for call in range(3):
+        x, y = _random((6, 10), call), _random((6, 10), 10 + call)
+        h = jitnn.relu(jitnn.add(jitnn.mul(jitnn.sigmoid(ctx.tensor(x)), ctx.tensor(y)), 0.5))
+        ctx.reset_stats()
+        _close(h.numpy(), np.maximum(1 / (1 + np.exp(-x)) * y + 0.5, 0))
+        assert ctx.stats.launches == 1 and ctx.stats.plans_reused == (call > 0)
+
+
+def test_opaque_and_broadcast_nodes_reuse_their_plans():
+    ctx = jitnn.Context()
+    for call in range(3):
+        x, y = _random((2, 1, 5, 5), call), _random((1, 3, 1, 1), 5 + call)
+        # neither operand has the output's shape (broadcast first, plain), then
+        # a pooling (an opaque node: a closure of its own flush)
+        h = jitnn.max_pool2d(jitnn.relu(jitnn.add(ctx.tensor(x), ctx.tensor(y))), 2, strides=2)
+        want = np.maximum(x + y, 0)[:, :, :4, :4].reshape(2, 3, 2, 2, 2, 2).max(axis=(3, 5))
+        _close(h.numpy(), want)
+    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+
+
+def test_a_dag_with_a_matmul_is_planned_every_time():
+    ctx = jitnn.Context()
+    b = _random((4, 3), 1)
+    for call in range(2):
+        a = _random((5, 4), call)
+        h = jitnn.relu(jitnn.matmul(ctx.tensor(a), b))
+        _close(h.numpy(), np.maximum(a @ b, 0))
     assert ctx._plans.hits == 0 and len(ctx._plans.plans) == 0
 
 

@@ -82,10 +82,15 @@ def eltwise_node(op: str, inputs: tuple[Value, ...], steps: list, channels: int)
     scheduler may concatenate the steps of a chain):
 
     * ``("activation", code, param0, param1)``;
-    * ``("binary", op, other_value_or_None, reverse, operand)``: ``operand()``
-      gives the kernel operand (scalar, lanes or a same-shape blocked buffer);
-    * ``("affine", fold, bn)``: ``fold()`` gives per-channel ``(a, b)``; ``bn``
-      is ``(mean, variance, scale, bias, epsilon)`` for folding into a conv.
+    * ``("binary", op, other_value_or_None, reverse, operand)``: ``operand``
+      describes the kernel operand (scalar, lanes or a same-shape blocked
+      buffer; see :func:`resolve_operand`);
+    * ``("affine", bn)``: a batch normalization, ``bn`` its ``(mean, variance,
+      scale, bias, epsilon)`` (Values or None, then a float), folded into
+      per-channel ``(a, b)`` when it runs, or into a preceding conv's filter.
+
+    Steps hold descriptions and Values, never closures: a plan reused for a
+    later flush (jitnn/plan_cache.py) gets them with that flush's Values put in.
     """
     size = inputs[0].size
     return Node(op, inputs, kind="eltwise", attrs={"steps": steps, "channels": channels},
@@ -101,10 +106,10 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
         if step[0] == "activation":
             kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
         elif step[0] == "binary":
-            kernel_steps.append(eltwise_kernels.binary_step(step[1], step[4](), step[3]))
+            kernel_steps.append(eltwise_kernels.binary_step(
+                step[1], resolve_operand(ctx, step[4]), step[3]))
         else:
-            scale, shift = step[1]()
-            kernel_steps.append(eltwise_kernels.affine_step(scale, shift))
+            kernel_steps.append(eltwise_kernels.affine_step(*batch_norm_fold(step[1])))
     if out is None:
         out = np.empty_like(x)
     ctx._launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
@@ -123,7 +128,8 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
         if step[0] == "activation":
             kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
         else:
-            kernel_steps.append(eltwise_kernels.binary_step(step[1], step[4](), step[3]))
+            kernel_steps.append(eltwise_kernels.binary_step(
+                step[1], resolve_operand(ctx, step[4]), step[3]))
     if out is None:
         out = np.empty(x.shape, np.float32)
     if out.size:
@@ -150,6 +156,67 @@ def _scalar_of(v: Operand) -> float:
     return v
 
 
+def batch_norm_fold(bn: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel ``(a, b)`` of a batch normalization ``(mean, variance,
+    scale, bias, epsilon)`` (Values or None, then a float): ``x * a + b``."""
+    arrays = [None if v is None else plain_buffer(v) for v in bn[:4]]
+    return eltwise_kernels.batch_norm_fold(*arrays, epsilon=bn[4])
+
+
+# A binary step describes its kernel operand with a tuple, resolved when the
+# step runs (Values inside, no closure: see eltwise_node):
+#   ("number", x)                          a Python number
+#   ("scalar", y)                          the one element of size-1 Value y
+#   ("plain", y)                           y's plain buffer (the output's shape)
+#   ("blocked", y, block, axes)            y's blocked buffer (the output's shape)
+#   ("rows", y)                            y (N or 1, C) blocked like the main
+#                                          operand: its buffer as (N, C_phys)
+#   ("lanes", y, padded, n, c, ca)         per-channel or per-(n, c) values
+#                                          from y (shape ``padded``, rank 4;
+#                                          ``ca`` the channel axis)
+#   ("broadcast", y, padded, shape, block, axes)
+#                                          y broadcast to ``shape`` and blocked
+
+def resolve_operand(ctx: Context, operand: tuple) -> object:
+    """The kernel operand a description gives (see above)."""
+    kind = operand[0]
+    if kind == "number":
+        return operand[1]
+    y = operand[1]
+    if kind == "scalar":
+        return _scalar_of(y)
+    if kind == "plain":
+        return plain_buffer(y)
+    if kind == "blocked":
+        return blocked_buffer(ctx, y, operand[2], operand[3])
+    if kind == "rows":
+        data = y._materialize()
+        return data.reshape(-1) if data.shape[0] == 1 else data.reshape(data.shape[0], -1)
+    if kind == "lanes":
+        _, _, padded, n, c, ca = operand
+        values = plain_buffer(y)
+        if padded[ca] == c and padded[0] in (1, n):
+            # already C (or N x C) values in order: no broadcast needed
+            return values.reshape(c) if padded[0] == 1 else values.reshape(n, c)
+        values = values.reshape(padded)
+        index = tuple(slice(None) if i in (0, ca) else 0 for i in range(4))
+        values = values[index]                      # (N or 1, C or 1)
+        if padded[0] == 1:
+            return np.ascontiguousarray(np.broadcast_to(values[0], (c,)), np.float32)
+        return np.ascontiguousarray(np.broadcast_to(values, (n, c)), np.float32)
+    _, _, padded, shape, block, axes = operand
+    return reorder_to_blocked(ctx, np.broadcast_to(plain_buffer(y).reshape(padded), shape),
+                              block, axes)
+
+
+def operand_sig(operand: tuple) -> tuple:
+    """An operand description for a node's ``sig``: its Value (always the
+    node's second input) left out, a number kept with the sign of zero."""
+    if operand[0] == "number":
+        return ("number",) + exact(operand[1])
+    return (operand[0],) + operand[2:]
+
+
 def _varying_run(shape: tuple[int, ...],
                  out_shape: tuple[int, ...]) -> tuple[int, int, int] | None:
     """If ``shape`` (broadcast to ``out_shape``) varies over one contiguous run of
@@ -167,43 +234,27 @@ def _varying_run(shape: tuple[int, ...],
             int(np.prod(out_shape[last + 1:], dtype=np.int64)))
 
 
-def _blocked_operand(ctx: Context, y: Operand, main: Tensor,
-                     block: int) -> Callable[[], object]:
-    """The kernel operand for ``y`` against the blocked main tensor: a function
-    giving a float, a ``(C,)``/``(C_phys,)`` vector, an ``(N, C)``/``(N, C_phys)``
-    block or a same-shape blocked buffer."""
-    if not isinstance(y, (Tensor, Value)) or y.size == 1:
-        return lambda: _scalar_of(y)
+def _blocked_operand(y: Operand, main: Value, block: int) -> tuple:
+    """The description of the kernel operand for ``y`` against the blocked
+    main value: a float, a ``(C,)``/``(C_phys,)`` vector, an ``(N, C)``/``(N,
+    C_phys)`` block or a same-shape blocked buffer (see :func:`resolve_operand`)."""
+    if not isinstance(y, Value):
+        return ("number", y)
+    if y.size == 1:
+        return ("scalar", y)
     shape, axes = main.shape, main._axes
     ca = channel_axis(axes)
     padded = (1,) * (4 - y.ndim) + y.shape
     if padded == shape:
-        return lambda: blocked_buffer(ctx, y, block, axes)
+        return ("blocked", y, block, axes)
     varying = {i for i in range(4) if padded[i] != 1}
     n, c = shape[0], shape[ca]
     if varying <= {0, ca}:
         if (is_blocked(y) and y.ndim == 4 and layouts.block_of(y.layout) == block
                 and y._axes == axes and y.shape[ca] == c):
-            # (N or 1, C) blocked like main: its buffer is the (N, C_phys) operand
-            def same_block():
-                data = y._materialize()
-                return data.reshape(-1) if data.shape[0] == 1 else data.reshape(data.shape[0], -1)
-            return same_block
-
-        def lanes():
-            values = plain_buffer(y)
-            if padded[ca] == c and padded[0] in (1, n):
-                # already C (or N x C) values in order: no broadcast needed
-                return values.reshape(c) if padded[0] == 1 else values.reshape(n, c)
-            values = values.reshape(padded)
-            index = tuple(slice(None) if i in (0, ca) else 0 for i in range(4))
-            values = values[index]                      # (N or 1, C or 1)
-            if padded[0] == 1:
-                return np.ascontiguousarray(np.broadcast_to(values[0], (c,)), np.float32)
-            return np.ascontiguousarray(np.broadcast_to(values, (n, c)), np.float32)
-        return lanes
-    return lambda: reorder_to_blocked(
-        ctx, np.broadcast_to(plain_buffer(y).reshape(padded), shape), block, axes)
+            return ("rows", y)
+        return ("lanes", y, padded, n, c, ca)
+    return ("broadcast", y, padded, shape, block, axes)
 
 
 def _binary(op: str, a, b) -> Tensor:
@@ -235,13 +286,15 @@ def _binary(op: str, a, b) -> Tensor:
         axes = main._axes
         channels = out_shape[channel_axis(axes)]
         other_value = value_of(other) if isinstance(other, Tensor) else None
-        # the operand's closure holds Values, never the caller's handles
-        operand = _blocked_operand(ctx, other_value if other_value is not None else other,
+        # the description holds Values, never the caller's handles
+        operand = _blocked_operand(other_value if other_value is not None else other,
                                    value_of(main), block)
         step = ("binary", op, other_value, reverse, operand)
         inputs = (value_of(main),) + ((other_value,) if other_value is not None else ())
-        return pending(ctx, out_shape, main.layout,
-                       eltwise_node(op, inputs, [step], channels), axes=axes)
+        node = eltwise_node(op, inputs, [step], channels)
+        # the node's whole description, given its inputs (see Node.sig)
+        node.sig = ("binary", op, reverse, operand_sig(operand), True)
+        return pending(ctx, out_shape, main.layout, node, axes=axes)
 
     axes = main._axes if main is not None and main.ndim == 4 else "nchw"
     size = int(np.prod(out_shape, dtype=np.int64))
@@ -287,19 +340,23 @@ def _binary(op: str, a, b) -> Tensor:
                              or other.shape == out_shape):
         # a scalar or same-shape operand: a step of a plain chain (the scheduler
         # may merge it with its neighbours), main input first
-        if isinstance(other, Value) and other.size != 1:
-            operand: Callable[[], object] = lambda: plain_buffer(other)
+        if isinstance(other, Value):
+            operand = ("plain", other) if other.size != 1 else ("scalar", other)
         else:
-            operand = lambda: _scalar_of(other)  # noqa: E731
+            operand = ("number", other)
         attrs["steps"] = [("binary", op, other if isinstance(other, Value) else None,
                            reverse, operand)]
         inputs = (main,) + ((other,) if isinstance(other, Value) else ())
         node = Node(op, inputs, kind="eltwise_plain", attrs=attrs, run=run_plain_chain,
-                    flops=size)
+                    flops=size, sig=("binary", op, reverse, operand_sig(operand), False))
     else:
         inputs = tuple(t for t in (a_value, b_value) if isinstance(t, Value))
+        # its run is this flush's closure (a pass may fuse the add into a
+        # matmul, reading only attrs): the sig covers the attrs
+        other_sig = ("value",) if isinstance(other, Value) else exact(other)
         node = Node(op, inputs, kind="binary_plain", attrs=attrs,
-                    run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size)
+                    run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size,
+                    sig=("binary_plain", op, reverse, main is None, other_sig, run))
     return pending(ctx, out_shape, plain_layout(len(out_shape), axes), node, axes=axes)
 
 

@@ -16,11 +16,12 @@ import numpy as np
 from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
+from ..plan_cache import exact
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
                       parse_activation, pending, plain_buffer, plain_layout, plain_result,
                       value_of)
-from .eltwise import eltwise_node
+from .eltwise import batch_norm_fold, eltwise_node
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -83,22 +84,23 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     code, p0, p1 = parse_activation(op, activation)
     epsilon = float(epsilon)
 
-    # the closures read Values, not the caller's handles (a handle they kept
-    # would count as the caller holding it: see _common.plain_result)
-    stats = tuple(value_of(v) for v in vectors)
-
-    def fold() -> tuple[np.ndarray, np.ndarray]:
-        arrays = [None if v is None else plain_buffer(v) for v in stats]
-        return eltwise_kernels.batch_norm_fold(*arrays, epsilon=epsilon)
+    # Values, not the caller's handles (a handle kept here would count as the
+    # caller holding it: see _common.plain_result)
+    bn = tuple(value_of(v) for v in vectors) + (epsilon,)
 
     if is_blocked(x) and axis == channel_axis(x._axes):
         # a node the scheduler can fold into a preceding conv2d (Values only)
-        steps = [("affine", fold, stats + (epsilon,))]
+        steps = [("affine", bn)]
         if code != epilogue.NONE:
             steps.append(("activation", code, p0, p1))
-        inputs = (value_of(x),) + tuple(v for v in stats if v is not None)
-        return pending(ctx, x.shape, x.layout, eltwise_node(op, inputs, steps, channels),
-                       axes=x._axes)
+        inputs = (value_of(x),) + tuple(v for v in bn[:4] if v is not None)
+        node = eltwise_node(op, inputs, steps, channels)
+        # the node's whole description, given its inputs (see Node.sig): which
+        # statistics were given (they are its inputs after x, in order), epsilon
+        # and the activation
+        node.sig = (op, tuple(v is not None for v in vectors), exact(epsilon), code,
+                    exact(p0), exact(p1))
+        return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
@@ -106,7 +108,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     xv, shape = value_of(x), x.shape
 
     def produce_plain() -> np.ndarray:
-        a, b = fold()
+        a, b = batch_norm_fold(bn)
         data = plain_buffer(xv)
         out = np.empty(shape, np.float32)
         if out.size:
