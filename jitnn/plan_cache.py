@@ -14,8 +14,9 @@ layout, axes, whether it is kept, and its node, as the node's ``sig`` (which
 its op sets: for conv2d, a token of the validated call, since its attributes
 follow from the options and the inputs; for an activation, its name and
 parameters; for a binary op, how it takes its other operand; for a batch
-normalization, which statistics it has, epsilon and its activation; for an
-opaque node, which no pass looks into, its op) and the places of its inputs. Per computed value: its shape,
+normalization, which statistics it has, epsilon and its activation; for
+matmul and gemm, their scalars, transposes, activation and sizes; for a node
+no pass rewrites, as an opaque one, what the passes see of it) and the places of its inputs. Per computed value: its shape,
 layout, axes and which blocked copies it already has (``insert_reorders``
 reuses them). And the context's policy, block, thread count and convolution
 algorithm. Two DAGs with equal keys get identical plans from the passes, so
@@ -23,8 +24,8 @@ the stored plan (a template of places, holding no Value, array or closure)
 is that plan.
 
 A DAG is planned the normal way every time when one of its nodes has no
-``sig`` (matmul, gemm, conv_transpose2d), or when it reads a pending value
-from outside the flush. The result is the same either way; only the
+``sig`` (every op of jitnn's sets one; a new op may not), or when it reads a
+pending value from outside the flush. The result is the same either way; only the
 planning cost differs. ``explain`` says when a plan was reused. A reused
 conv step also gets the memo of the last run (its launch and packed
 filter, as weak references, checked before use), so it skips the ~10 us of

@@ -11,6 +11,7 @@ import pytest
 import jitnn
 from jitnn import plan_cache
 from jitnn.ops.conv2d import conv2d_reference
+from jitnn.ops.conv_transpose2d import conv_transpose2d_reference
 from jitnn.ops.normalization import batch_normalization_reference
 
 
@@ -284,13 +285,47 @@ def test_opaque_and_broadcast_nodes_reuse_their_plans():
     assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
 
 
-def test_a_dag_with_a_matmul_is_planned_every_time():
+def test_a_matmul_with_its_fused_bias_and_activation_reuses_its_plan():
     ctx = jitnn.Context()
-    b = _random((4, 3), 1)
+    w1, bias, w2 = _random((12, 7), 1), _random((7,), 2), _random((7, 3), 3)
+    for call in range(3):
+        a = _random((5, 12), call)
+        h = jitnn.matmul(jitnn.relu(jitnn.add(jitnn.matmul(ctx.tensor(a), w1), bias)), w2)
+        ctx.reset_stats()
+        _close(h.numpy(), np.maximum(a @ w1 + bias, 0) @ w2)
+        assert (ctx.stats.launches, ctx.stats.fused_ops) == (2, 2)
+        assert ctx.stats.plans_reused == (call > 0)
+
+
+def test_gemm_options_get_their_own_plans():
+    ctx = jitnn.Context()
+    a, b, c = _random((4, 6), 1), _random((6, 5), 2), _random((4, 5), 3)
+    for alpha, beta in ((1.0, 1.0), (2.0, 1.0), (2.0, 0.5), (2.0, 0.5)):
+        h = jitnn.relu(jitnn.gemm(ctx.tensor(a), b, c, alpha=alpha, beta=beta))
+        _close(h.numpy(), np.maximum(alpha * a @ b + beta * c, 0))
+    assert (ctx._plans.misses, ctx._plans.hits) == (3, 1)
+
+
+def test_a_transposed_convolution_in_a_chain_reuses_its_plan():
+    ctx = jitnn.Context()
+    w, up = ctx.tensor(_random((9, 9, 3, 3), 1, 0.3)), _random((9, 5, 2, 2), 2, 0.3)
+    for call in range(3):
+        x = _random((2, 9, 5, 7), call)
+        h = jitnn.relu(jitnn.conv_transpose2d(jitnn.conv2d(ctx.tensor(x), w, padding=1), up,
+                                              strides=2))
+        want = np.maximum(conv_transpose2d_reference(
+            conv2d_reference(x, np.asarray(w), padding=1), up, strides=2), 0)
+        _close(h.numpy(), want)
+    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+
+
+def test_a_dag_with_a_node_without_sig_is_planned_every_time():
+    ctx = jitnn.Context()
     for call in range(2):
-        a = _random((5, 4), call)
-        h = jitnn.relu(jitnn.matmul(ctx.tensor(a), b))
-        _close(h.numpy(), np.maximum(a @ b, 0))
+        x = _random((1, 8, 5, 5), call)
+        h = jitnn.relu(ctx.tensor(x))
+        h._v._node.sig = None           # an op that does not describe its node
+        _close(jitnn.relu(h).numpy(), np.maximum(x, 0))
     assert ctx._plans.hits == 0 and len(ctx._plans.plans) == 0
 
 

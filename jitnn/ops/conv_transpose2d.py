@@ -327,8 +327,10 @@ def conv_transpose2d(x, w, bias=None, *, strides=1, dilations=1, padding=0, outp
     kh, kw = options.kernel
     flops = 2 * n * o * (options.in_channels // options.groups) * kh * kw \
         * options.input_size[0] * options.input_size[1]
+    # no pass rewrites this node (a reused plan runs it as recorded): the
+    # options and which inputs need a reorder say all the passes see
     node = Node(OP, inputs, kind="conv_transpose2d", attrs=attrs,
-                run=_run_node, flops=flops)
+                run=_run_node, flops=flops, sig=(OP, options, bias_t is None, bool(reorder)))
     layout = layouts.blocked_tag(block) if ctx.policy != "plain" else input_layout
     return pending(ctx, out_shape, layout, node, axes=input_layout)
 

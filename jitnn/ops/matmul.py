@@ -21,6 +21,7 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import matmul as mm
+from ..plan_cache import exact
 from ..tensor import Node, Tensor, Value
 from ._common import as_tensor, context_of, parse_activation, pending, plain_buffer, value_of
 
@@ -132,7 +133,12 @@ def _gemm_node(ctx, op: str, a: Tensor, b: Tensor, c: Tensor | None, m: int, k: 
              "b_transpose": bool(b_transpose), "activation": (code, p0, p1),
              "mkn": (m, k, n)}
     inputs = (attrs["a"], attrs["b"]) + ((attrs["c"],) if c is not None else ())
-    node = Node(op, inputs, kind="matmul", attrs=attrs, run=run_gemm, flops=2 * m * n * k)
+    # the node's whole description, given its inputs (a, b, then c if given)
+    sig = ("gemm", op, exact(attrs["alpha"]), exact(attrs["beta"]), attrs["a_transpose"],
+           attrs["b_transpose"], code, exact(float(p0)), exact(float(p1)), (m, k, n),
+           c is None)
+    node = Node(op, inputs, kind="matmul", attrs=attrs, run=run_gemm, flops=2 * m * n * k,
+                sig=sig)
     return pending(ctx, out_shape, layouts.plain_tag(len(out_shape)), node)
 
 
