@@ -10,6 +10,7 @@ import pytest
 
 import jitnn
 from jitnn import plan_cache
+from jitnn.bench.chain import jitnn_forward
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.conv_transpose2d import conv_transpose2d_reference
 from jitnn.ops.normalization import batch_normalization_reference
@@ -144,15 +145,6 @@ def _bn_stats(channels, seed):
             rng.standard_normal(channels).astype(np.float32) * 0.1)
 
 
-def _bottleneck(x, layers):
-    h = x
-    for i, (w, stats, pad) in enumerate(layers):
-        h = jitnn.batch_normalization(jitnn.conv2d(h, w, padding=pad), *stats)
-        if i < 2:
-            h = jitnn.relu(h)
-    return jitnn.relu(jitnn.add(h, x))
-
-
 def _bottleneck_reference(x, layers):
     h = np.asarray(x, np.float64)
     for i, (w, stats, pad) in enumerate(layers):
@@ -173,7 +165,8 @@ def test_a_bottleneck_block_with_batch_norms_and_a_residual_reuses_its_plan(chan
     for call in range(3):
         x = _random((2, channels, 7, 9), call)
         ctx.reset_stats()
-        _close(_bottleneck(ctx.tensor(x), layers).numpy(), _bottleneck_reference(x, layers))
+        got = jitnn_forward(jitnn, "bottleneck", ctx.tensor(x), layers).numpy()
+        _close(got, _bottleneck_reference(x, layers))
         stats = ctx.stats
         # 3 convs, each with its batch norm folded; relu, relu, add + relu fused
         assert (stats.launches, stats.fused_ops, stats.flushes) == (3, 7, 1)

@@ -21,13 +21,13 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
-from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
 from ..plan_cache import Token
 from ..tensor import Node, Tensor, Value
 from ._common import (Binding, as_tensor, blocked_buffer, context_of, int_pair, padding4,
                       parse_activation, pending, plain_buffer, value_of, frozen)
+from .eltwise import batch_norm_scale_shift
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -280,10 +280,7 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     block = a["block"]
     bn_scale = bn_shift = None
     if a["bn"] is not None:
-        mean, variance, scale, shift, epsilon = a["bn"]
-        bn_scale, bn_shift = eltwise_kernels.batch_norm_fold(
-            *(None if t is None else plain_buffer(t) for t in (mean, variance, scale, shift)),
-            epsilon=epsilon)
+        bn_scale, bn_shift = batch_norm_scale_shift(a["bn"])
     packed, filter_key = _packed_filter(ctx, a, bn_scale)
     o = a["out_channels"]
     o_phys = layouts.padded_channels(o, block)

@@ -101,15 +101,7 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     """Run the steps of a blocked elementwise node in one pass (``out`` may
     be the main input's or a same-shape operand's buffer: in place)."""
     x = node.inputs[0]._materialize()
-    kernel_steps = []
-    for step in node.attrs["steps"]:
-        if step[0] == "activation":
-            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
-        elif step[0] == "binary":
-            kernel_steps.append(eltwise_kernels.binary_step(
-                step[1], resolve_operand(ctx, step[4]), step[3]))
-        else:
-            kernel_steps.append(eltwise_kernels.affine_step(*batch_norm_fold(step[1])))
+    kernel_steps = _kernel_steps(ctx, node.attrs["steps"])
     if out is None:
         out = np.empty_like(x)
     ctx._launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
@@ -123,18 +115,26 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
     a binary step's operand is a scalar or a same-shape tensor. ``out`` (the
     planned buffer) may be the main input's or a same-shape operand's: in place."""
     x = plain_buffer(node.inputs[0])
-    kernel_steps = []
-    for step in node.attrs["steps"]:
-        if step[0] == "activation":
-            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
-        else:
-            kernel_steps.append(eltwise_kernels.binary_step(
-                step[1], resolve_operand(ctx, step[4]), step[3]))
+    kernel_steps = _kernel_steps(ctx, node.attrs["steps"])
     if out is None:
         out = np.empty(x.shape, np.float32)
     if out.size:
         ctx._launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
     return out
+
+
+def _kernel_steps(ctx: Context, steps: list) -> list:
+    """A node's steps as the kernel's: operands resolved, batch norms folded."""
+    kernel_steps = []
+    for step in steps:
+        if step[0] == "activation":
+            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
+        elif step[0] == "binary":
+            kernel_steps.append(eltwise_kernels.binary_step(
+                step[1], resolve_operand(ctx, step[4]), step[3]))
+        else:
+            kernel_steps.append(eltwise_kernels.affine_step(*batch_norm_scale_shift(step[1])))
+    return kernel_steps
 
 
 # --- operands ----------------------------------------------------------------------
@@ -156,7 +156,7 @@ def _scalar_of(v: Operand) -> float:
     return v
 
 
-def batch_norm_fold(bn: tuple) -> tuple[np.ndarray, np.ndarray]:
+def batch_norm_scale_shift(bn: tuple) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel ``(a, b)`` of a batch normalization ``(mean, variance,
     scale, bias, epsilon)`` (Values or None, then a float): ``x * a + b``."""
     arrays = [None if v is None else plain_buffer(v) for v in bn[:4]]

@@ -21,7 +21,7 @@ from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
                       parse_activation, pending, plain_buffer, plain_layout, plain_result,
                       value_of)
-from .eltwise import batch_norm_fold, eltwise_node
+from .eltwise import batch_norm_scale_shift, eltwise_node
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -108,7 +108,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     xv, shape = value_of(x), x.shape
 
     def produce_plain() -> np.ndarray:
-        a, b = batch_norm_fold(bn)
+        a, b = batch_norm_scale_shift(bn)
         data = plain_buffer(xv)
         out = np.empty(shape, np.float32)
         if out.size:
