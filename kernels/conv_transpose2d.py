@@ -529,7 +529,7 @@ def conv_transpose2d_forward(x, packed: PackedConvTranspose2dFilter, out, stride
         raise ValueError(f"conv_transpose2d: the filter was packed for strides "
                          f"{packed.strides} and dilations {packed.dilations}, the call has "
                          f"{(sh, sw)} and {(dh, dw)}")
-    C, O = packed.in_channels, packed.out_channels
+    O = packed.out_channels
     KH, KW = packed.kernel
     if not isinstance(x, np.ndarray) or x.ndim != 5:
         raise ValueError(f"conv_transpose2d: input must be blocked (N, C/cb, H, W, cb), "

@@ -15,8 +15,7 @@ import pytest
 
 from jitnn.errors import JitnnTypeError, JitnnValueError
 from jitnn.kernels import conv_transpose2d as K
-from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
-                                    TANH)
+from jitnn.kernels.epilogue import CLAMP, RELU
 from jitnn.layouts import (reference_blocked_to_nchw, reference_blocked_to_nhwc,
                            reference_nchw_to_blocked, reference_nhwc_to_blocked)
 from jitnn.ops.conv_transpose2d import (FILTER_LAYOUTS, conv_transpose2d_pack,
