@@ -48,9 +48,14 @@ from .stack import stack_empty
 #: that per-task work dwarfs the scheduling (4 KiB of each source plane).
 _CHUNK = 1024
 #: Pixels per tile in the nhwc kernels: each block's run of the tile is 2 KiB
-#: of whole lines, and the tile's nhwc side (64 x C floats) stays in L1
-#: (measured: 16 -> 64 pixels +5-20 %, 128 slower).
+#: of whole lines, and the tile's nhwc side (64 x C floats) stays in L1 up to
+#: C = 64 (measured: 16 -> 64 pixels +5-20 %, 128 slower).
 _TILE = 64
+#: Most floats in a tile's nhwc side (16 KiB, half of L1): from C = 128 up a
+#: tile has fewer pixels. With 64 pixels at C >= 256 the tile's pixels, C * 4
+#: bytes apart, fought over a few L1 sets and every block reread them from L2
+#: (see _nhwc_chunk_and_tile for the figures).
+_TILE_FLOATS = 4096
 #: Tensors from this size on stream from and to memory: there the nhwc kernels
 #: move groups of 4 pixels, block-major inside, so every block plane is
 #: written continuously (two 64-byte lines per step at cb = 8) and the memory
@@ -593,6 +598,18 @@ def _move_block(x, s, out, d, cb):
             move8(x, s + 24, out, d + 24)
 
 
+@jit()
+def _nhwc_chunk_and_tile(channels):
+    """Pixels per task and per tile of the nhwc kernels. A task holds as many
+    floats as ``_CHUNK`` pixels of 64 channels (fewer pixels from C = 128 up,
+    so a deep 14 x 14 or 7 x 7 tensor still splits between threads); a tile
+    is ``_TILE`` pixels, fewer when its nhwc side (pixels x C floats) would
+    pass ``_TILE_FLOATS``, at least 4."""
+    chunk = max(16, min(_CHUNK, _CHUNK * 64 // channels))
+    tile = max(4, min(_TILE, _TILE_FLOATS // channels // 4 * 4))
+    return chunk, tile
+
+
 @jit(parallel=True)
 def nhwc_to_blocked(x, out):
     """``x: (N, H, W, C)`` -> ``out: (N, C_phys // cb, H, W, cb)``.
@@ -611,12 +628,13 @@ def nhwc_to_blocked(x, out):
     full_blocks = channels // cb
     src = x.reshape(x.size)
     dst = out.reshape(out.size)
-    chunks = (pixels + _CHUNK - 1) // _CHUNK
+    chunk, tile = _nhwc_chunk_and_tile(channels)
+    chunks = (pixels + chunk - 1) // chunk
     streaming = x.size * 4 >= _STREAM_BYTES
     for task in prange(batch * chunks):
         n = task // chunks
-        p0 = (task % chunks) * _CHUNK
-        p1 = min(p0 + _CHUNK, pixels)
+        p0 = (task % chunks) * chunk
+        p1 = min(p0 + chunk, pixels)
         # pixels below this may load a whole vector at the partial block (one
         # division per task, not per tile: a 64-bit idiv per 16 pixels showed)
         safe_pixels = (x.size - full_blocks * cb - cb) // channels + 1 - n * pixels
@@ -632,8 +650,8 @@ def nhwc_to_blocked(x, out):
                         s = s0 + g * channels
                         d = d0 + g * cb
                         _move_block(x, s, out, d, cb)
-        for t0 in range(tiles_start, p1 if full_blocks > 0 else p0, _TILE):
-            t1 = min(t0 + _TILE, p1)
+        for t0 in range(tiles_start, p1 if full_blocks > 0 else p0, tile):
+            t1 = min(t0 + tile, p1)
             if cb == 1:
                 for block in range(channel_blocks):
                     dst_block = (n * channel_blocks + block) * pixels
@@ -699,12 +717,13 @@ def blocked_to_nhwc(x, out):
     full_blocks = channels // cb
     src = x.reshape(x.size)
     dst = out.reshape(out.size)
-    chunks = (pixels + _CHUNK - 1) // _CHUNK
+    chunk, tile = _nhwc_chunk_and_tile(channels)
+    chunks = (pixels + chunk - 1) // chunk
     streaming = out.size * 4 >= _STREAM_BYTES
     for task in prange(batch * chunks):
         n = task // chunks
-        p0 = (task % chunks) * _CHUNK
-        p1 = min(p0 + _CHUNK, pixels)
+        p0 = (task % chunks) * chunk
+        p1 = min(p0 + chunk, pixels)
         task_end = (n * pixels + p1) * channels  # first element of the next task
         valid_last = channels - full_blocks * cb
         # pixels below this may store a whole vector at the partial block
@@ -754,8 +773,8 @@ def blocked_to_nhwc(x, out):
                         s = s0 + g * cb
                         d = d0 + g * channels
                         _move_block(x, s, out, d, cb)
-        for t0 in range(tiles_start, p1 if full_blocks > 0 else p0, _TILE):
-            t1 = min(t0 + _TILE, p1)
+        for t0 in range(tiles_start, p1 if full_blocks > 0 else p0, tile):
+            t1 = min(t0 + tile, p1)
             if cb == 1:
                 for block in range(channel_blocks):
                     src_block = (n * channel_blocks + block) * pixels

@@ -96,11 +96,14 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
 
 # Shapes that reach the kernels' other paths: several tasks per image (planes
 # longer than the kernels' pixel chunk, not a multiple of it or of 16), widths
-# narrower than a block, partial blocks with every block size, N > 1.
+# narrower than a block, partial blocks with every block size, N > 1. The deep
+# ones get the nhwc kernels' shorter tasks and tiles (C = 1030: 63-pixel
+# tasks, 2 per image, 4-pixel tiles; C = 259: 253 and 2 pixels, 12-pixel tiles).
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 9, 45, 47), (3, 17, 1, 5),
                                    (2, 1, 33, 31), (1, 32, 40, 40), (2, 7, 3, 3),
-                                   (1, 40, 35, 61), (2, 12, 33, 35), (1, 4, 9, 11)])
+                                   (1, 40, 35, 61), (2, 12, 33, 35), (1, 4, 9, 11),
+                                   (2, 131, 9, 13), (1, 1030, 9, 13), (2, 259, 15, 17)])
 def test_reorders_on_multi_task_and_partial_shapes(block, shape):
     n, c, h, w = shape
     x = _random(shape, seed=c * h + w)
@@ -124,7 +127,7 @@ def test_reorders_on_multi_task_and_partial_shapes(block, shape):
 # Past kernels.layout._STREAM_BYTES (8 MiB) the nhwc kernels switch to short
 # tiles: a partial block and odd sizes there too.
 @pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("shape", [(2, 17, 250, 251), (1, 72, 181, 163)])
+@pytest.mark.parametrize("shape", [(2, 17, 250, 251), (1, 72, 181, 163), (1, 260, 91, 93)])
 def test_nhwc_reorders_on_tensors_past_the_caches(block, shape):
     assert np.prod(shape) * 4 >= kernels._STREAM_BYTES
     x = _random(shape)
