@@ -107,22 +107,21 @@ def transpose_tile(n: int, split_loads: bool = False):
                 float_pointers = [builder.bitcast(row_pointer(src_data, args[1], args[2], r),
                                                   ir.FloatType().as_pointer()) for r in range(n)]
                 rows = load_transposed8(builder, float_pointers)
-                span = 0                    # transposed already
             else:
                 rows = [builder.load(row_pointer(src_data, args[1], args[2], r), align=4)
                         for r in range(n)]
                 span = n // 2
-            while span >= 1:
-                low, high = _swap_masks(n, span)
-                low_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), low)
-                high_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), high)
-                for a in range(n):
-                    if a & span:
-                        continue
-                    top, bottom = rows[a], rows[a + span]
-                    rows[a] = builder.shuffle_vector(top, bottom, low_mask)
-                    rows[a + span] = builder.shuffle_vector(top, bottom, high_mask)
-                span //= 2
+                while span >= 1:
+                    low, high = _swap_masks(n, span)
+                    low_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), low)
+                    high_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), high)
+                    for a in range(n):
+                        if a & span:
+                            continue
+                        top, bottom = rows[a], rows[a + span]
+                        rows[a] = builder.shuffle_vector(top, bottom, low_mask)
+                        rows[a + span] = builder.shuffle_vector(top, bottom, high_mask)
+                    span //= 2
             for r in range(n):
                 builder.store(rows[r], row_pointer(dst_data, args[4], args[5], r), align=4)
             return context.get_dummy_value()
