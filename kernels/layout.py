@@ -41,7 +41,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._config import jit
-from .simd import load_transposed8, move4, move8, transpose4, transpose8, transpose8_split
+from .simd import (load_transposed8, move4, move8, transpose4, transpose8, transpose8_split,
+                   transpose_halving)
 from .stack import stack_empty
 
 #: Pixels per task in the activation reorders: a multiple of 16, large enough
@@ -107,21 +108,7 @@ def _transpose_rows(builder, rows, n):
             out[c] = shuffle(s[c], s[4 + c], lanes[0])
             out[c + 4] = shuffle(s[c], s[4 + c], lanes[1])
         return out
-    span = n // 2
-    i32 = ir.IntType(32)
-    while span >= 1:
-        low = [j if not (j & span) else n + j - span for j in range(n)]
-        high = [j + span if not (j & span) else n + j for j in range(n)]
-        low_mask = ir.Constant(ir.VectorType(i32, n), low)
-        high_mask = ir.Constant(ir.VectorType(i32, n), high)
-        for a in range(n):
-            if a & span:
-                continue
-            top, bottom = rows[a], rows[a + span]
-            rows[a] = builder.shuffle_vector(top, bottom, low_mask)
-            rows[a + span] = builder.shuffle_vector(top, bottom, high_mask)
-        span //= 2
-    return rows
+    return transpose_halving(builder, rows, n)
 
 
 def _load_transposed(builder, rows, n, split_loads=False):

@@ -34,6 +34,26 @@ def _swap_masks(n: int, span: int) -> tuple[list[int], list[int]]:
     return low, high
 
 
+def transpose_halving(builder: ir.IRBuilder, rows: list, n: int) -> list:
+    """Transpose n ``<n x float>`` vectors (an n x n tile) with the halving
+    network: stages ``n/2, n/4, ..., 1`` of :func:`_swap_masks`, ``n * log2(n)``
+    shuffles. Returns the n columns."""
+    rows = list(rows)
+    span = n // 2
+    while span >= 1:
+        low, high = _swap_masks(n, span)
+        low_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), low)
+        high_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), high)
+        for a in range(n):
+            if a & span:
+                continue
+            top, bottom = rows[a], rows[a + span]
+            rows[a] = builder.shuffle_vector(top, bottom, low_mask)
+            rows[a + span] = builder.shuffle_vector(top, bottom, high_mask)
+        span //= 2
+    return rows
+
+
 def load_transposed8(builder: ir.IRBuilder, rows: list, columns: int = 8) -> list:
     """Load an 8 x 8 float32 tile and return its first ``columns`` (8 or 4)
     columns as ``<8 x float>`` (4: only the first 4 floats of each row are read).
@@ -110,18 +130,7 @@ def transpose_tile(n: int, split_loads: bool = False):
             else:
                 rows = [builder.load(row_pointer(src_data, args[1], args[2], r), align=4)
                         for r in range(n)]
-                span = n // 2
-                while span >= 1:
-                    low, high = _swap_masks(n, span)
-                    low_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), low)
-                    high_mask = ir.Constant(ir.VectorType(ir.IntType(32), n), high)
-                    for a in range(n):
-                        if a & span:
-                            continue
-                        top, bottom = rows[a], rows[a + span]
-                        rows[a] = builder.shuffle_vector(top, bottom, low_mask)
-                        rows[a + span] = builder.shuffle_vector(top, bottom, high_mask)
-                    span //= 2
+                rows = transpose_halving(builder, rows, n)
             for r in range(n):
                 builder.store(rows[r], row_pointer(dst_data, args[4], args[5], r), align=4)
             return context.get_dummy_value()
