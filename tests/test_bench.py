@@ -4,6 +4,7 @@ JSON holds what it promises. No timing assertions: only that things run."""
 import json
 import pathlib
 import runpy
+import time
 
 import pytest
 
@@ -63,8 +64,27 @@ def test_reorder_quick(capsys, tmp_path):
                      "oihw -> OIhw8i8o"}
     assert len(rows) == len(data["rows"])
     for row in data["rows"]:
-        assert {"reorder", "shape", "mbytes", "jitnn_gbs", "copyto_gbs", "numpy_gbs"} <= set(row)
-        assert row["jitnn_gbs"] > 0 and row["numpy_gbs"] > 0
+        assert {"reorder", "shape", "mbytes", "jitnn_gbs", "copyto_gbs", "copyto_ratio",
+                "numpy_gbs"} <= set(row)
+        assert row["jitnn_gbs"] > 0 and row["numpy_gbs"] > 0 and row["copyto_ratio"] > 0
+
+
+def test_paired_seconds_times_every_function_in_every_round():
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.002)
+
+    seconds = harness.paired_seconds({"fast": fast, "slow": slow}, rounds=4, burst=0.005)
+    assert set(seconds) == {"fast", "slow"}
+    assert all(len(times) == 4 for times in seconds.values())
+    assert all(fast_s < 0.002 <= slow_s for fast_s, slow_s in zip(seconds["fast"], seconds["slow"]))
+    # 2 warm-up calls, then per round a warm call and a burst of at least 3
+    assert calls["slow"] >= 2 + 4 * 4 and calls["fast"] > calls["slow"]
 
 
 def test_matmul_quick_reports_a_missing_peer(capsys, tmp_path, monkeypatch):
