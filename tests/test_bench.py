@@ -231,6 +231,7 @@ def test_chain_quick_policies_agree_and_overhead_is_reported(capsys, tmp_path):
         assert row["blocked_reorders"] == 2 and row["plain_reorders"] == 6
         assert row["blocked_launches"] == 3
         assert row["blocked"] > 0 and row["eager"] > 0 and row["plain"] > 0
+        assert row["plain_over_blocked"] > 0 and 0 <= row["blocked_tax"] < 1
     assert run["overhead"]["ops"] == 20 and "us per op" in out
 
 

@@ -15,6 +15,12 @@ and reorder tax (share of the time spent in reorders, from ``ctx.stats``);
 PyTorch eager on NCHW tensors, and PyTorch with ``to_mkldnn`` tensors and
 modules (blocked between ops, converted at both ends).
 
+The three policies are timed side by side in rounds
+(:func:`harness.paired_seconds`: within a round each policy runs back to back
+for a burst, warm in its own buffers), and "blocked speedup over plain" is
+the median over rounds of the ratio within a round. PyTorch is timed apart:
+its OpenMP threads spin after a call and would slow the burst after it.
+
 Scheduler overhead: a chain of 1x1 conv + relu pairs on a 1x8x4x4 tensor
 (kernels cost nothing there), timed through ``jitnn.conv2d``/``jitnn.relu``
 and ``numpy()``, minus the same kernels called directly on preallocated
@@ -22,6 +28,8 @@ buffers; divided by the number of ops recorded.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from .harness import Column, Run, markdown_table, ratio
 
@@ -114,7 +122,7 @@ def measure(run: Run) -> dict:
         params = parameters(kind, shape[1], mid, np)
         out = np.empty(shape, np.float32)
         row = {"label": name, "kind": kind, "threads": run.threads}
-        results = {}
+        results, calls, per_call, contexts = {}, {}, {}, {}
         for policy in POLICIES:
             ctx = jitnn.Context(num_threads=run.threads, policy=policy)
             weights = [(ctx.tensor(w), None if bn is None else [ctx.tensor(v) for v in bn], pad)
@@ -126,20 +134,25 @@ def measure(run: Run) -> dict:
             results[policy] = out.copy()
             ctx.reset_stats()
             once()
-            stats = ctx.stats
-            seconds, lo, hi = run.median(once)
+            per_call[policy], calls[policy], contexts[policy] = ctx.stats, once, ctx
             ctx.reset_stats()
-            taxed = run.median(once)[0]
-            reps = ctx.stats
-            row[policy] = seconds * 1e3
-            row[f"{policy}_spread"] = [lo * 1e3, hi * 1e3]
+        # the policies side by side in rounds: each runs back to back within
+        # its burst, and the host's drifts hit all three alike
+        seconds = run.paired(calls)
+        for policy in POLICIES:
+            stats, reps = per_call[policy], contexts[policy].stats
+            median_s = statistics.median(seconds[policy])
+            row[policy] = median_s * 1e3
+            row[f"{policy}_spread"] = [min(seconds[policy]) * 1e3, max(seconds[policy]) * 1e3]
             row[f"{policy}_reorders"] = stats.reorders
             row[f"{policy}_reorder_mb"] = stats.reorder_bytes / 1e6
             row[f"{policy}_launches"] = stats.launches
-            # share of the time in reorders, over all repeats of the timing
-            calls = max(1, reps.reorders // max(1, stats.reorders))
-            row[f"{policy}_tax"] = reps.reorder_s / (taxed * calls) if stats.reorders else 0.0
-            run.progress(f"{name}: {policy} {seconds * 1e3:.2f} ms")
+            # share of the time in reorders, over all the calls of the rounds
+            runs = max(1, reps.reorders // max(1, stats.reorders))
+            row[f"{policy}_tax"] = reps.reorder_s / (median_s * runs) if stats.reorders else 0.0
+            run.progress(f"{name}: {policy} {median_s * 1e3:.2f} ms")
+        row["plain_over_blocked"] = statistics.median(
+            plain / blocked for plain, blocked in zip(seconds["plain"], seconds["blocked"]))
         row["max_diff"] = float(max(np.abs(results[p] - results["blocked"]).max()
                                     for p in POLICIES))
         row["torch_nchw"] = row["torch_mkldnn"] = None
@@ -219,7 +232,8 @@ def _columns() -> list[Column]:
             Column("tax", lambda r, p=policy: r[p + "_tax"], "%"),
         ]
     return columns + [
-        Column("blocked speedup over plain", lambda r: ratio(r["plain"], r["blocked"]), ".2f"),
+        Column("blocked speedup over plain",
+               lambda r: r.get("plain_over_blocked", ratio(r["plain"], r["blocked"])), ".2f"),
         Column("torch NCHW ms", lambda r: r["torch_nchw"], ".2f", peer="torch"),
         Column("blocked / torch NCHW", lambda r: ratio(r["torch_nchw"], r["blocked"]), ".2f",
                peer="torch"),
