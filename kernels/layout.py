@@ -48,6 +48,9 @@ from .stack import stack_empty
 #: Pixels per task in the activation reorders: a multiple of 16, large enough
 #: that per-task work dwarfs the scheduling (4 KiB of each source plane).
 _CHUNK = 1024
+#: Pixels per tile of nChw8c -> nchw: the tile's source (8 KiB) stays in L1
+#: between its two passes of 4 channels.
+_PLANAR_TILE = 256
 #: Pixels per tile in the nhwc kernels: each block's run of the tile is 2 KiB
 #: of whole lines, and the tile's nhwc side (64 x C floats) stays in L1 up to
 #: C = 64 (measured: 16 -> 64 pixels +5-20 %, 128 slower).
@@ -58,9 +61,10 @@ _TILE = 64
 #: (1 thread, nhwc -> / -> nhwc against np.copyto: 1x256x56x56 0.61 / 0.47x
 #: -> 0.85 / 0.89x, 1x2048x7x7 0.33 / 0.28x -> 0.68 / 0.57x).
 _TILE_FLOATS = 4096
-#: Tensors from this size on stream from and to memory: there the nhwc kernels
-#: move groups of 4 pixels, block-major inside, so every block plane is
-#: written continuously (two 64-byte lines per step at cb = 8) and the memory
+#: Tensors from this size on stream from and to memory: there nChw8c -> nchw
+#: keeps its 8-plane pair transposes, and the nhwc kernels move groups of 4
+#: pixels, block-major inside, so every block plane is written continuously
+#: (two 64-byte lines per step at cb = 8) and the memory
 #: sees steady streams; 64-pixel tiles jump every 2 KiB (measured at 16 and
 #: 64 MB, 1 thread: 0.66-0.76x np.copyto -> 1.07-1.38x). In cache the 64-pixel
 #: tiles are as fast or faster (256 KiB: 0.75x against 0.61x).
@@ -486,8 +490,10 @@ def blocked_to_nchw(x, out):
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped.
 
     The inverse of :func:`nchw_to_blocked`, same tasks; a partial block's
-    transpose stores only its valid rows. ``out`` may be the caller's array
-    (one copy, no temp).
+    transpose stores only its valid rows. With cb = 8 (in cache) a tile of
+    ``_PLANAR_TILE`` pixels goes out in two passes of 4 channels, 8 x 4
+    transposes; otherwise 16 pixels of all cb channels at a time (pairs of
+    8 x 8 transposes). ``out`` may be the caller's array (one copy, no temp).
     """
     batch, channels, height, width = out.shape
     channel_blocks, cb = x.shape[1], x.shape[4]
@@ -496,6 +502,7 @@ def blocked_to_nchw(x, out):
     dst = out.reshape(out.size)
     chunks = (plane + _CHUNK - 1) // _CHUNK
     step = 4 if cb == 4 else 8
+    streaming = x.size * 4 >= _STREAM_BYTES
     for task in prange(batch * channel_blocks * chunks):
         image_block = task // chunks
         p0 = (task % chunks) * _CHUNK
@@ -516,18 +523,30 @@ def blocked_to_nchw(x, out):
                 for p in range(p0, vector_end, 4):
                     transpose4_cropped(x, src_start + p * 4, 4, out, dst_start + p, plane, valid)
         else:
-            # 16 pixels per step, each channel's 64 bytes stored back to back:
-            # the 8 target planes are written in lockstep, and when they are a
-            # multiple of 4 KiB apart (64 x 64) their lines share L1 sets;
-            # half-written lines got evicted (0.45x np.copyto; 60 x 60: 0.9x).
-            # This recovers part of it (0.6-0.7x). A stack staging buffer
-            # (one plane's burst at a time) and prefetchw did not help.
             pair_end = p0 + (p1 - p0) // 16 * 16
-            if cb == 8 and valid <= 4:
-                for p in range(p0, vector_end, 8):
-                    transpose8_low4_cropped(x, src_start + p * 8, 8,
-                                            out, dst_start + p, plane, valid)
+            if cb == 8 and (valid <= 4 or not streaming):
+                # Four channels at a time, over a tile of pixels: 4 target
+                # planes written in lockstep instead of 8, and the second pass
+                # rereads the tile's source from L1. In cache, 1 thread, against
+                # the 8-plane pair transposes below: 0.61-0.86x np.copyto ->
+                # 0.68-0.96x (a plain copy with the pairs' 8 interleaved 64-byte
+                # target streams runs at 0.61-0.89x, with 4 at 0.78-0.93x).
+                # From memory the pairs are faster (16 MB: 1.28x against 1.10x).
+                for t0 in range(p0, vector_end, _PLANAR_TILE):
+                    t1 = min(t0 + _PLANAR_TILE, vector_end)
+                    for c in range(0, valid, 4):
+                        rows = min(4, valid - c)
+                        for p in range(t0, t1, 8):
+                            transpose8_low4_cropped(x, src_start + p * 8 + c, 8,
+                                                    out, dst_start + c * plane + p, plane, rows)
             elif valid == cb:
+                # 16 pixels per step, each channel's 64 bytes stored back to
+                # back: the 8 target planes are written in lockstep, and when
+                # they are a multiple of 4 KiB apart (64 x 64) their lines share
+                # L1 sets; half-written lines got evicted (0.45x np.copyto;
+                # 60 x 60: 0.9x). This recovers part of it (0.6-0.7x). A stack
+                # staging buffer (one plane's burst of 64-256 pixels at a time:
+                # 0.6-0.67x) and prefetchw did not help.
                 # Start the pairs where the target is 64-byte aligned (numpy's
                 # large arrays start 16 bytes into a page), so each pair writes
                 # whole lines; the few pixels before go one by one.

@@ -125,13 +125,17 @@ def test_reorders_on_multi_task_and_partial_shapes(block, shape):
 
 
 # Past kernels.layout._STREAM_BYTES (8 MiB) the nhwc kernels switch to short
-# tiles: a partial block and odd sizes there too.
+# tiles and nChw8c -> nchw to 8-plane pair transposes: a partial block and odd
+# sizes there too.
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(2, 17, 250, 251), (1, 72, 181, 163), (1, 260, 91, 93)])
-def test_nhwc_reorders_on_tensors_past_the_caches(block, shape):
+def test_reorders_on_tensors_past_the_caches(block, shape):
     assert np.prod(shape) * 4 >= kernels._STREAM_BYTES
     x = _random(shape)
     expected = layouts.reference_nchw_to_blocked(x, block)
+    back = np.full(shape, np.nan, np.float32)
+    kernels.blocked_to_nchw(expected, back)
+    np.testing.assert_array_equal(back, x)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     blocked = np.full(expected.shape, np.nan, np.float32)
     kernels.nhwc_to_blocked(nhwc, blocked)
