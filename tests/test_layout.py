@@ -98,12 +98,14 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
 # longer than the kernels' pixel chunk, not a multiple of it or of 16), widths
 # narrower than a block, partial blocks with every block size, N > 1. The deep
 # ones get the nhwc kernels' shorter tasks and tiles (C = 1030: 63-pixel
-# tasks, 2 per image, 4-pixel tiles; C = 259: 253 and 2 pixels, 12-pixel tiles).
+# tasks, 2 per image, 4-pixel tiles; C = 259: 253 and 2 pixels, 12-pixel tiles);
+# C = 37 and 64 take nChw8c -> nhwc's pixel-major path (4 to 8 full blocks).
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 9, 45, 47), (3, 17, 1, 5),
                                    (2, 1, 33, 31), (1, 32, 40, 40), (2, 7, 3, 3),
                                    (1, 40, 35, 61), (2, 12, 33, 35), (1, 4, 9, 11),
-                                   (2, 131, 9, 13), (1, 1030, 9, 13), (2, 259, 15, 17)])
+                                   (2, 131, 9, 13), (1, 1030, 9, 13), (2, 259, 15, 17),
+                                   (2, 37, 9, 11), (1, 64, 33, 35)])
 def test_reorders_on_multi_task_and_partial_shapes(block, shape):
     n, c, h, w = shape
     x = _random(shape, seed=c * h + w)
