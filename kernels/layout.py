@@ -528,8 +528,8 @@ def blocked_to_nchw(x, out):
                 # Four channels at a time, over a tile of pixels: 4 target
                 # planes written in lockstep instead of 8, and the second pass
                 # rereads the tile's source from L1. In cache, 1 thread, against
-                # the 8-plane pair transposes below: 0.61-0.86x np.copyto ->
-                # 0.68-0.96x (a plain copy with the pairs' 8 interleaved 64-byte
+                # the 8-plane pair transposes below: 0.61-0.94x np.copyto ->
+                # 0.68-0.96x over 11 shapes (a plain copy with the pairs' 8 interleaved 64-byte
                 # target streams runs at 0.61-0.89x, with 4 at 0.78-0.93x).
                 # From memory the pairs are faster (16 MB: 1.28x against 1.10x).
                 for t0 in range(p0, vector_end, _PLANAR_TILE):
@@ -730,7 +730,7 @@ def blocked_to_nhwc(x, out):
     # With 4 to 8 blocks (C = 32-71 at cb = 8) each pixel goes out whole, its
     # blocks read from the planes in lockstep; a tile written in one strided
     # pass per block kept partial lines in L1 between passes. In cache, 1
-    # thread, against np.copyto: C = 32-67 0.71-0.86x -> 0.79-0.97x. Past 8
+    # thread, against np.copyto: C = 32-67 0.69-0.86x -> 0.79-0.97x. Past 8
     # planes the reads fight over L1 sets (C = 96-192: 0.50-0.90x against
     # 0.60-0.69x), and with 2 or 3 the loop over blocks costs more than it
     # saves (C = 16: 0.84x -> 0.66x).
