@@ -665,6 +665,9 @@ def nhwc_to_blocked(x, out):
                     for p in range(t0, t1):
                         dst[dst_block + p] = src[(n * pixels + p) * channels + block]
                 continue
+            if cb == 8:
+                _tile_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1)
+                continue
             for block in range(full_blocks):
                 c0 = block * cb
                 dst_block = (n * channel_blocks + block) * pixels * cb
@@ -706,6 +709,19 @@ def nhwc_to_blocked(x, out):
                             move8_padded(x, s + g * 8, valid - g * 8, out, d + g * 8)
                         else:
                             move8_padded_masked(x, s + g * 8, valid - g * 8, out, d + g * 8)
+
+
+@jit()
+def _tile_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1):
+    """Pixels ``[t0, t1)`` of image ``n``, full blocks of 8, block-major: the
+    tile loop with constant strides, compiled apart from the kernel's other
+    paths (in one process against the generic loop, paired rounds, C = 512
+    and 1024: +0.04 to +0.07 of np.copyto on 1 thread, +0.04 to +0.09 on 2;
+    other C within +-0.02)."""
+    for block in range(full_blocks):
+        dst_block = (n * channel_blocks + block) * pixels * 8
+        for p in range(t0, t1):
+            move8(x, (n * pixels + p) * channels + block * 8, out, dst_block + p * 8)
 
 
 @jit(parallel=True)
