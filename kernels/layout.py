@@ -816,7 +816,8 @@ def blocked_to_nhwc(x, out):
                 for p in range(t0, t1):
                     d = (n * pixels + p) * channels
                     for block in range(full_blocks):
-                        move8(x, ((n * channel_blocks + block) * pixels + p) * 8, out, d + block * 8)
+                        move8(x, ((n * channel_blocks + block) * pixels + p) * 8,
+                              out, d + block * 8)
                 continue
             if cb == 8:
                 _tile_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1)

@@ -16,8 +16,9 @@ Timing. :func:`median_seconds` calls the function a few times first (so JIT
 compilation and first-touch page faults happen outside the timed calls), then
 reports the median and the spread (min, max) of the timed calls.
 :func:`paired_seconds` times several functions in rounds instead, for ratios
-between functions measured side by side (see there). Compile time is measured apart, by :func:`compile_times`, in fresh processes sharing
-an empty kernel cache.
+between functions measured side by side (see there). Compile time is
+measured apart, by :func:`compile_times`, in fresh processes sharing an empty
+kernel cache.
 
 The peak. Every run measures the OpenBLAS sgemm rate (numpy, 1024^3; 512^3
 in quick mode) with its own threads; suites report their rates as a fraction
