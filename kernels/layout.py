@@ -925,17 +925,18 @@ def pack_filter(w, groups, out):
                 for e in range(tile_size):  # no group of this block reads these inputs
                     dst[dst0 + e] = 0.0
             else:
-                for k in range(taps):
-                    for i in range(ic_bn):
-                        c = c0 + i
-                        base = dst0 + (k * ic_bn + i) * oc_bn
-                        for o in range(oc_bn):
-                            oc = oc0 + o
-                            local_c = c - (oc // group_out) * group_in
+                # output channel outermost: one division per output channel,
+                # not one per weight (64x3x7x7: 61-72 -> 32-34 us, 60x30x3x3: 19-25 -> 10-14)
+                for o in range(oc_bn):
+                    oc = oc0 + o
+                    first_c = c0 - (oc // group_out) * group_in  # local channel of lane 0
+                    for k in range(taps):
+                        for i in range(ic_bn):
+                            local_c = first_c + i
                             value = np.float32(0.0)
                             if oc < out_channels and local_c >= 0 and local_c < group_in:
                                 value = src[oc * row + local_c * taps + k]
-                            dst[base + o] = value
+                            dst[dst0 + (k * ic_bn + i) * oc_bn + o] = value
 
 
 def group_input_block_ranges(in_channels, out_channels, groups, ic_bn, oc_bn):
