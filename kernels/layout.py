@@ -100,7 +100,8 @@ def _transpose_rows(builder, rows, n):
         lanes = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
         t = []
         for a in range(0, 8, 2):
-            t += [shuffle(rows[a], rows[a + 1], unpack[0]), shuffle(rows[a], rows[a + 1], unpack[1])]
+            t += [shuffle(rows[a], rows[a + 1], unpack[0]),
+                  shuffle(rows[a], rows[a + 1], unpack[1])]
         s = []
         for a in (0, 4):  # t[a], t[a + 2] hold rows a..a+3
             for lo_hi in (0, 1):
@@ -858,8 +859,10 @@ def pack_filter(w, groups, out):
     weights for the block are one run of ``ic_bn * KH * KW`` floats
     ``f = i * KH * KW + k``, so 8 rows x 8 consecutive ``f`` is one register
     transpose read with unit stride; transposed row ``f`` (8 output channels)
-    lands at ``[k, i, :]`` (a table of those offsets, one per ``f``). Other tiles (block edges, tiles straddling
-    groups, depthwise) go element by element; tiles outside the group are zeros.
+    lands at ``[k, i, :]`` (a table of those offsets, one per ``f``). Other
+    tiles (block edges, tiles straddling groups, depthwise) go element by
+    element, output channel by output channel; tiles outside the group are
+    zeros.
     """
     wc = np.ascontiguousarray(w)  # views (hwio, ...) copy once; C arrays pass through
     out_channels, group_in, kernel_h, kernel_w = wc.shape
