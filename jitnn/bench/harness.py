@@ -85,8 +85,9 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
     shared host hit every function of a round alike. So the median over
     rounds of one function's time divided by another's *in the same round* is
     much steadier than the ratio of two separate 0.3 s medians: reorders
-    against ``np.copyto`` on 1 thread came out within +-0.05 (interquartile)
-    where separate medians moved by up to 0.3 between runs.
+    against ``np.copyto`` on 1 thread came out mostly within +-0.05
+    (interquartile; up to +-0.1 at C = 3) where separate medians moved by up
+    to 0.3 between runs.
     """
     for function in functions.values():
         for _ in range(warmup):
