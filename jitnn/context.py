@@ -292,9 +292,10 @@ class Context:
             # not count towards the bound (an auto-flush in the middle of the
             # dispatch would split it too, and make every value it holds kept).
             return
+        nbytes = _scheduler().physical_bytes(value)
         with self._lock:
             self._pending.append(weakref.ref(value))
-            self._pending_bytes += _scheduler().physical_bytes(value)
+            self._pending_bytes += nbytes
             over = (len(self._pending) > self.max_pending_ops
                     or self._pending_bytes > self.max_pending_bytes)
         if over:
@@ -459,14 +460,25 @@ def physical_bytes_of(value: "Value | None") -> int:
 
 
 def _scheduler():
-    """jitnn.scheduler (imported on first use: it imports the ops, which import this)."""
-    from . import scheduler
-    return scheduler
+    """jitnn.scheduler (imported on first use: it imports the ops, which import
+    this; kept in a global after that, since every recorded op asks for it)."""
+    global _scheduler_module
+    if _scheduler_module is None:
+        from . import scheduler
+        _scheduler_module = scheduler
+    return _scheduler_module
 
 
 def _executor():
-    from . import executor
-    return executor
+    global _executor_module
+    if _executor_module is None:
+        from . import executor
+        _executor_module = executor
+    return _executor_module
+
+
+_scheduler_module = None
+_executor_module = None
 
 
 _default_lock = threading.Lock()

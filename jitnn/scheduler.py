@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .context import Context
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)     # slots: a reused plan makes one per launch per flush
 class Step:
     """One launch of the plan: a (possibly fused) op, or a reorder."""
 

@@ -131,7 +131,7 @@ class Value:
                  data: np.ndarray | None = None, node: Node | None = None,
                  axes: str = "nchw"):
         self._ctx = ctx
-        self._shape = tuple(int(d) for d in shape)
+        self._shape = tuple(map(int, shape))
         self._axes = axes
         self._layout = layout
         self._data = data

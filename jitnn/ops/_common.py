@@ -50,10 +50,14 @@ class Binding:
 
 def context_of(op: str, *values: object) -> Context:
     """The context of the Tensor arguments (the default one if none is a Tensor)."""
-    contexts = {id(v._ctx): v._ctx for v in values if isinstance(v, Tensor)}
-    if len(contexts) > 1:
-        raise JitnnValueError(f"{op}: the tensors belong to different contexts")
-    return next(iter(contexts.values())) if contexts else default_context()
+    ctx = None
+    for v in values:
+        if isinstance(v, Tensor):
+            if ctx is None:
+                ctx = v._v._ctx
+            elif v._v._ctx is not ctx:
+                raise JitnnValueError(f"{op}: the tensors belong to different contexts")
+    return default_context() if ctx is None else ctx
 
 
 def as_tensor(ctx: Context, value: object, op: str, name: str) -> Tensor:
