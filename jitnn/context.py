@@ -334,7 +334,7 @@ class Context:
         block = self.block if block is None else block
         nchw = plain.shape if axes == "nchw" else \
             (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
-        out = np.empty(layouts.blocked_shape(nchw, block), np.float32)
+        out = conv_kernels.aligned_empty(layouts.blocked_shape(nchw, block))
         kernel = layout_kernels.nchw_to_blocked if axes == "nchw" \
             else layout_kernels.nhwc_to_blocked
         return self._reorder(kernel, np.ascontiguousarray(plain), out)

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import layouts
 from .errors import JitnnTypeError, JitnnValueError
+from .kernels.conv2d import aligned_empty
 from .kernels import layout as layout_kernels
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
         raise JitnnTypeError(
             f"{op}: expected real numbers (bool, int or float), got dtype "
             f"{array.dtype} from a {type(data).__name__}")
-    return np.array(array, dtype=np.float32, order="C", copy=True)
+    out = aligned_empty(array.shape)    # 64-byte aligned, as every tensor buffer
+    np.copyto(out, array, casting="unsafe")
+    return out
 
 
 #: guards every Value's consumer list (appends and pruning)
@@ -230,7 +233,7 @@ class Value:
         """One copy from the physical buffer into ``out`` (allocated if None)."""
         data = self._materialize()
         if out is None:
-            out = np.empty(self._shape, FLOAT32)
+            out = aligned_empty(self._shape)
         if layouts.block_of(self._layout) is None:
             np.copyto(out, data)
             return out

@@ -99,6 +99,8 @@ How it is fast (see the design notes on Numba kernels):
 
 from __future__ import annotations
 
+import ctypes
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -1183,13 +1185,17 @@ def aligned_empty(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
 
     Packed weights are read as whole vectors: at an address 16 mod 32 (what
     a large ``np.empty`` often returns) every other ymm load splits a cache
-    line, which cost up to 20 % of the direct conv's speed here.
+    line, which cost up to 20 % of the direct conv's speed here. The runtime
+    allocates every tensor buffer here too, so it is kept cheap: 3.3 us for
+    a 0.8 MB array against ``np.empty``'s 0.7 (``np.prod`` of the shape and
+    ``.ctypes.data`` made it 17.6 us).
     """
     dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    raw = np.empty(count * dtype.itemsize + alignment, np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(raw))
+    return np.ndarray(shape, dtype, raw, -address % alignment)
 
 
 def conv2d_path(kernel, in_channels: int, groups: int, input_is_plain: bool = False) -> str:

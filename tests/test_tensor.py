@@ -115,6 +115,30 @@ def test_blocked_tensor_reads_back_in_standard_layout(block, channels):
     np.testing.assert_array_equal(jitnn.reorder(tn, "nhwc").numpy(), nhwc)
 
 
+def test_tensor_buffers_are_cache_line_aligned(ctx):
+    # numpy's large arrays start 16 bytes past a cache line; the kernels'
+    # 32-byte vector loads and stores would split lines on half of them
+    x = ctx.tensor(_random((1, 17, 33, 35)))
+    w = ctx.tensor(_random((9, 17, 3, 3)))
+    y = jitnn.relu(jitnn.conv2d(x, w, padding=1))
+    pooled = jitnn.max_pool2d(y, (2, 2))
+    for t in (x, y, pooled):
+        assert t._v._materialize().ctypes.data % 64 == 0, t
+    assert jitnn.reorder(x, "nChw8c")._v._materialize().ctypes.data % 64 == 0
+    assert x.numpy().ctypes.data % 64 == 0 and y.numpy().ctypes.data % 64 == 0
+    np.testing.assert_array_equal(x.numpy(), ctx.tensor(x.numpy()).numpy())
+
+
+def test_aligned_empty_shapes():
+    from jitnn.kernels.conv2d import aligned_empty
+    for shape in ((1, 64, 56, 56), (0, 3), 5, np.int64(7), (), [2, 3]):
+        a = aligned_empty(shape)
+        expected = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        assert a.shape == expected and a.dtype == np.float32
+        assert a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0
+    assert aligned_empty((3, 5), np.int64, 128).ctypes.data % 128 == 0
+
+
 def test_numpy_returns_a_fresh_array_each_time(ctx):
     t = ctx.tensor(_random((2, 3)))
     first = t.numpy()

@@ -6,6 +6,8 @@ in the same run, against ``np.copyto`` moving as many bytes (the
 memory-bound ceiling: this suite's peak; single-threaded in numpy) and
 against numpy doing the same conversion with a transposed view and one
 strided copy (the numpy peer). Block 8 (``nChw8c``, AVX2's register).
+The blocked buffers and packed filters are 64-byte aligned, as the runtime
+allocates them; the plain arrays (the caller's) and the copy's are ``np.empty``.
 
 The copy reads and writes half of the bytes the conversion moves each, so
 both have the same working set: C = 3 reads 4.8 MB and writes 12.8 MB at
@@ -46,13 +48,18 @@ def reorder_rows(run: Run, shape):
 
     from jitnn import layouts
     from jitnn.kernels import layout as kernels
+    from jitnn.kernels.conv2d import aligned_empty
 
     n, c, h, w = shape
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    blocked = layouts.reference_nchw_to_blocked(x, BLOCK)
+    # the blocked side is jitnn's own buffer, 64-byte aligned as the runtime
+    # allocates it; the plain side is the caller's array (np.empty)
+    blocked = aligned_empty(layouts.blocked_shape(shape, BLOCK))
+    blocked[...] = layouts.reference_nchw_to_blocked(x, BLOCK)
     cp = layouts.padded_channels(c, BLOCK)
-    plain_out, nhwc_out, blocked_out = np.empty_like(x), np.empty_like(nhwc), np.empty_like(blocked)
+    plain_out, nhwc_out = np.empty_like(x), np.empty_like(nhwc)
+    blocked_out = aligned_empty(blocked.shape)
     padded = np.zeros((n, cp, h, w), np.float32)
     padded_nhwc = np.zeros((n, h, w, cp), np.float32)
 
@@ -119,11 +126,13 @@ def filter_rows(run: Run):
     import numpy as np
 
     from jitnn.kernels import layout as kernels
+    from jitnn.kernels.conv2d import aligned_empty
 
     for shape in FILTERS[:1] if run.quick else FILTERS:
         w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         o, i, kh, kw = shape
-        packed = np.empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK), np.float32)
+        # aligned, as pack_conv2d_filter allocates it
+        packed = aligned_empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK))
         moved = w.nbytes + packed.nbytes
         seconds = run.paired({"copyto": same_bytes_copy(moved),
                               "pack": lambda: kernels.pack_filter(w, 1, packed)})

@@ -230,7 +230,7 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     ctx._launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)
     if not memo.plain_result:
         return dest
-    result = np.empty(value.shape, np.float32)
+    result = conv_kernels.aligned_empty(value.shape)
     kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
     return ctx._reorder(kernel, dest, result)
 
@@ -317,7 +317,7 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
 def _destination(blocked: tuple, plain_result: bool, out: np.ndarray | None) -> np.ndarray:
     """The blocked array the kernel writes: ``out`` when given and the result
     stays blocked, else a new one."""
-    return out if out is not None and not plain_result else np.empty(blocked, np.float32)
+    return out if out is not None and not plain_result else conv_kernels.aligned_empty(blocked)
 
 
 def _padded_bias(bias: np.ndarray, channels: int, lanes: int) -> np.ndarray:

@@ -356,7 +356,7 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     if not plain_result:
         return blocked
     from ..kernels import layout as layout_kernels
-    result = np.empty(value.shape, np.float32)
+    result = ct_kernels.aligned_empty(value.shape)
     kernel = layout_kernels.blocked_to_nchw if options.input_layout == "nchw" \
         else layout_kernels.blocked_to_nhwc
     return ctx._reorder(kernel, blocked, result)

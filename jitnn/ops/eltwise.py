@@ -32,6 +32,7 @@ from .. import layouts
 from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
+from ..kernels.conv2d import aligned_empty
 from ..kernels import epilogue
 from ..plan_cache import exact
 from ..tensor import Node, Tensor, Value
@@ -103,7 +104,7 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     x = node.inputs[0]._materialize()
     kernel_steps = _kernel_steps(ctx, node.attrs["steps"])
     if out is None:
-        out = np.empty_like(x)
+        out = aligned_empty(x.shape)
     ctx._launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
     return out
 
@@ -117,7 +118,7 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
     x = plain_buffer(node.inputs[0])
     kernel_steps = _kernel_steps(ctx, node.attrs["steps"])
     if out is None:
-        out = np.empty(x.shape, np.float32)
+        out = aligned_empty(x.shape)
     if out.size:
         ctx._launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
     return out
@@ -318,7 +319,7 @@ def _binary(op: str, a, b) -> Tensor:
 
     def produce_plain() -> np.ndarray:
         x = main_values()
-        out = np.empty(out_shape, np.float32)
+        out = aligned_empty(out_shape)
         if size == 0:
             return out
         if not isinstance(other, Value) or other.size == 1:

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
+from ..kernels.conv2d import aligned_empty
 from ..kernels import matmul as mm
 from ..plan_cache import exact
 from ..tensor import Node, Tensor, Value
@@ -100,7 +101,7 @@ def matmul(a, b, *, activation=None) -> Tensor:
     av, bv = value_of(a), value_of(b)
 
     def produce() -> np.ndarray:
-        out = np.empty((groups, m, n), np.float32)
+        out = aligned_empty((groups, m, n))
         # a conv's output may come blocked: matmul reads it back to plain
         # (one reorder, counted) like any op that needs the standard layout
         a3 = plain_buffer(av).reshape(a_count, m, k)
@@ -146,7 +147,7 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     """Run a (possibly fused) matmul/gemm node with the kernel's epilogue."""
     a = node.attrs
     m, k, n = a["mkn"]
-    dest = np.empty((m, n), np.float32)
+    dest = aligned_empty((m, n))
     if dest.size == 0:
         return dest.reshape(value.shape)
     left, b = plain_buffer(a["a"]), a["b"]

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
+from ..kernels.conv2d import aligned_empty
 from ..plan_cache import exact
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
@@ -110,7 +111,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     def produce_plain() -> np.ndarray:
         a, b = batch_norm_scale_shift(bn)
         data = plain_buffer(xv)
-        out = np.empty(shape, np.float32)
+        out = aligned_empty(shape)
         if out.size:
             ctx._launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
                         out.reshape(view), channels, code, p0, p1)

@@ -27,6 +27,7 @@ from .. import layouts
 from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import pool as pool_kernels
+from ..kernels.conv2d import aligned_empty
 from ..tensor import Tensor
 from ._common import (as_tensor, context_of, int_pair, is_blocked, padding4,
                       plain_buffer, plain_layout, value_of)
@@ -145,7 +146,7 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
     if is_blocked(x) and x._axes == layout:
         def produce_blocked() -> np.ndarray:
             data = xv._materialize()
-            out = np.empty(data.shape[:2] + (oh, ow, data.shape[4]), np.float32)
+            out = aligned_empty(data.shape[:2] + (oh, ow, data.shape[4]))
             ctx._launch(run, data, out)
             return out
         return Tensor(ctx, out_shape, x.layout, producer=produce_blocked, axes=layout,
@@ -154,10 +155,10 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)         # a blocked x with the other axes: read back (counted)
         if layout == "nchw":
-            x5, out = data.reshape(data.shape + (1,)), np.empty((n, c, oh, ow, 1), np.float32)
+            x5, out = data.reshape(data.shape + (1,)), aligned_empty((n, c, oh, ow, 1))
         else:
             h, w = data.shape[1:3]
-            x5, out = data.reshape(n, 1, h, w, c), np.empty((n, 1, oh, ow, c), np.float32)
+            x5, out = data.reshape(n, 1, h, w, c), aligned_empty((n, 1, oh, ow, c))
         ctx._launch(run, x5, out)
         return out.reshape(out_shape)
     return Tensor(ctx, out_shape, plain_layout(4, layout), producer=produce_plain, axes=layout,

@@ -21,6 +21,7 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
+from ..kernels.conv2d import aligned_empty
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
                       is_blocked, plain_buffer, plain_layout, plain_result, value_of)
@@ -156,7 +157,7 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
 
         def produce_blocked() -> np.ndarray:
             inputs = [blocked_buffer(ctx, v, block, axes) for v in sources]
-            out = np.empty(layouts.blocked_shape((n, c, h, w), block), np.float32)
+            out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
             ctx._launch(concat_kernels.concat_channels, inputs, channels, out)
             return out
         return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes,
