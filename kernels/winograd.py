@@ -157,6 +157,24 @@ class _IRVector:
                                                          flags=self.flags))
 
 
+def _float32_c_arrays(*arrays) -> bool:
+    return all(isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float32
+               for a in arrays)
+
+
+def _vector_pointer(builder, vector, data, offset, stride, k):
+    """A pointer to the ``vector`` at flat float offset ``offset + k * stride`` of ``data``."""
+    at = builder.add(offset, builder.mul(stride, ir.Constant(offset.type, k)))
+    return builder.bitcast(builder.gep(data, [at]), vector.as_pointer())
+
+
+def _load_six(builder, vector, data, offset, stride):
+    """The 6 vectors at ``offset + k * stride`` (k < 6), as formula operands."""
+    return [_IRVector(builder, builder.load(_vector_pointer(builder, vector, data, offset,
+                                                            stride, k), align=4))
+            for k in range(PATCH)]
+
+
 def _vector_transform(formula):
     """A numba intrinsic ``t(cb, src, src_offset, src_stride, dst, dst_offset,
     dst_stride)``: load 6 vectors of ``cb`` (a literal) lanes at ``src_offset +
@@ -167,9 +185,7 @@ def _vector_transform(formula):
 
     @intrinsic
     def transform(typingctx, cb, src, src_offset, src_stride, dst, dst_offset, dst_stride):
-        if not isinstance(cb, types.IntegerLiteral) or not all(
-                isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float32
-                for a in (src, dst)):
+        if not isinstance(cb, types.IntegerLiteral) or not _float32_c_arrays(src, dst):
             return None
         lanes = cb.literal_value
         index = types.intp
@@ -180,17 +196,10 @@ def _vector_transform(formula):
             vector = ir.VectorType(ir.FloatType(), lanes)
             src_data = context.make_array(sig.args[1])(context, builder, src_arg).data
             dst_data = context.make_array(sig.args[4])(context, builder, dst_arg).data
-
-            def pointer(data, offset, stride, k):
-                at = builder.add(offset, builder.mul(stride, ir.Constant(offset.type, k)))
-                return builder.bitcast(builder.gep(data, [at]), vector.as_pointer())
-
-            values = [_IRVector(builder, builder.load(pointer(src_data, src_offset,
-                                                              src_stride, k), align=4))
-                      for k in range(PATCH)]
+            values = _load_six(builder, vector, src_data, src_offset, src_stride)
             for k, result in enumerate(formula(values)):
-                builder.store(result.value, pointer(dst_data, dst_offset, dst_stride, k),
-                              align=4)
+                builder.store(result.value, _vector_pointer(builder, vector, dst_data,
+                                                            dst_offset, dst_stride, k), align=4)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -214,7 +223,8 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
     ``dst_offset + i * dst_stride`` of ``dst``. ``cb``, ``has_res`` and
     ``clamp`` are literals (0 or 1 for the flags). The same additions, in the
     same order, as storing the column and adding bias and residual after."""
-    if not all(isinstance(a, types.IntegerLiteral) for a in (cb, has_res, clamp)):
+    if not all(isinstance(a, types.IntegerLiteral) for a in (cb, has_res, clamp)) or \
+            not _float32_c_arrays(src, bias, res, dst):
         return None
     lanes = cb.literal_value
     add_residual, clamped = bool(has_res.literal_value), bool(clamp.literal_value)
@@ -230,10 +240,6 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
         def data(position, value):
             return context.make_array(sig.args[position])(context, builder, value).data
 
-        def pointer(base, offset, stride, k):
-            at = builder.add(offset, builder.mul(stride, ir.Constant(offset.type, k)))
-            return builder.bitcast(builder.gep(base, [at]), vector.as_pointer())
-
         def splat(scalar):
             one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar,
                                          ir.Constant(ir.IntType(32), 0))
@@ -243,9 +249,7 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
 
         src_data, bias_data = data(3, src_arg), data(6, bias_arg)
         res_data, dst_data = data(7, res_arg), data(8, dst_arg)
-        values = [_IRVector(builder, builder.load(pointer(src_data, src_offset, src_stride, k),
-                                                  align=4))
-                  for k in range(PATCH)]
+        values = _load_six(builder, vector, src_data, src_offset, src_stride)
         bias_vector = builder.load(builder.bitcast(bias_data, vector.as_pointer()), align=4)
         low, high = (splat(lo), splat(hi)) if clamped else (None, None)
         for i, result in enumerate(output_transform_1d(values)):
@@ -253,12 +257,13 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
             with builder.if_then(builder.icmp_signed(">", rows, ir.Constant(rows.type, i))):
                 value = builder.fadd(result.value, bias_vector)
                 if add_residual:
-                    value = builder.fadd(value, builder.load(
-                        pointer(res_data, dst_offset, dst_stride, i), align=4))
+                    value = builder.fadd(value, builder.load(_vector_pointer(
+                        builder, vector, res_data, dst_offset, dst_stride, i), align=4))
                 if clamped:
                     value = builder.select(builder.fcmp_ordered(">", low, value), low, value)
                     value = builder.select(builder.fcmp_ordered("<", high, value), high, value)
-                builder.store(value, pointer(dst_data, dst_offset, dst_stride, i), align=4)
+                builder.store(value, _vector_pointer(builder, vector, dst_data, dst_offset,
+                                                     dst_stride, i), align=4)
         return context.get_dummy_value()
 
     return signature, codegen
