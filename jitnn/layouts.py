@@ -43,7 +43,6 @@ def blocked_tag(block: int) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-@functools.lru_cache(maxsize=256)
 def block_of(tag: str) -> int | None:
     """The block size of a blocked tag (``"nChw8c" -> 8``), None if plain.
     (Memoized: the runtime asks several times per op, a regex match is ~1 us.)"""
