@@ -862,7 +862,8 @@ def pack_filter(w, groups, out):
     lands at ``[k, i, :]`` (a table of those offsets, one per ``f``). Other
     tiles (block edges, tiles straddling groups, depthwise) go element by
     element, output channel by output channel; tiles outside the group are
-    zeros.
+    zeros. A dense 1x1 filter at block 8 (every pointwise conv of a CNN) has
+    a loop of its own: one transpose per tile, all strides but the row known.
     """
     wc = np.ascontiguousarray(w)  # views (hwio, ...) copy once; C arrays pass through
     out_channels, group_in, kernel_h, kernel_w = wc.shape
