@@ -26,8 +26,9 @@ How they run. ``H`` and ``W`` never matter to a reorder: a channel plane is
 flat pixel ranges (no short-row overhead at small W). Tasks are fixed chunks
 of ``_CHUNK`` pixels, so a thread gets long runs and few tasks. The planar
 kernels move 8 (or 4) pixels x 8 (or 4) channels per register transpose; the
-nhwc kernels move one pixel's block as one vector, a tile of pixels per block
-at a time so each output line is written whole before moving on (the planes
+nhwc kernels move one pixel's block as one vector, a group of 8 pixels (cb = 8)
+or a tile of pixels per block at a time so each output line is written whole
+before moving on (the planes
 are a power-of-two apart at the benchmark sizes and would otherwise fight over
 the same L1 sets). Partial blocks (C = 3) go through the same vector code with
 zero rows or masked lanes instead of element loops.
@@ -756,7 +757,7 @@ def _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks
 def blocked_to_nhwc(x, out):
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, H, W, C)``, padding dropped.
 
-    The inverse of :func:`nhwc_to_blocked`, same tasks and tiles. The partial
+    The inverse of :func:`nhwc_to_blocked`, same tasks, groups and tiles. The partial
     block goes first, pixel by pixel, as whole-vector stores: lanes past C land
     on the next pixels' channels, which this thread writes afterwards. Only a
     store that would reach past the task's end is a masked store (slow on Zen 3:
@@ -777,7 +778,7 @@ def blocked_to_nhwc(x, out):
     # thread, against np.copyto: C = 32-67 0.69-0.86x -> 0.79-0.97x. Past 8
     # planes the reads fight over L1 sets (C = 96-192: 0.50-0.90x against
     # 0.60-0.69x), and with 2 or 3 the loop over blocks costs more than it
-    # saves (C = 16: 0.84x -> 0.66x).
+    # saves (C = 16: 0.84x -> 0.66x). Other C at cb = 8: _groups_to_nhwc8.
     pixel_major = 4 <= full_blocks <= 8 and cb == 8
     for task in prange(batch * chunks):
         n = task // chunks
@@ -832,6 +833,11 @@ def blocked_to_nhwc(x, out):
                         s = s0 + g * cb
                         d = d0 + g * channels
                         _move_block(x, s, out, d, cb)
+        elif cb == 8 and not pixel_major and full_blocks > 0:
+            # groups of 8 pixels up to C = 512, of 4 past it (as nhwc_to_blocked)
+            _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks,
+                             p0, p1, 4 if channels > 512 else 8)
+            tiles_start = p1
         for t0 in range(tiles_start, p1 if full_blocks > 0 else p0, tile):
             t1 = min(t0 + tile, p1)
             if cb == 1:
@@ -847,9 +853,6 @@ def blocked_to_nhwc(x, out):
                         move8(x, ((n * channel_blocks + block) * pixels + p) * 8,
                               out, d + block * 8)
                 continue
-            if cb == 8:
-                _tile_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1)
-                continue
             for block in range(full_blocks):
                 c0 = block * cb
                 src_block = (n * channel_blocks + block) * pixels * cb
@@ -860,15 +863,36 @@ def blocked_to_nhwc(x, out):
 
 
 @jit()
-def _tile_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, t0, t1):
-    """Pixels ``[t0, t1)`` of image ``n``, full blocks of 8, block-major: the
-    tile loop with constant strides, compiled apart from the kernel's other
-    paths (in one process against the generic loop, paired rounds, C = 256-1024:
-    +0.01 to +0.07 of np.copyto on 1 thread, +0.06 to +0.19 on 2)."""
-    for block in range(full_blocks):
-        src_block = (n * channel_blocks + block) * pixels * 8
-        for p in range(t0, t1):
-            move8(x, src_block + p * 8, out, (n * pixels + p) * channels + block * 8)
+def _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, p0, p1, group):
+    """Pixels ``[p0, p1)`` of image ``n``, full blocks of 8, in groups of
+    ``group`` (8 or 4) pixels, block-major inside: the inverse of
+    :func:`_groups_to_blocked8`. Each block's run of a group is read whole
+    (8 pixels: four 64-byte lines) while the group's nhwc side stays in L1
+    across its blocks. Against the 64-pixel tiles it replaced, in one process
+    (paired rounds against np.copyto, 1 thread): 1x128x56x56 0.82-0.85 ->
+    0.93-0.95x, 1x256x56x56 0.81-0.93 -> 0.91-0.99x, 1x512x28x28 0.86-0.93 ->
+    0.93-0.95x, C = 16, 17, 1024, 2048 +0.03 to +0.07. C = 32-71 keep their
+    pixel-major loop (as fast at C = 64)."""
+    groups_end = p0 + (p1 - p0) // group * group
+    image = n * pixels * channels
+    if group == 8:
+        for q in range(p0, groups_end, 8):
+            for block in range(full_blocks):
+                s = ((n * channel_blocks + block) * pixels + q) * 8
+                d = image + q * channels + block * 8
+                for g in range(8):
+                    move8(x, s + g * 8, out, d + g * channels)
+    else:
+        for q in range(p0, groups_end, 4):
+            for block in range(full_blocks):
+                s = ((n * channel_blocks + block) * pixels + q) * 8
+                d = image + q * channels + block * 8
+                for g in range(4):
+                    move8(x, s + g * 8, out, d + g * channels)
+    for block in range(full_blocks):  # the last pixels of the task
+        s = (n * channel_blocks + block) * pixels * 8
+        for p in range(groups_end, p1):
+            move8(x, s + p * 8, out, image + p * channels + block * 8)
 
 
 # --- filters -----------------------------------------------------------------
