@@ -724,8 +724,8 @@ def _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks
     """Pixels ``[p0, p1)`` of image ``n``, full blocks of 8, in groups of
     ``group`` (8 or 4) pixels, block-major inside: each block's run of a group
     is written whole (8 pixels: four 64-byte lines) while the group's nhwc
-    side stays in L1 across its blocks. Constant strides, compiled apart from the kernel's
-    other paths. Against the 64-pixel tiles and generic groups of 4 it
+    side stays in L1 across its blocks. Constant strides, compiled apart from
+    the kernel's other paths. Against the 64-pixel tiles and generic groups of 4 it
     replaced, in one process (paired rounds against np.copyto, nhwc source as
     numpy allocates it, 1 thread): 1x64x64x64 0.78 -> 0.82-0.85x, 1x64x128x128
     0.80-0.85 -> 0.92-0.97x, 1x128x56x56 0.75-0.79 -> 0.87-0.89x, 16.8 and
@@ -733,6 +733,7 @@ def _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks
     """
     groups_end = p0 + (p1 - p0) // group * group
     image = n * pixels * channels
+    # one loop per group size: a literal count, so the inner loop unrolls
     if group == 8:
         for q in range(p0, groups_end, 8):
             for block in range(full_blocks):
@@ -882,6 +883,7 @@ def _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, p
     0.46-0.56 -> 0.63-0.87x, C = 64 and 72 +0.01 to +0.19."""
     groups_end = p0 + (p1 - p0) // group * group
     image = n * pixels * channels
+    # one loop per group size: a literal count, so the inner loop unrolls
     if group == 8:
         for q in range(p0, groups_end, 8):
             for block in range(full_blocks):
