@@ -259,44 +259,15 @@ def _transpose_pair_cropped(n, full=False):
 
 
 @intrinsic
-def transpose8_low4_cropped(typingctx, src, src_start, src_stride, dst, dst_start, dst_stride,
-                            rows):
-    """``f(src, src_start, src_stride, dst, dst_start, dst_stride, rows)``: like
-    ``transpose8_cropped`` with ``rows <= 4``: reads only the first 4 floats of
-    each of the 8 source rows (:func:`simd.load_transposed8`'s first 4 columns:
-    4 inserts and 8 shuffles instead of 8 loads and 24 shuffles)."""
-    if not _check_arrays(src, dst):
-        return None
-    signature = types.void(src, types.intp, types.intp, dst, types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, sig, args):
-        vector = ir.VectorType(ir.FloatType(), 8)
-        src_data = _data(context, builder, sig.args[0], args[0])
-        dst_data = _data(context, builder, sig.args[3], args[3])
-        scratch = cgutils.alloca_once(builder, vector)
-        out = load_transposed8(
-            builder, [_row_start(builder, src_data, args[1], args[2], r) for r in range(8)],
-            columns=4)
-        for r in range(4):
-            valid = builder.icmp_signed("<", ir.Constant(args[6].type, r), args[6])
-            pointer = builder.select(
-                valid, _row_pointer(builder, dst_data, args[4], args[5], r, vector), scratch)
-            builder.store(out[r], pointer, align=4)
-        return context.get_dummy_value()
-
-    return signature, codegen
-
-
-@intrinsic
 def transpose16_low4_cropped(typingctx, src, src_start, dst, dst_start, dst_stride, rows):
-    """``f(src, src_start, dst, dst_start, dst_stride, rows)``: two
-    :func:`transpose8_low4_cropped` side by side, for nChw8c -> nchw. 16
-    source rows of 8 floats (``src_start``: the first one's channel ``c``)
-    give ``rows <= 4`` target rows of 16 floats, each stored as two
-    back-to-back vectors. Against the 8-pixel version in the same kernel
-    (1 thread, in cache, paired rounds against np.copyto, two placements
-    each): +0.01 to +0.06 over ten shapes; aligning the stores to whole
-    64-byte lines came out no better (-0.08 to +0.03)."""
+    """``f(src, src_start, dst, dst_start, dst_stride, rows)``, for nChw8c ->
+    nchw: 16 source rows of 8 floats (pixels of a block; ``src_start``: the
+    first one's channel ``c``) give ``rows <= 4`` target rows (channels c..c+3)
+    of 16 pixels, each stored as two back-to-back vectors. Only the first 4
+    floats of each row are read (:func:`simd.load_transposed8`'s first 4
+    columns: 4 inserts and 8 shuffles per 8 pixels, not 8 loads and 24).
+    Against 8 pixels per step (1 thread, in cache, 80 paired rounds against
+    np.copyto, three placements): +0.01 to +0.07 on four shapes."""
     if not _check_arrays(src, dst):
         return None
     signature = types.void(src, types.intp, dst, types.intp, types.intp, types.intp)
@@ -541,6 +512,7 @@ def blocked_to_nchw(x, out):
     chunks = (plane + _CHUNK - 1) // _CHUNK
     step = 4 if cb == 4 else 8
     streaming = x.size * 4 >= _STREAM_BYTES
+    out_floats = out.ctypes.data // 4      # the target's address, in floats
     for task in prange(batch * channel_blocks * chunks):
         image_block = task // chunks
         p0 = (task % chunks) * _CHUNK
@@ -570,26 +542,17 @@ def blocked_to_nchw(x, out):
                 # 0.68-0.96x over 11 shapes (a plain copy with the pairs' 8 interleaved 64-byte
                 # target streams runs at 0.61-0.89x, with 4 at 0.78-0.93x).
                 # From memory the pairs are faster (16 MB: 1.28x against 1.10x).
-                # 16 pixels per step (each target row's two vectors back to
-                # back); a full block with a literal row count (no crop code)
-                for t0 in range(p0, pair_end, _PLANAR_TILE):
-                    t1 = min(t0 + _PLANAR_TILE, pair_end)
-                    if valid == 8:
-                        for c in range(0, 8, 4):
-                            for p in range(t0, t1, 16):
-                                transpose16_low4_cropped(x, src_start + p * 8 + c, out,
-                                                         dst_start + c * plane + p, plane, 4)
-                        continue
-                    for c in range(0, valid, 4):
-                        rows = min(4, valid - c)
-                        for p in range(t0, t1, 16):
-                            transpose16_low4_cropped(x, src_start + p * 8 + c,
-                                                     out, dst_start + c * plane + p, plane, rows)
-                for p in range(pair_end, vector_end, 8):
-                    for c in range(0, valid, 4):
-                        transpose8_low4_cropped(x, src_start + p * 8 + c, 8,
-                                                out, dst_start + c * plane + p, plane,
-                                                min(4, valid - c))
+                # The chunks are shifted by ``aligned_at`` pixels, where the
+                # target planes (all alike when the plane is a multiple of 16
+                # pixels) reach a 64-byte boundary: every 16-pixel step but
+                # the first and last of a plane then writes whole lines.
+                aligned_at = (-(out_floats + dst_start)) % 16 if plane % 16 == 0 else 0
+                k = task % chunks
+                q0 = 0 if k == 0 else min(k * _CHUNK + aligned_at, plane)
+                q1 = plane if k == chunks - 1 else min((k + 1) * _CHUNK + aligned_at, plane)
+                _low4_passes_to_nchw8(x, out, src_start, dst_start, plane, q0, q1, valid,
+                                      aligned_at)
+                vector_end = p1  # done: nothing for the pixel loop below
             elif valid == cb:
                 # 16 pixels per step, each channel's 64 bytes stored back to
                 # back: the 8 target planes are written in lockstep, and when
@@ -601,7 +564,7 @@ def blocked_to_nchw(x, out):
                 # Start the pairs where the target is 64-byte aligned (numpy's
                 # large arrays start 16 bytes into a page), so each pair writes
                 # whole lines; the few pixels before go one by one.
-                head = (-(out.ctypes.data // 4 + dst_start + p0)) % 16
+                head = (-(out_floats + dst_start + p0)) % 16
                 if plane % 16 != 0 or head > p1 - p0:
                     head = 0  # the planes' alignments differ: no common start
                 for p in range(p0, p0 + head):
@@ -635,6 +598,58 @@ def blocked_to_nchw(x, out):
         for p in range(vector_end, p1):
             for lane in range(valid):
                 dst[dst_start + lane * plane + p] = src[src_start + p * cb + lane]
+
+
+@jit()
+def _low4_passes_to_nchw8(x, out, src_start, dst_start, plane, q0, q1, valid, aligned_at):
+    """Pixels ``[q0, q1)`` of one nChw8c block (``src_start``) to its ``valid``
+    nchw planes (``dst_start``, ``plane`` floats apart), 16 pixels x 4
+    channels per step (:func:`transpose16_low4_cropped`), tile by tile of
+    ``_PLANAR_TILE`` pixels, two passes of 4 channels per tile.
+
+    The steps start at the first pixel ``= aligned_at (mod 16)``, where each
+    step writes whole 64-byte target lines; the pixels before and after that
+    run take one unaligned step each, overlapping it (they store the same
+    values twice), so no pixel goes one by one unless the range is shorter
+    than 16. Against the same steps on unshifted chunks, in one process (1
+    thread, 40-80 paired rounds against np.copyto), with the target 16 or 48
+    mod 64 bytes (numpy's large arrays start 16 bytes into a page):
+    1x64x64x64 and 1x64x128x128 +0.04 to +0.05, 1x256x56x56 and 1x512x28x28
+    -0.01 to +0.03; with a 64-byte aligned target (the same chunks as
+    before) -0.02 to -0.03, which the code does not explain: the same code
+    written inline in the kernel measured the same.
+    """
+    if q1 - q0 < 16:
+        src = x.reshape(x.size)
+        dst = out.reshape(out.size)
+        for p in range(q0, q1):
+            for lane in range(valid):
+                dst[dst_start + lane * plane + p] = src[src_start + p * 8 + lane]
+        return
+    a0 = q0 + (aligned_at - q0) % 16
+    a1 = a0 + (q1 - a0) // 16 * 16
+    if a0 > q0:
+        for c in range(0, valid, 4):
+            transpose16_low4_cropped(x, src_start + q0 * 8 + c, out, dst_start + c * plane + q0,
+                                     plane, min(4, valid - c))
+    for t0 in range(a0, a1, _PLANAR_TILE):
+        t1 = min(t0 + _PLANAR_TILE, a1)
+        if valid == 8:  # a literal row count: no crop code
+            for c in range(0, 8, 4):
+                for p in range(t0, t1, 16):
+                    transpose16_low4_cropped(x, src_start + p * 8 + c, out,
+                                             dst_start + c * plane + p, plane, 4)
+            continue
+        for c in range(0, valid, 4):
+            rows = min(4, valid - c)
+            for p in range(t0, t1, 16):
+                transpose16_low4_cropped(x, src_start + p * 8 + c, out,
+                                         dst_start + c * plane + p, plane, rows)
+    if a1 < q1:
+        last = q1 - 16
+        for c in range(0, valid, 4):
+            transpose16_low4_cropped(x, src_start + last * 8 + c, out,
+                                     dst_start + c * plane + last, plane, min(4, valid - c))
 
 
 # --- nhwc <-> nChw{cb}c ------------------------------------------------------

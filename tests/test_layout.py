@@ -166,6 +166,26 @@ def test_blocked_to_nhwc_ignores_padding_lane_values(block, channels):
     assert np.all(storage[-spare:] == -1.0)
 
 
+# nChw8c -> nchw shifts its pixel chunks to where the target planes reach a
+# 64-byte boundary (planes of a multiple of 16 pixels), with overlapping
+# unaligned steps at both ends of a plane: targets at each 16-byte offset,
+# planes of 2 full chunks and a rest, a last chunk shorter than 16 pixels
+# after the shift (40 x 26 = 1040), planes of exactly 16, partial blocks.
+@pytest.mark.parametrize("offset", [0, 4, 8, 12])
+@pytest.mark.parametrize("shape", [(2, 13, 48, 48), (1, 8, 40, 26), (3, 5, 4, 4),
+                                   (1, 20, 32, 32), (2, 3, 16, 16)])
+def test_blocked_to_nchw_into_targets_at_every_alignment(offset, shape):
+    x = _random(shape, seed=shape[1] + offset)
+    blocked = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+    storage = np.full(x.size + 48, np.nan, np.float32)
+    start = (-(storage.ctypes.data // 4)) % 16 + offset     # floats to a 64-byte line, + offset
+    out = storage[start:start + x.size].reshape(shape)
+    assert out.ctypes.data % 64 == 4 * offset
+    kernels.blocked_to_nchw(blocked, out)
+    np.testing.assert_array_equal(out, x)
+    assert np.isnan(storage[:start]).all() and np.isnan(storage[start + x.size:]).all()
+
+
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (64, 96, 1), (32, 16, 2),
