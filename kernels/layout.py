@@ -42,8 +42,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._config import jit
-from .simd import (load_transposed8, move4, move8, transpose4, transpose8, transpose8_split,
-                   transpose_halving)
+from .simd import (load_transposed8, move4, move8, move8_straddle, transpose4, transpose8,
+                   transpose8_split, transpose_halving)
 from .stack import stack_empty
 
 #: Pixels per task in the activation reorders: a multiple of 16, large enough
@@ -705,6 +705,8 @@ def nhwc_to_blocked(x, out):
     chunk, tile = _nhwc_chunk_and_tile(channels)
     chunks = (pixels + chunk - 1) // chunk
     streaming = x.size * 4 >= _STREAM_BYTES
+    # the source's pixels 16 bytes past a 32-byte boundary (see blocked_to_nhwc)
+    shifted = cb == 8 and channels % 8 == 0 and x.ctypes.data % 32 == 16 and not streaming
     for task in prange(batch * chunks):
         n = task // chunks
         p0 = (task % chunks) * chunk
@@ -717,8 +719,12 @@ def nhwc_to_blocked(x, out):
             # groups of 8 pixels in cache up to C = 512 (the group's nhwc side,
             # 8 x C floats, stays in L1), of 4 past it and from memory
             group = 4 if streaming or channels > 512 else 8
-            _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks,
-                                p0, p1, group)
+            if shifted and group == 8:
+                _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks,
+                                            full_blocks, p0, p1, n == batch - 1)
+            else:
+                _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks,
+                                    p0, p1, group)
             tiles_start = p1
         elif streaming and cb > 1:
             # groups of 4 pixels (a constant count, unrolled), block-major inside
@@ -818,6 +824,37 @@ def _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks
             move8(x, image + p * channels + block * 8, out, d + p * 8)
 
 
+@jit()
+def _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                                p1, last_image):
+    """:func:`_groups_to_blocked8` (groups of 8) for a source whose pixels
+    start 16 bytes past a 32-byte boundary (C = 8k): each block is read as the
+    upper half of the aligned vector before it and the lower half of the one
+    after (:func:`move8_straddle`), so no load splits a line. Those vectors
+    reach 16 bytes into the pixels on either side, so the array's first and
+    last pixel take whole unaligned loads instead. Against the unaligned
+    loads, in one process (paired rounds against np.copyto, source 16 or 48
+    mod 64): 1 thread +0.05 to +0.07 at C = 128 and 256, within +-0.01 at
+    C = 64 and 512; 2 threads within +-0.03. (Groups of 4, C > 512: -0.05 on 2
+    threads, so not there.)"""
+    image = n * pixels * channels
+    g0 = p0 + 1 if n == 0 and p0 == 0 else p0                # nothing before pixel 0
+    g1 = p1 - 1 if last_image and p1 == pixels else p1       # nor after the last
+    groups_end = g0 + max(g1 - g0, 0) // 8 * 8
+    for q in range(g0, groups_end, 8):
+        for block in range(full_blocks):
+            s = image + q * channels + block * 8
+            d = ((n * channel_blocks + block) * pixels + q) * 8
+            for g in range(8):
+                move8_straddle(x, s + g * channels - 4, s + g * channels + 4, out, d + g * 8)
+    for block in range(full_blocks):  # the pixels around the groups
+        d = (n * channel_blocks + block) * pixels * 8
+        for p in range(p0, g0):
+            move8(x, image + p * channels + block * 8, out, d + p * 8)
+        for p in range(groups_end, p1):
+            move8(x, image + p * channels + block * 8, out, d + p * 8)
+
+
 @jit(parallel=True)
 def blocked_to_nhwc(x, out):
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, H, W, C)``, padding dropped.
@@ -845,6 +882,12 @@ def blocked_to_nhwc(x, out):
     # 0.60-0.69x), and with 2 or 3 the loop over blocks costs more than it
     # saves (C = 16: 0.84x -> 0.66x). Other C at cb = 8: _groups_to_nhwc8.
     pixel_major = 4 <= full_blocks <= 8 and cb == 8
+    # Numpy's large arrays start 16 bytes into a page, so at C = 8k every
+    # pixel's vectors sit 16 bytes past a 32-byte boundary and half of their
+    # stores split a line. Shifted by half a vector (move8_straddle) they are
+    # all aligned, in cache; see _groups_to_nhwc8_shifted. (From memory it
+    # measured slower: 1x64x256x256 0.98-0.99x np.copyto -> 0.85-0.93x.)
+    shifted = cb == 8 and channels % 8 == 0 and out.ctypes.data % 32 == 16 and not streaming
     for task in prange(batch * chunks):
         n = task // chunks
         p0 = (task % chunks) * chunk
@@ -894,8 +937,16 @@ def blocked_to_nhwc(x, out):
             group = 8 if channels <= 512 else 4
             if streaming:
                 group = 8 if channels >= 256 else 4
-            _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks,
-                             p0, p1, group)
+            if shifted:
+                _groups_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks,
+                                         full_blocks, p0, p1, group)
+            else:
+                _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks,
+                                 p0, p1, group)
+            tiles_start = p1
+        elif shifted and pixel_major:
+            _pixels_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks,
+                                     p0, p1)
             tiles_start = p1
         elif streaming and cb > 1:
             # groups of 4 pixels (a constant count, unrolled), block-major inside
@@ -966,6 +1017,81 @@ def _groups_to_nhwc8(x, out, n, pixels, channels, channel_blocks, full_blocks, p
         s = (n * channel_blocks + block) * pixels * 8
         for p in range(groups_end, p1):
             move8(x, s + p * 8, out, image + p * channels + block * 8)
+
+
+@jit()
+def _groups_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                             p1, group):
+    """:func:`_groups_to_nhwc8` for a target whose pixels start 16 bytes past a
+    32-byte boundary (C = 8k, no partial block): each store takes the upper
+    half of one block and the lower half of the next (:func:`move8_straddle`)
+    and lands aligned. Per group of pixels: the first pixel's lower half of
+    block 0, then for each block b >= 1 the vectors (b - 1 | b) of every pixel,
+    then each pixel's (last block | next pixel's block 0) and the last pixel's
+    upper half of its last block. So no store reaches outside the group's
+    pixels. Against the unaligned stores, in one process (paired rounds
+    against np.copyto, target 16 or 48 mod 64), 1 thread: C = 128-512 and
+    2048 +0.02 to +0.06, C = 64 and 1024 +0.00 to +0.04 (with the pixel-major
+    loop); 2 threads -0.02 to +0.08."""
+    groups_end = p0 + (p1 - p0) // group * group
+    image = n * pixels * channels
+    plane = pixels * 8
+    # one loop per group size: a literal count, so the inner loop unrolls
+    if group == 8:
+        for q in range(p0, groups_end, 8):
+            s0 = (n * channel_blocks * pixels + q) * 8   # block 0 of pixel q
+            d0 = image + q * channels
+            move4(x, s0, out, d0)
+            for block in range(1, full_blocks):
+                s = s0 + block * plane
+                d = d0 + block * 8 - 4
+                for g in range(8):
+                    move8_straddle(x, s - plane + g * 8, s + g * 8, out, d + g * channels)
+            last = s0 + (full_blocks - 1) * plane
+            for g in range(7):
+                move8_straddle(x, last + g * 8, s0 + g * 8 + 8, out, d0 + (g + 1) * channels - 4)
+            move4(x, last + 7 * 8 + 4, out, d0 + 8 * channels - 4)
+    else:
+        for q in range(p0, groups_end, 4):
+            s0 = (n * channel_blocks * pixels + q) * 8
+            d0 = image + q * channels
+            move4(x, s0, out, d0)
+            for block in range(1, full_blocks):
+                s = s0 + block * plane
+                d = d0 + block * 8 - 4
+                for g in range(4):
+                    move8_straddle(x, s - plane + g * 8, s + g * 8, out, d + g * channels)
+            last = s0 + (full_blocks - 1) * plane
+            for g in range(3):
+                move8_straddle(x, last + g * 8, s0 + g * 8 + 8, out, d0 + (g + 1) * channels - 4)
+            move4(x, last + 3 * 8 + 4, out, d0 + 4 * channels - 4)
+    for block in range(full_blocks):  # the last pixels of the task
+        s = (n * channel_blocks + block) * pixels * 8
+        for p in range(groups_end, p1):
+            move8(x, s + p * 8, out, image + p * channels + block * 8)
+
+
+@jit()
+def _pixels_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                             p1):
+    """The pixel-major loop of :func:`blocked_to_nhwc` (4 to 8 full blocks)
+    for a target whose pixels start 16 bytes past a 32-byte boundary, every
+    store aligned as in :func:`_groups_to_nhwc8_shifted`: a pixel's last block
+    goes out with the next pixel's block 0, so the task's pixels take one
+    store per block, plus one 16-byte store at each end."""
+    plane = pixels * 8
+    s0 = (n * channel_blocks * pixels + p0) * 8
+    d0 = (n * pixels + p0) * channels
+    move4(x, s0, out, d0)
+    for p in range(p1 - p0):
+        s = s0 + p * 8
+        d = d0 + p * channels - 4
+        for block in range(1, full_blocks):
+            move8_straddle(x, s + (block - 1) * plane, s + block * plane, out, d + block * 8)
+        if p < p1 - p0 - 1:
+            move8_straddle(x, s + (full_blocks - 1) * plane, s + 8, out, d + channels)
+        else:
+            move4(x, s + (full_blocks - 1) * plane + 4, out, d + channels)
 
 
 # --- filters -----------------------------------------------------------------

@@ -186,6 +186,41 @@ def test_blocked_to_nchw_into_targets_at_every_alignment(offset, shape):
     assert np.isnan(storage[:start]).all() and np.isnan(storage[start + x.size:]).all()
 
 
+def _at_offset(size, offset):
+    """A NaN-filled float32 array of ``size`` starting ``offset`` floats past a
+    64-byte boundary, and the storage around it (to check nothing else is
+    written)."""
+    storage = np.full(size + 48, np.nan, np.float32)
+    start = (-(storage.ctypes.data // 4)) % 16 + offset
+    assert (storage.ctypes.data + 4 * start) % 64 == 4 * offset
+    return storage[start:start + size], storage, start
+
+
+# At C = 8k, an nhwc side 16 bytes past a 32-byte boundary (offsets 4 and 12
+# floats) takes the shifted paths: each vector the upper half of one aligned
+# vector and the lower half of the next. Groups of 8 pixels (C <= 512) and of
+# 4 (C = 1024, nChw8c -> nhwc only), the pixel-major loop (C = 32, 64), tasks
+# of several chunks, single pixels, images of one pixel (the first and last
+# pixel of the array are loaded whole), and C not a multiple of 8 (unshifted).
+@pytest.mark.parametrize("offset", [0, 4, 8, 12])
+@pytest.mark.parametrize("shape", [(2, 64, 13, 11), (1, 8, 5, 5), (3, 32, 7, 9), (1, 72, 9, 9),
+                                   (2, 256, 14, 15), (1, 1024, 5, 7), (2, 64, 1, 1),
+                                   (3, 8, 1, 2), (1, 16, 40, 40), (2, 17, 6, 6)])
+def test_nhwc_kernels_at_every_alignment(offset, shape):
+    x = _random(shape, seed=shape[1] + offset)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+    out, storage, start = _at_offset(nhwc.size, offset)
+    kernels.blocked_to_nhwc(expected, out.reshape(nhwc.shape))
+    np.testing.assert_array_equal(out.reshape(nhwc.shape), nhwc)
+    assert np.isnan(storage[:start]).all() and np.isnan(storage[start + nhwc.size:]).all()
+    source, _, _ = _at_offset(nhwc.size, offset)
+    source[...] = nhwc.reshape(-1)
+    blocked = np.full(expected.shape, np.nan, np.float32)
+    kernels.nhwc_to_blocked(source.reshape(nhwc.shape), blocked)
+    np.testing.assert_array_equal(blocked, expected)
+
+
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (64, 96, 1), (32, 16, 2),
