@@ -227,13 +227,14 @@ class Run:
             warmup = min(warmup, 1)
         return median_seconds(function, min_time=min_time, min_reps=min_reps, warmup=warmup)
 
-    def paired(self, functions: dict[str, Callable[[], object]]) -> dict[str, list[float]]:
-        """:func:`paired_seconds` (15 rounds of 20 ms bursts; 3 rounds of 5 ms in
-        quick mode), after the same 0.2 s pause as :func:`median_seconds`."""
+    def paired(self, functions: dict[str, Callable[[], object]],
+               rounds: int = 15) -> dict[str, list[float]]:
+        """:func:`paired_seconds` (``rounds`` rounds of 20 ms bursts; 3 rounds of
+        5 ms in quick mode), after the same 0.2 s pause as :func:`median_seconds`."""
         if self.quick:
             return paired_seconds(functions, rounds=3, burst=0.005, warmup=1)
         time.sleep(0.2)
-        return paired_seconds(functions)
+        return paired_seconds(functions, rounds=rounds)
 
     def progress(self, message: str) -> None:
         """One progress line on stderr (the tables go to stdout)."""

@@ -16,6 +16,13 @@ the conversion's 17.6 MB does not fit. jitnn's kernels and the copy are
 timed side by side in rounds (:func:`harness.paired_seconds`); "x copyto" is
 the median over rounds of the ratio within a round.
 
+Where the buffers land matters as much as the code: the same copy of 4.2 MB
+took 135 to 174 us in six sets of fresh buffers, and a conversion's ratio
+moved from 0.79 to 0.93x with them (2026-11-23). So every row is measured on
+``PLACEMENTS`` sets of buffers, allocated anew for the conversions and the
+copy alike while the earlier sets stay alive (so they are new memory), in
+``ROUNDS`` rounds each; a row's figures are medians over all those rounds.
+
 The compile probe measures ``import jitnn`` and every reorder kernel's cold
 compile and cached load, each in a fresh process with an empty kernel cache.
 """
@@ -31,6 +38,9 @@ UNIT = "GB/s"
 PEERS = ("numpy",)
 BLOCK = 8
 FILTERS = ((64, 64, 3, 3), (256, 256, 3, 3), (512, 2048, 1, 1))
+#: sets of buffers per row, and paired rounds on each (quick mode: one set)
+PLACEMENTS = 3
+ROUNDS = 8
 
 
 def cases(quick: bool):
@@ -43,7 +53,35 @@ def cases(quick: bool):
         yield from ((1, 256, 56, 56), (1, 512, 28, 28), (1, 2048, 7, 7), (4, 256, 56, 56))
 
 
+def placed_seconds(run: Run, make_set) -> tuple[dict[str, list[float]], object]:
+    """Per-call seconds of the functions of ``PLACEMENTS`` sets of buffers,
+    paired in rounds set by set, and the first set's extra. ``make_set()``
+    allocates a set and returns ``(functions, extra)``; all sets stay alive
+    until the end, so each is new memory."""
+    sets = [make_set() for _ in range(1 if run.quick else PLACEMENTS)]
+    seconds: dict[str, list[float]] = {}
+    for functions, _ in sets:
+        for name, times in run.paired(functions, rounds=ROUNDS).items():
+            seconds.setdefault(name, []).extend(times)
+    return seconds, sets[0][1]
+
+
+REORDERS = ("nchw -> nChw8c", "nChw8c -> nchw", "nhwc -> nChw8c", "nChw8c -> nhwc")
+
+
 def reorder_rows(run: Run, shape):
+    n, c, h, w = shape
+    seconds, (numpy_functions, moved) = placed_seconds(run, lambda: _reorder_set(shape))
+    for name in REORDERS:
+        numpy_s = run.median(numpy_functions[name])[0] if "numpy" in run.peers else None
+        yield row(run, name, shape, 4 * n * c * h * w, moved, seconds[name],
+                  seconds["copyto"], numpy_s)
+
+
+def _reorder_set(shape):
+    """One set of buffers for ``shape``: ``(timed, (numpy, moved))``, the copy
+    and jitnn's four conversions by name, numpy's by name, and the bytes a
+    conversion moves."""
     import numpy as np
 
     from jitnn import layouts
@@ -83,18 +121,17 @@ def reorder_rows(run: Run, shape):
     def numpy_blocked_to_nhwc():
         np.copyto(nhwc_out, blocked.transpose(0, 2, 3, 1, 4).reshape(n, h, w, cp)[..., :c])
 
-    conversions = [
-        ("nchw -> nChw8c", lambda: kernels.nchw_to_blocked(x, blocked_out), numpy_nchw_to_blocked),
-        ("nChw8c -> nchw", lambda: kernels.blocked_to_nchw(blocked, plain_out), numpy_blocked_to_nchw),
-        ("nhwc -> nChw8c", lambda: kernels.nhwc_to_blocked(nhwc, blocked_out), numpy_nhwc_to_blocked),
-        ("nChw8c -> nhwc", lambda: kernels.blocked_to_nhwc(blocked, nhwc_out), numpy_blocked_to_nhwc),
-    ]
     moved = x.nbytes + blocked.nbytes
-    seconds = run.paired({"copyto": same_bytes_copy(moved),
-                          **{name: ours for name, ours, _ in conversions}})
-    for name, _, theirs in conversions:
-        numpy_s = run.median(theirs)[0] if "numpy" in run.peers else None
-        yield row(run, name, shape, x.nbytes, moved, seconds[name], seconds["copyto"], numpy_s)
+    timed = {
+        "copyto": same_bytes_copy(moved),
+        "nchw -> nChw8c": lambda: kernels.nchw_to_blocked(x, blocked_out),
+        "nChw8c -> nchw": lambda: kernels.blocked_to_nchw(blocked, plain_out),
+        "nhwc -> nChw8c": lambda: kernels.nhwc_to_blocked(nhwc, blocked_out),
+        "nChw8c -> nhwc": lambda: kernels.blocked_to_nhwc(blocked, nhwc_out),
+    }
+    numpy_functions = dict(zip(REORDERS, (numpy_nchw_to_blocked, numpy_blocked_to_nchw,
+                                          numpy_nhwc_to_blocked, numpy_blocked_to_nhwc)))
+    return timed, (numpy_functions, moved)
 
 
 def same_bytes_copy(moved: int):
@@ -129,17 +166,21 @@ def filter_rows(run: Run):
     from jitnn.kernels.conv2d import aligned_empty
 
     for shape in FILTERS[:1] if run.quick else FILTERS:
-        w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         o, i, kh, kw = shape
-        # aligned, as pack_conv2d_filter allocates it
-        packed = aligned_empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK))
-        moved = w.nbytes + packed.nbytes
-        seconds = run.paired({"copyto": same_bytes_copy(moved),
-                              "pack": lambda: kernels.pack_filter(w, 1, packed)})
-        numpy_s = run.median(lambda: np.copyto(
-            packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK, kh, kw)
-            .transpose(0, 2, 4, 5, 3, 1)))[0] if "numpy" in run.peers else None
-        yield row(run, "oihw -> OIhw8i8o", shape, w.nbytes, moved, seconds["pack"],
+
+        def make_set():
+            w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+            # aligned, as pack_conv2d_filter allocates it
+            packed = aligned_empty((o // BLOCK, i // BLOCK, kh, kw, BLOCK, BLOCK))
+            moved = w.nbytes + packed.nbytes
+            return ({"copyto": same_bytes_copy(moved),
+                     "pack": lambda: kernels.pack_filter(w, 1, packed)},
+                    (lambda: np.copyto(packed, w.reshape(o // BLOCK, BLOCK, i // BLOCK, BLOCK,
+                                                         kh, kw).transpose(0, 2, 4, 5, 3, 1)),
+                     moved))
+        seconds, (numpy_pack, moved) = placed_seconds(run, make_set)
+        numpy_s = run.median(numpy_pack)[0] if "numpy" in run.peers else None
+        yield row(run, "oihw -> OIhw8i8o", shape, 4 * o * i * kh * kw, moved, seconds["pack"],
                   seconds["copyto"], numpy_s)
 
 
