@@ -834,9 +834,9 @@ def _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks, ful
     reach 16 bytes into the pixels on either side, so the array's first and
     last pixel take whole unaligned loads instead. Against the unaligned
     loads, in one process (paired rounds against np.copyto, source 16 or 48
-    mod 64): 1 thread +0.05 to +0.07 at C = 128 and 256, within +-0.01 at
-    C = 64 and 512; 2 threads within +-0.03. (Groups of 4, C > 512: -0.05 on 2
-    threads, so not there.)"""
+    mod 64): 1 thread +0.05 to +0.07 at C = 128 and 256, within 0.01 at
+    C = 64 and 512; 2 threads -0.03 to +0.08. (Groups of 4, C > 512: -0.05 on
+    2 threads, so not there.)"""
     image = n * pixels * channels
     g0 = p0 + 1 if n == 0 and p0 == 0 else p0                # nothing before pixel 0
     g1 = p1 - 1 if last_image and p1 == pixels else p1       # nor after the last
