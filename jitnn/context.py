@@ -355,7 +355,10 @@ class Context:
         """Run ``graph`` now and write every output, in standard layout, into the
         caller's array in ``outputs`` ({name: float32 C-contiguous array}).
 
-        Inputs are checked and copied in at every call, as by :meth:`dispatch`.
+        Inputs are checked at every call, as by :meth:`dispatch`. A float32,
+        C-contiguous, aligned and writeable array that overlaps no output is
+        read in place (the call reads it only while it runs, and no plan writes
+        into an input); any other input is copied first.
         The first call dispatches the graph and schedules it like any pending
         work; later calls replay that scheduled plan (the same kernel steps,
         fused nodes and buffers, the same ``stats`` counts) on the new inputs,

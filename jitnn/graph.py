@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -258,11 +258,19 @@ class Graph:
                 Tensor(ctx, item.shape, _plain_tag(item.ndim), data=item)
                 for name, item in self._input_items(ctx, inputs, op).items()}
 
-    def _input_items(self, ctx: "Context", inputs: Mapping[str, Any],
-                     op: str) -> dict[str, "Tensor | np.ndarray"]:
+    def _input_items(self, ctx: "Context", inputs: Mapping[str, Any], op: str,
+                     borrow_outside: Sequence[np.ndarray] | None = None,
+                     ) -> dict[str, "Tensor | np.ndarray"]:
         """Check ``inputs`` (names, dtypes, shapes); a Tensor input is returned
         as it is, anything else as a new float32 copy (later changes to the
-        caller's array never leak in)."""
+        caller's array never leak in).
+
+        ``borrow_outside`` (``ctx.compute``, which reads its inputs only while
+        it runs): an input that already is what a copy would be (a float32,
+        C-contiguous, aligned, writeable ndarray) and shares no memory with
+        any of these arrays (the call's outputs) is returned as it is, to be
+        read in place. No plan writes into an input's buffer (only into
+        buffers it made), so the caller's array is never changed."""
         if not isinstance(inputs, Mapping):
             raise JitnnTypeError(f"{op}: inputs must be a dict {{name: tensor}}, "
                                  f"got {type(inputs).__name__}")
@@ -286,7 +294,10 @@ class Graph:
                 if dtype is not None and np.dtype(dtype) != FLOAT32:
                     raise JitnnTypeError(
                         f"{op}: input {name!r} has dtype {dtype}, expected float32")
-                item = as_float32_copy(value)
+                if borrow_outside is not None and _borrowable(value, borrow_outside):
+                    item = value
+                else:
+                    item = as_float32_copy(value)
             if item.shape != expected:
                 raise JitnnTypeError(
                     f"{op}: input {name!r} has shape {item.shape}, expected {expected}")
@@ -334,3 +345,14 @@ class Graph:
             scan(recorded.args)
             scan(recorded.kwargs)
         return found
+
+
+def _borrowable(array: object, outputs: Sequence[np.ndarray]) -> bool:
+    """True when ``array`` may be read in place instead of copied: it is a
+    float32, C-contiguous, aligned and writeable ndarray (the kernels are
+    compiled for those; a read-only or unaligned one would compile others)
+    whose memory does not overlap an output's (an output that is an input, or
+    a view of one, is still read while the others are written)."""
+    return (isinstance(array, np.ndarray) and array.dtype == FLOAT32
+            and array.flags.c_contiguous and array.flags.aligned and array.flags.writeable
+            and not any(np.may_share_memory(array, out) for out in outputs))

@@ -9,8 +9,9 @@ input shapes, its context, hence the block, are fixed; the policy must be
 normal way once and keeps what the executor ran (a
 :class:`jitnn.executor.Capture`): the steps, with their fused nodes and the
 Values they read and write. That is a :class:`Program`, cached per (graph,
-context, input shapes), which is per graph. A later call checks and copies its
-inputs as before, gives the copies to the program's input Values, runs the
+context, input shapes), which is per graph. A later call checks its inputs as
+before (reading a float32 C-contiguous array in place, else copying it; see
+``Graph._input_items``), gives them to the program's input Values, runs the
 same steps with the same buffer slots (:func:`jitnn.executor.replay`) and
 reads the outputs back as ``read_all`` does. ``ctx.stats`` counts the same
 reorders, launches, fused ops and flushes as the normal path.
@@ -105,7 +106,7 @@ class Program:
 
     def run(self, ctx: "Context", arrays: Mapping[str, "Tensor | np.ndarray"],
             outputs: Mapping[str, np.ndarray]) -> None:
-        """Run on checked input copies ``arrays`` (no Tensor: see :func:`compute`);
+        """Run on checked input arrays ``arrays`` (no Tensor: see :func:`compute`);
         write ``outputs`` (checked)."""
         for name, value in self.inputs:
             value._data = arrays[name]
@@ -127,7 +128,9 @@ def compute(ctx: "Context", graph: "Graph", inputs: Mapping[str, object],
     program of ``graph``, or run the normal path (recording a program when
     the call allows one)."""
     graph._check_context(ctx, "compute")
-    items = graph._input_items(ctx, inputs, "compute")      # dispatch's checks
+    # dispatch's checks; an input array is read in place where it can be
+    # (this call reads it only while it runs), else copied
+    items = graph._input_items(ctx, inputs, "compute", borrow_outside=list(outputs.values()))
     if ctx.policy != "blocked" or any(isinstance(item, Tensor) for item in items.values()):
         _run(ctx, graph, items, outputs, record=False)      # see the module docstring
         return

@@ -263,7 +263,7 @@ def test_compute_replays_the_plan_bit_identically_on_new_inputs(block, monkeypat
     np.testing.assert_allclose(outs["probs"].sum(axis=1), 1, rtol=1e-5)
 
 
-def test_compute_copies_the_inputs_at_every_call():
+def test_compute_keeps_nothing_of_the_callers_inputs_between_calls():
     ctx = jitnn.Context()
     graph = _resnet_block_graph(ctx)
     first, second = _block_inputs(1), _block_inputs(2)
@@ -300,6 +300,63 @@ def test_compute_copies_the_inputs_at_every_call():
     ctx.compute(graph, second, outs)             # and the program still works
     for name in outs:
         np.testing.assert_array_equal(outs[name], want_second[name])
+
+
+def test_compute_reads_float32_inputs_in_place_and_copies_the_others(monkeypatch):
+    import jitnn.graph
+    copies = []
+    copy = jitnn.graph.as_float32_copy
+    monkeypatch.setattr(jitnn.graph, "as_float32_copy",
+                        lambda data, op="tensor": copies.append(data) or copy(data, op))
+    ctx = jitnn.Context()
+    graph = _resnet_block_graph(ctx)
+    inputs = _block_inputs(5)
+    before = {name: array.copy() for name, array in inputs.items()}
+    want = _dispatched(ctx, graph, inputs)
+    copies.clear()
+    for run in range(3):                         # records, then replays
+        outs = _nan_outputs(graph)
+        ctx.reset_stats()
+        ctx.compute(graph, inputs, outs)
+        assert copies == []
+        if run == 0:
+            in_place = _counts(ctx)
+        assert _counts(ctx) == in_place
+        for name in outs:
+            np.testing.assert_array_equal(outs[name], want[name])
+        for name in inputs:                      # read, never written
+            np.testing.assert_array_equal(inputs[name], before[name])
+    # copied instead: read-only (numba would compile other kernels for it),
+    # strided, or overlapping an output; the same plan and counts
+    read_only = inputs["x"].copy()
+    read_only.setflags(write=False)
+    strided = np.empty((64, 192), np.float32)[:, ::2]
+    strided[...] = inputs["z"]
+    for changed in ({"x": read_only}, {"z": strided}):
+        outs = _nan_outputs(graph)
+        ctx.reset_stats()
+        ctx.compute(graph, {**inputs, **changed}, outs)
+        assert len(copies) == 1 and copies.pop() is next(iter(changed.values()))
+        assert _counts(ctx) == in_place
+        for name in outs:
+            np.testing.assert_array_equal(outs[name], want[name])
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 9, 5, 7))
+    relu_graph = b.build({"y": b.relu(b.conv2d(x, b.constant(_random((9, 9, 1, 1), 2)))),
+                          "x": x})
+    a = _random((2, 9, 5, 7), 3)
+    want = {name: t.numpy() for name, t in ctx.dispatch(relu_graph, {"x": a}).items()}
+    copies.clear()                               # the constant's and the dispatch's
+    for _ in range(2):
+        shared = a.copy()
+        ctx.compute(relu_graph, {"x": shared}, {"y": shared, "x": np.empty_like(a)})
+        assert len(copies) == 1 and copies.pop() is shared
+        np.testing.assert_array_equal(shared, want["y"])
+        outs = {"y": np.empty_like(a), "x": np.empty_like(a)}
+        ctx.compute(relu_graph, {"x": a}, outs)  # the graph's output "x" is the input
+        assert copies == []
+        np.testing.assert_array_equal(outs["y"], want["y"])
+        np.testing.assert_array_equal(outs["x"], a)
 
 
 def test_compute_of_outputs_that_are_inputs_or_constants():
