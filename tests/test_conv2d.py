@@ -124,9 +124,17 @@ def test_a_plain_input_shared_by_two_convs_is_reordered_once():
     assert ctx.stats.reorders == 1 + 2
 
 
-def test_numpy_inputs_are_copied_at_the_call():
+def test_numpy_inputs_are_copied_at_the_call(monkeypatch):
+    import importlib
+    modules = [importlib.import_module(name) for name in ("jitnn.ops._common", "jitnn.tensor")]
+    copied = []
+    copy = modules[1].as_float32_copy
+    for module in modules:
+        monkeypatch.setattr(module, "as_float32_copy",
+                            lambda data, op="tensor": copied.append(data) or copy(data, op))
     x, w = _random((1, 8, 5, 5), 15), _random((8, 8, 3, 3), 16)
     y = jitnn.conv2d(x, w, padding=1)
+    assert len(copied) == 2 and copied[0] is x and copied[1] is w      # once each
     want = conv2d_reference(x, w, padding=1)
     x[...] = 0
     w[...] = 0

@@ -61,13 +61,15 @@ def context_of(op: str, *values: object) -> Context:
 
 
 def as_tensor(ctx: Context, value: object, op: str, name: str) -> Tensor:
-    """A Tensor argument, or an array-like copied into one."""
+    """A Tensor argument, or an array-like copied into one (once: the copy
+    becomes the tensor's buffer, as in ``ctx.tensor``)."""
     if isinstance(value, Tensor):
         return value
     try:
-        return Tensor._from_host(ctx, as_float32_copy(value, op=f"{op}: {name}"))
+        array = as_float32_copy(value, op=f"{op}: {name}")
     except JitnnTypeError as error:
         raise JitnnTypeError(str(error)) from None
+    return Tensor(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
 
 
 def value_of(t: "Tensor | Value | None") -> "Value | None":
