@@ -144,7 +144,7 @@ class GraphBuilder:
         """A constant (copied now; a filter is packed once and reused by every dispatch)."""
         self._check_open("constant")
         values = as_float32_copy(array, op="GraphBuilder.constant")
-        real = self._ctx.tensor(values)
+        real = Tensor(self._ctx, values.shape, _plain_tag(values.ndim), data=values)
         placeholder = Tensor(self._shape_ctx, values.shape, _plain_tag(values.ndim), data=values)
         operand = self._operand(placeholder)
         self._constants[operand._index] = real

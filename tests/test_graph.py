@@ -359,6 +359,27 @@ def test_compute_reads_float32_inputs_in_place_and_copies_the_others(monkeypatch
         np.testing.assert_array_equal(outs["x"], a)
 
 
+def test_a_constant_is_copied_once_at_the_call(monkeypatch):
+    import importlib
+    copied = []
+    for name in ("jitnn.graph", "jitnn.tensor"):
+        module = importlib.import_module(name)
+        copy = module.as_float32_copy
+        monkeypatch.setattr(module, "as_float32_copy",
+                            lambda data, op="tensor", copy=copy: copied.append(data)
+                            or copy(data, op))
+    ctx = jitnn.Context()
+    w = _random((8, 5, 3, 3), 1, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 5, 7, 6))
+    graph = b.build({"y": b.conv2d(x, b.constant(w), padding=1)})
+    assert len(copied) == 1 and copied[0] is w
+    x_values = _random((2, 5, 7, 6), 2)
+    want = conv2d_reference(x_values, w, padding=1)
+    w[...] = 0                                   # never leaks in
+    _close(ctx.dispatch(graph, {"x": x_values})["y"].numpy(), want)
+
+
 def test_compute_of_outputs_that_are_inputs_or_constants():
     ctx = jitnn.Context()
     w = _random((8, 5, 3, 3), 1, 0.3)
