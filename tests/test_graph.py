@@ -359,6 +359,27 @@ def test_compute_reads_float32_inputs_in_place_and_copies_the_others(monkeypatch
         np.testing.assert_array_equal(outs["x"], a)
 
 
+@pytest.mark.parametrize("policy", ["blocked", "eager", "plain"])
+def test_compute_never_writes_into_an_input_it_reads_in_place(policy):
+    # the ops most likely to reuse a buffer: an elementwise chain and a
+    # residual add, both on the inputs (C = 16: no reorder copy in between)
+    ctx = jitnn.Context(policy=policy)
+    b = jitnn.GraphBuilder(ctx)
+    x, r = b.input("x", (2, 16, 5, 5)), b.input("r", (2, 16, 5, 5))
+    conv = b.conv2d(x, b.constant(_random((16, 16, 3, 3), 4, 0.2)), padding=1)
+    graph = b.build({"chain": b.sigmoid(b.relu(b.add(x, x))), "residual": b.relu(b.add(conv, r))})
+    inputs = {"x": _random((2, 16, 5, 5), 5), "r": _random((2, 16, 5, 5), 6)}
+    before = {name: array.copy() for name, array in inputs.items()}
+    want = _dispatched(ctx, graph, before)
+    for _ in range(3):
+        outs = _nan_outputs(graph)
+        ctx.compute(graph, inputs, outs)
+        for name in outs:
+            np.testing.assert_array_equal(outs[name], want[name])
+        for name in inputs:
+            np.testing.assert_array_equal(inputs[name], before[name])
+
+
 def test_a_constant_is_copied_once_at_the_call(monkeypatch):
     import importlib
     copied = []
