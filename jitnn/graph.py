@@ -144,8 +144,8 @@ class GraphBuilder:
         """A constant (copied now; a filter is packed once and reused by every dispatch)."""
         self._check_open("constant")
         values = as_float32_copy(array, op="GraphBuilder.constant")
-        real = Tensor(self._ctx, values.shape, _plain_tag(values.ndim), data=values)
-        placeholder = Tensor(self._shape_ctx, values.shape, _plain_tag(values.ndim), data=values)
+        real = Tensor._holding(self._ctx, values)
+        placeholder = Tensor._holding(self._shape_ctx, values)
         operand = self._operand(placeholder)
         self._constants[operand._index] = real
         return operand
@@ -255,7 +255,7 @@ class Graph:
         """The inputs as Tensors: a Tensor as it is, anything else copied (as
         ``jitnn.tensor`` does), after :meth:`_input_items`'s checks."""
         return {name: item if isinstance(item, Tensor) else
-                Tensor(ctx, item.shape, _plain_tag(item.ndim), data=item)
+                Tensor._holding(ctx, item)
                 for name, item in self._input_items(ctx, inputs, op).items()}
 
     def _input_items(self, ctx: "Context", inputs: Mapping[str, Any], op: str,

@@ -70,7 +70,6 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 import numpy as np
 
 from . import executor
-from .layouts import plain_tag
 from .tensor import Tensor, Value
 
 if TYPE_CHECKING:
@@ -165,7 +164,7 @@ def _run(ctx: "Context", graph: "Graph", items: Mapping[str, "Tensor | np.ndarra
     """The normal path: dispatch, one flush, read into ``outputs``; with
     ``record``, the program that replays this run (None if it may not)."""
     tensors = {name: item if isinstance(item, Tensor) else
-               Tensor(ctx, item.shape, plain_tag(item.ndim), data=item)
+               Tensor._holding(ctx, item)
                for name, item in items.items()}
     # then the plan computes values of this call only (see the module docstring)
     record = record and not any(t.pending for t in graph._fixed_tensors())

@@ -289,7 +289,12 @@ class Tensor:
             if data._v._ctx is ctx:
                 return data  # tensors are immutable: sharing is a copy
             data = data.numpy()
-        array = as_float32_copy(data)
+        return cls._holding(ctx, as_float32_copy(data))
+
+    @classmethod
+    def _holding(cls, ctx: "Context", array: np.ndarray) -> "Tensor":
+        """A plain Tensor whose buffer is ``array`` itself (no copy: the caller
+        made it, or reads it only while a call runs)."""
         return cls(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
 
     # --- what it is -------------------------------------------------------------

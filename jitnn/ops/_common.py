@@ -69,7 +69,7 @@ def as_tensor(ctx: Context, value: object, op: str, name: str) -> Tensor:
         array = as_float32_copy(value, op=f"{op}: {name}")
     except JitnnTypeError as error:
         raise JitnnTypeError(str(error)) from None
-    return Tensor(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
+    return Tensor._holding(ctx, array)
 
 
 def value_of(t: "Tensor | Value | None") -> "Value | None":
