@@ -42,8 +42,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._config import jit
-from .simd import (load_transposed8, move4, move8, move8_straddle, transpose4, transpose8,
-                   transpose8_split, transpose_halving)
+from .simd import (load_transposed8, move4, move8, move8_straddle, move8_straddle_streaming,
+                   move8_streaming, stream_fence, transpose4, transpose8, transpose8_split,
+                   transpose8_split_streaming, transpose_halving)
 from .stack import stack_empty
 
 #: Pixels per task in the activation reorders: a multiple of 16, large enough
@@ -70,6 +71,25 @@ _TILE_FLOATS = 4096
 #: 64 MB, 1 thread: 0.66-0.76x np.copyto -> 1.07-1.38x). In cache the 64-pixel
 #: tiles are as fast or faster (256 KiB: 0.75x against 0.61x).
 _STREAM_BYTES = 8 << 20
+# From this size per thread, where the target's alignment allows, nchw ->
+# nChw8c, nhwc -> nChw8c and nChw8c -> nhwc (cb = 8) also store with
+# non-temporal hints (see :func:`_stores_stream`).
+
+
+@jit()
+def _stores_stream(nbytes, threads):
+    """Whether a reorder writing ``nbytes`` stores with non-temporal hints
+    (simd's streaming moves): from ``_STREAM_BYTES`` per thread. A plain store
+    first reads its target line from memory; these write whole lines without
+    reading them. A copy with them against one without (1 thread, paired
+    rounds against np.copyto, 2026-11-23): 2-6 MB 0.50-0.69x against
+    0.96-0.98x (in cache they only lose), 8 MB 0.94 against 0.95x, 12-32 MB
+    1.53-1.67x against 0.85-0.95x. On 2 threads the plain copy stays fast
+    further up (12 MB 2.30x against 1.81x) and the crossing is at 16 MB
+    (2.13x against 1.64x): so the size per thread. (``threads`` comes from
+    the Python side: ``numba.get_num_threads`` in a kernel would keep it out
+    of the cache.)"""
+    return nbytes >= _STREAM_BYTES * threads
 
 
 # --- partial-block intrinsics ----------------------------------------------
@@ -430,8 +450,7 @@ move8_cropped = _move_cropped(8)
 
 # --- nchw <-> nChw{cb}c ------------------------------------------------------
 
-@jit(parallel=True)
-def nchw_to_blocked(x, out):
+def nchw_to_blocked(x, out) -> None:
     """``x: (N, C, H, W)`` -> ``out: (N, C_phys // cb, H, W, cb)``.
 
     One task per ``_CHUNK`` pixels of one (image, block) plane: the source is
@@ -439,7 +458,15 @@ def nchw_to_blocked(x, out):
     is a register transpose of 8 pixels x 8 channels (4 x 4 for cb = 4; cb 16
     and 32 do 2 or 4 of them); a partial block's missing channels are zero
     rows of the transpose. Pixels past the last multiple of 8 are copied one by one.
+    Past the caches, full blocks of 8 go out with non-temporal stores when
+    ``out`` is 32-byte aligned (as the runtime allocates it).
     """
+    _nchw_to_blocked(x, out, numba.get_num_threads())
+
+
+@jit(parallel=True)
+def _nchw_to_blocked(x, out, threads):
+    """:func:`nchw_to_blocked` on ``threads`` threads (numba's count in the caller)."""
     batch, channels, height, width = x.shape
     channel_blocks, cb = out.shape[1], out.shape[4]
     plane = height * width
@@ -447,6 +474,10 @@ def nchw_to_blocked(x, out):
     dst = out.reshape(out.size)
     chunks = (plane + _CHUNK - 1) // _CHUNK
     step = 4 if cb == 4 else 8
+    # non-temporal stores past the caches (every store is 32 bytes at a
+    # multiple of 8 floats from the start: aligned when ``out`` is)
+    stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8
+                     and out.ctypes.data % 32 == 0)
     for task in prange(batch * channel_blocks * chunks):
         image_block = task // chunks
         p0 = (task % chunks) * _CHUNK
@@ -466,6 +497,10 @@ def nchw_to_blocked(x, out):
             else:
                 for p in range(p0, vector_end, 4):
                     transpose4_padded(x, src_start + p, plane, valid, out, dst_start + p * 4, 4)
+        elif valid == 8 and cb == 8 and stream_stores:
+            for p in range(p0, vector_end, 8):
+                transpose8_split_streaming(x, src_start + p, plane, out, dst_start + p * 8, 8)
+            stream_fence()
         elif valid == 8 and cb == 8:
             # the common case on its own: a constant target stride and no
             # inner loop (2-6 % faster in cache than the general loop below)
@@ -683,8 +718,7 @@ def _nhwc_chunk_and_tile(channels):
     return chunk, tile
 
 
-@jit(parallel=True)
-def nhwc_to_blocked(x, out):
+def nhwc_to_blocked(x, out) -> None:
     """``x: (N, H, W, C)`` -> ``out: (N, C_phys // cb, H, W, cb)``.
 
     One task per ``_CHUNK`` pixels of an image; each pixel's channels are split
@@ -694,8 +728,16 @@ def nhwc_to_blocked(x, out):
     output line is written whole. The partial block
     (C = 3) loads 8 floats and zeroes the lanes past C (they belong to the next
     pixel); the last pixels of the array use a masked load instead, which
-    reads nothing past C.
+    reads nothing past C. Past the caches, from C = 128, groups of 16 pixels
+    with non-temporal stores when ``out`` is 32-byte aligned
+    (:func:`_groups_to_blocked8_streaming`).
     """
+    _nhwc_to_blocked(x, out, numba.get_num_threads())
+
+
+@jit(parallel=True)
+def _nhwc_to_blocked(x, out, threads):
+    """:func:`nhwc_to_blocked` on ``threads`` threads (numba's count in the caller)."""
     batch, height, width, channels = x.shape
     channel_blocks, cb = out.shape[1], out.shape[4]
     pixels = height * width
@@ -707,6 +749,10 @@ def nhwc_to_blocked(x, out):
     streaming = x.size * 4 >= _STREAM_BYTES
     # the source's pixels 16 bytes past a 32-byte boundary (see blocked_to_nhwc)
     shifted = cb == 8 and channels % 8 == 0 and x.ctypes.data % 32 == 16 and not streaming
+    # non-temporal stores from C = 128 (every full block's store is aligned
+    # when ``out`` is); at C = 64 they measured no faster than the groups of 4
+    stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8 and channels >= 128
+                     and out.ctypes.data % 32 == 0)
     for task in prange(batch * chunks):
         n = task // chunks
         p0 = (task % chunks) * chunk
@@ -719,7 +765,10 @@ def nhwc_to_blocked(x, out):
             # groups of 8 pixels in cache up to C = 512 (the group's nhwc side,
             # 8 x C floats, stays in L1), of 4 past it and from memory
             group = 4 if streaming or channels > 512 else 8
-            if shifted and group == 8:
+            if stream_stores:
+                _groups_to_blocked8_streaming(x, out, n, pixels, channels, channel_blocks,
+                                              full_blocks, p0, p1)
+            elif shifted and group == 8:
                 _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks,
                                             full_blocks, p0, p1, n == batch - 1)
             else:
@@ -825,6 +874,38 @@ def _groups_to_blocked8(x, out, n, pixels, channels, channel_blocks, full_blocks
 
 
 @jit()
+def _groups_to_blocked8_streaming(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                                  p1):
+    """:func:`_groups_to_blocked8` past the caches, with non-temporal stores
+    (``out`` 32-byte aligned): groups of 16 pixels (8 past C = 512, so the
+    group's nhwc side stays in L1), each block's run of a group eight whole
+    lines. The source streams in order; the stores go out whole lines at a
+    time without reading the target first."""
+    image = n * pixels * channels
+    if channels <= 512:
+        groups_end = p0 + (p1 - p0) // 16 * 16
+        for q in range(p0, groups_end, 16):
+            for block in range(full_blocks):
+                s = image + q * channels + block * 8
+                d = ((n * channel_blocks + block) * pixels + q) * 8
+                for g in range(16):
+                    move8_streaming(x, s + g * channels, out, d + g * 8)
+    else:
+        groups_end = p0 + (p1 - p0) // 8 * 8
+        for q in range(p0, groups_end, 8):
+            for block in range(full_blocks):
+                s = image + q * channels + block * 8
+                d = ((n * channel_blocks + block) * pixels + q) * 8
+                for g in range(8):
+                    move8_streaming(x, s + g * channels, out, d + g * 8)
+    stream_fence()
+    for block in range(full_blocks):  # the last pixels of the task
+        d = (n * channel_blocks + block) * pixels * 8
+        for p in range(groups_end, p1):
+            move8(x, image + p * channels + block * 8, out, d + p * 8)
+
+
+@jit()
 def _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
                                 p1, last_image):
     """:func:`_groups_to_blocked8` (groups of 8) for a source whose pixels
@@ -855,16 +936,22 @@ def _groups_to_blocked8_shifted(x, out, n, pixels, channels, channel_blocks, ful
             move8(x, image + p * channels + block * 8, out, d + p * 8)
 
 
-@jit(parallel=True)
-def blocked_to_nhwc(x, out):
+def blocked_to_nhwc(x, out) -> None:
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, H, W, C)``, padding dropped.
 
     The inverse of :func:`nhwc_to_blocked`, same tasks, groups and tiles. The partial
     block goes first, pixel by pixel, as whole-vector stores: lanes past C land
     on the next pixels' channels, which this thread writes afterwards. Only a
     store that would reach past the task's end is a masked store (slow on Zen 3:
-    microcoded).
+    microcoded). Past the caches, at C = 8k, pixel by pixel with non-temporal
+    stores when ``out`` is 16-byte aligned (:func:`_pixels_to_nhwc8_streaming`).
     """
+    _blocked_to_nhwc(x, out, numba.get_num_threads())
+
+
+@jit(parallel=True)
+def _blocked_to_nhwc(x, out, threads):
+    """:func:`blocked_to_nhwc` on ``threads`` threads (numba's count in the caller)."""
     batch, height, width, channels = out.shape
     channel_blocks, cb = x.shape[1], x.shape[4]
     pixels = height * width
@@ -888,6 +975,12 @@ def blocked_to_nhwc(x, out):
     # all aligned, in cache; see _groups_to_nhwc8_shifted. (From memory it
     # measured slower: 1x64x256x256 0.98-0.99x np.copyto -> 0.85-0.93x.)
     shifted = cb == 8 and channels % 8 == 0 and out.ctypes.data % 32 == 16 and not streaming
+    # Past the caches, at C = 8k, pixel by pixel with non-temporal stores
+    # (shifted by half a vector when the target is 16 mod 32 bytes): the
+    # target goes out in order, whole lines, never read. Against the groups
+    # of 8 below (1 thread, paired rounds against np.copyto): see RESULTS.md.
+    stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8 and channels % 8 == 0
+                     and channels >= 8 and out.ctypes.data % 16 == 0)
     for task in prange(batch * chunks):
         n = task // chunks
         p0 = (task % chunks) * chunk
@@ -930,7 +1023,15 @@ def blocked_to_nhwc(x, out):
                         else:
                             move8_cropped(x, s + g * 8, out, d + g * 8, valid - g * 8)
         tiles_start = p0
-        if cb == 8 and full_blocks > 0 and (streaming or not pixel_major):
+        if stream_stores:
+            if out.ctypes.data % 32 == 0:
+                _pixels_to_nhwc8_streaming(x, out, n, pixels, channels, channel_blocks,
+                                           full_blocks, p0, p1)
+            else:
+                _pixels_to_nhwc8_shifted_streaming(x, out, n, pixels, channels, channel_blocks,
+                                                   full_blocks, p0, p1)
+            tiles_start = p1
+        elif cb == 8 and full_blocks > 0 and (streaming or not pixel_major):
             # groups of 8 pixels in cache up to C = 512 (4 past it); from
             # memory, of 8 from C = 256 (4 below): with 32 or more planes read
             # at once, each read 4 lines at a time kept up better
@@ -1071,27 +1172,64 @@ def _groups_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_b
             move8(x, s + p * 8, out, image + p * channels + block * 8)
 
 
+def _make_pixels_to_nhwc8_shifted(streaming: bool):
+    """``pixels_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks,
+    full_blocks, p0, p1)``: the pixel-major loop of :func:`blocked_to_nhwc`
+    (4 to 8 full blocks in cache; any number past the caches) for a target
+    whose pixels start 16 bytes past a 32-byte boundary, every store aligned
+    as in :func:`_groups_to_nhwc8_shifted`: a pixel's last block goes out
+    with the next pixel's block 0, so the task's pixels take one store per
+    block, plus one 16-byte store at each end. ``streaming`` (a constant of
+    the compiled code): non-temporal stores."""
+
+    @jit()
+    def pixels_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                                p1):
+        plane = pixels * 8
+        s0 = (n * channel_blocks * pixels + p0) * 8
+        d0 = (n * pixels + p0) * channels
+        move4(x, s0, out, d0)
+        for p in range(p1 - p0):
+            s = s0 + p * 8
+            d = d0 + p * channels - 4
+            for block in range(1, full_blocks):
+                if streaming:
+                    move8_straddle_streaming(x, s + (block - 1) * plane, s + block * plane,
+                                             out, d + block * 8)
+                else:
+                    move8_straddle(x, s + (block - 1) * plane, s + block * plane,
+                                   out, d + block * 8)
+            if p == p1 - p0 - 1:
+                move4(x, s + (full_blocks - 1) * plane + 4, out, d + channels)
+            elif streaming:
+                move8_straddle_streaming(x, s + (full_blocks - 1) * plane, s + 8, out,
+                                         d + channels)
+            else:
+                move8_straddle(x, s + (full_blocks - 1) * plane, s + 8, out, d + channels)
+        if streaming:
+            stream_fence()
+
+    return pixels_to_nhwc8_shifted
+
+
+_pixels_to_nhwc8_shifted = _make_pixels_to_nhwc8_shifted(False)
+_pixels_to_nhwc8_shifted_streaming = _make_pixels_to_nhwc8_shifted(True)
+
+
 @jit()
-def _pixels_to_nhwc8_shifted(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
-                             p1):
-    """The pixel-major loop of :func:`blocked_to_nhwc` (4 to 8 full blocks)
-    for a target whose pixels start 16 bytes past a 32-byte boundary, every
-    store aligned as in :func:`_groups_to_nhwc8_shifted`: a pixel's last block
-    goes out with the next pixel's block 0, so the task's pixels take one
-    store per block, plus one 16-byte store at each end."""
+def _pixels_to_nhwc8_streaming(x, out, n, pixels, channels, channel_blocks, full_blocks, p0,
+                               p1):
+    """Pixels ``[p0, p1)`` of image ``n`` (C = 8k), pixel by pixel, each
+    pixel's blocks read from the planes in lockstep and stored with
+    non-temporal hints to a 32-byte aligned ``out``: the target is written
+    in order, whole lines, without being read first."""
     plane = pixels * 8
-    s0 = (n * channel_blocks * pixels + p0) * 8
-    d0 = (n * pixels + p0) * channels
-    move4(x, s0, out, d0)
-    for p in range(p1 - p0):
-        s = s0 + p * 8
-        d = d0 + p * channels - 4
-        for block in range(1, full_blocks):
-            move8_straddle(x, s + (block - 1) * plane, s + block * plane, out, d + block * 8)
-        if p < p1 - p0 - 1:
-            move8_straddle(x, s + (full_blocks - 1) * plane, s + 8, out, d + channels)
-        else:
-            move4(x, s + (full_blocks - 1) * plane + 4, out, d + channels)
+    for p in range(p0, p1):
+        s = (n * channel_blocks * pixels + p) * 8
+        d = (n * pixels + p) * channels
+        for block in range(full_blocks):
+            move8_streaming(x, s + block * plane, out, d + block * 8)
+    stream_fence()
 
 
 # --- filters -----------------------------------------------------------------

@@ -15,11 +15,40 @@ row ``r`` of the tile starts at flat element ``src_start + r * src_stride`` of
 element indices into the arrays' data, so both arrays must be C-contiguous
 (typing rejects other layouts) and the caller must keep every row in bounds:
 there is no bounds check.
+
+``streaming=True`` variants store with non-temporal hints (``vmovntps``: the
+line goes to memory through a write-combining buffer, without being read
+into the cache first and without evicting anything). They are for tensors
+past the caches only, and every such store must be 32-byte aligned (a
+misaligned one faults): the caller checks. A kernel that streams ends each
+task with :func:`stream_fence`, so its stores are visible when it is done.
 """
 
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+
+def store(builder: ir.IRBuilder, value, pointer, streaming: bool = False) -> None:
+    """Store a vector: unaligned, or non-temporal at a 32-byte aligned ``pointer``."""
+    if not streaming:
+        builder.store(value, pointer, align=4)
+        return
+    instruction = builder.store(value, pointer, align=32)
+    instruction.set_metadata(
+        "nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+
+
+@intrinsic
+def stream_fence(typingctx):
+    """``sfence``: orders this thread's non-temporal stores before what follows."""
+    def codegen(context, builder, sig, args):
+        fence = builder.module.declare_intrinsic(
+            "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
+        builder.call(fence, [])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
 
 
 def _swap_masks(n: int, span: int) -> tuple[list[int], list[int]]:
@@ -97,9 +126,10 @@ def load_transposed8(builder: ir.IRBuilder, rows: list, columns: int = 8) -> lis
     return transposed
 
 
-def transpose_tile(n: int, split_loads: bool = False):
+def transpose_tile(n: int, split_loads: bool = False, streaming: bool = False):
     """A numba intrinsic transposing an ``n x n`` float32 tile (``n`` a power of 2);
-    ``split_loads`` (n = 8 only): load it with :func:`load_transposed8`."""
+    ``split_loads`` (n = 8 only): load it with :func:`load_transposed8`;
+    ``streaming``: non-temporal stores (see the module docstring)."""
     if n < 2 or n & (n - 1):
         raise ValueError(f"transpose_tile: n must be a power of two >= 2, got {n}")
     if split_loads and n != 8:
@@ -132,7 +162,7 @@ def transpose_tile(n: int, split_loads: bool = False):
                         for r in range(n)]
                 rows = transpose_halving(builder, rows, n)
             for r in range(n):
-                builder.store(rows[r], row_pointer(dst_data, args[4], args[5], r), align=4)
+                store(builder, rows[r], row_pointer(dst_data, args[4], args[5], r), streaming)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -143,15 +173,17 @@ def transpose_tile(n: int, split_loads: bool = False):
 transpose4 = transpose_tile(4)
 transpose8 = transpose_tile(8)
 transpose8_split = transpose_tile(8, split_loads=True)
+transpose8_split_streaming = transpose_tile(8, split_loads=True, streaming=True)
 transpose16 = transpose_tile(16)
 
 
-def move_vector(n: int):
+def move_vector(n: int, streaming: bool = False):
     """A numba intrinsic copying ``n`` contiguous float32 from one C-contiguous
     array to another as one vector load and one vector store:
     ``move8(src, src_start, dst, dst_start)`` (flat element offsets, no bounds
     check). Written out because indexing ``dst[w, lane] = src[w, c0 + lane]``
-    costs a negative-index fix-up per element that LLVM cannot remove."""
+    costs a negative-index fix-up per element that LLVM cannot remove.
+    ``streaming``: a non-temporal store (see the module docstring)."""
 
     @intrinsic
     def move(typingctx, src, src_start, dst, dst_start):
@@ -167,7 +199,7 @@ def move_vector(n: int):
             dst_data = context.make_array(sig.args[2])(context, builder, args[2]).data
             source = builder.bitcast(builder.gep(src_data, [args[1]]), vector.as_pointer())
             target = builder.bitcast(builder.gep(dst_data, [args[3]]), vector.as_pointer())
-            builder.store(builder.load(source, align=4), target, align=4)
+            store(builder, builder.load(source, align=4), target, streaming)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -178,35 +210,46 @@ def move_vector(n: int):
 move4 = move_vector(4)
 move8 = move_vector(8)
 move16 = move_vector(16)
+move8_streaming = move_vector(8, streaming=True)
 
 
-@intrinsic
-def move8_straddle(typingctx, src, first, second, dst, dst_start):
-    """``dst[dst_start:+8] = src[first + 4:first + 8] ++ src[second:second + 4]``:
+def _move8_straddle(streaming: bool):
+    """``move8_straddle(src, first, second, dst, dst_start)``:
+    ``dst[dst_start:+8] = src[first + 4:first + 8] ++ src[second:second + 4]``,
     the upper half of one 8-float vector and the lower half of another, as two
     whole-vector loads, one ``vperm2f128`` and one store (flat element offsets
     into C-contiguous float32 arrays, no bounds check). It lets a kernel whose
     target rows start 16 bytes past a 32-byte boundary store every vector
     aligned: two 16-byte loads and a ``vinsertf128`` instead measured slower
-    than the unaligned stores they replaced."""
-    if not all(isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float32
-               for a in (src, dst)):
-        return None
-    signature = types.void(src, types.intp, types.intp, dst, types.intp)
+    than the unaligned stores they replaced. ``streaming``: a non-temporal
+    store, which must be aligned anyway."""
 
-    def codegen(context, builder, sig, args):
-        vector = ir.VectorType(ir.FloatType(), 8)
-        src_data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        dst_data = context.make_array(sig.args[3])(context, builder, args[3]).data
+    @intrinsic
+    def move8_straddle(typingctx, src, first, second, dst, dst_start):
+        if not all(isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float32
+                   for a in (src, dst)):
+            return None
+        signature = types.void(src, types.intp, types.intp, dst, types.intp)
 
-        def pointer(data, offset):
-            return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
+        def codegen(context, builder, sig, args):
+            vector = ir.VectorType(ir.FloatType(), 8)
+            src_data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            dst_data = context.make_array(sig.args[3])(context, builder, args[3]).data
 
-        upper_of = builder.load(pointer(src_data, args[1]), align=4)
-        lower_of = builder.load(pointer(src_data, args[2]), align=4)
-        halves = ir.Constant(ir.VectorType(ir.IntType(32), 8), [4, 5, 6, 7, 8, 9, 10, 11])
-        builder.store(builder.shuffle_vector(upper_of, lower_of, halves),
-                      pointer(dst_data, args[4]), align=4)
-        return context.get_dummy_value()
+            def pointer(data, offset):
+                return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
 
-    return signature, codegen
+            upper_of = builder.load(pointer(src_data, args[1]), align=4)
+            lower_of = builder.load(pointer(src_data, args[2]), align=4)
+            halves = ir.Constant(ir.VectorType(ir.IntType(32), 8), [4, 5, 6, 7, 8, 9, 10, 11])
+            store(builder, builder.shuffle_vector(upper_of, lower_of, halves),
+                  pointer(dst_data, args[4]), streaming)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return move8_straddle
+
+
+move8_straddle = _move8_straddle(False)
+move8_straddle_streaming = _move8_straddle(True)

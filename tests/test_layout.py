@@ -1,5 +1,6 @@
 """Reorder kernels against their numpy spec, for every block size."""
 
+import numba
 import numpy as np
 import pytest
 
@@ -219,6 +220,36 @@ def test_nhwc_kernels_at_every_alignment(offset, shape):
     blocked = np.full(expected.shape, np.nan, np.float32)
     kernels.nhwc_to_blocked(source.reshape(nhwc.shape), blocked)
     np.testing.assert_array_equal(blocked, expected)
+
+
+# Past the caches (kernels._STREAM_BYTES per thread) nchw -> nChw8c, nhwc ->
+# nChw8c (C >= 128) and nChw8c -> nhwc (C = 8k) store with non-temporal
+# hints, which must be 32-byte aligned: targets at each 16-byte offset (0 and
+# 8 floats: aligned; 4 and 12: other paths for the blocked targets, the
+# half-vector shift for nhwc), pixel counts that leave tails in every task,
+# groups of 16 (C = 136, 256) and 8 (C = 1024) pixels, C = 8 and N > 1.
+# Nothing outside the target may be written.
+@pytest.mark.parametrize("offset", [0, 4, 8, 12])
+@pytest.mark.parametrize("shape", [(2, 64, 129, 129), (1, 256, 91, 93), (1, 1024, 45, 47),
+                                   (3, 8, 301, 299), (1, 136, 127, 129)])
+def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        x = _random(shape, seed=shape[1] + offset)
+        expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+        assert kernels._stores_stream(expected.nbytes, 1)
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
+                                           (kernels.nhwc_to_blocked, nhwc, expected),
+                                           (kernels.blocked_to_nhwc, expected, nhwc)):
+            out, storage, start = _at_offset(reference.size, offset)
+            convert(source, out.reshape(reference.shape))
+            np.testing.assert_array_equal(out.reshape(reference.shape), reference)
+            assert np.isnan(storage[:start]).all()
+            assert np.isnan(storage[start + reference.size:]).all()
+    finally:
+        numba.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
