@@ -31,7 +31,10 @@ or a tile of pixels per block at a time so each output line is written whole
 before moving on (the planes
 are a power-of-two apart at the benchmark sizes and would otherwise fight over
 the same L1 sets). Partial blocks (C = 3) go through the same vector code with
-zero rows or masked lanes instead of element loops.
+zero rows or masked lanes instead of element loops. Past the caches, three
+of them (to nChw8c, and nChw8c -> nhwc) store with non-temporal hints, which
+write whole lines without reading them first: that is why those three are
+thin Python wrappers that pass numba's thread count to the kernel.
 """
 
 import numba
