@@ -885,6 +885,7 @@ def _groups_to_blocked8_streaming(x, out, n, pixels, channels, channel_blocks, f
     lines. The source streams in order; the stores go out whole lines at a
     time without reading the target first."""
     image = n * pixels * channels
+    # one loop per group size: a literal count, so the inner loop unrolls
     if channels <= 512:
         groups_end = p0 + (p1 - p0) // 16 * 16
         for q in range(p0, groups_end, 16):
