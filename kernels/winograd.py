@@ -29,7 +29,9 @@ image, numbered row-major, ``T_pad`` = T rounded up to whole register tiles):
   packed layout, so the products are the 1x1 conv's register tile)
 * scratch (one caller's buffer, :func:`scratch_floats`): ``v: (N, 36, CB,
   T_pad, cb)`` the transformed input tiles (tiles past T are zero), then
-  ``m: (N, 36, OB, T_pad, cb)`` the products
+  ``m: (N, 36, OB, T_pad, cb)`` the products; both strided
+  (:func:`buffer_strides`): each block's row of ``T_pad * cb`` floats and
+  each position are padded to an odd number of 64-byte lines
 * bias ``(O_phys,)``, residual and output ``y: (N, OB, OH, OW, cb)`` as in
   :mod:`conv2d` (every output element written, padding lanes zero)
 
@@ -106,6 +108,28 @@ def transform_filter(packed_direct: np.ndarray, out: np.ndarray) -> np.ndarray:
 def tile_counts(out_h: int, out_w: int) -> tuple[int, int]:
     """``(tile rows, tile columns)`` covering an ``out_h x out_w`` output."""
     return -(-out_h // TILE), -(-out_w // TILE)
+
+
+@jit()
+def _odd_lines(floats):
+    """``floats`` rounded up to an odd number of 64-byte lines (16 floats)."""
+    return ((floats + 15) // 16 | 1) * 16
+
+
+@jit()
+def buffer_strides(CB, OB, T_pad, cb):
+    """``(row, v_position, m_position)``: the floats from one block's row of
+    ``T_pad`` tiles to the next in ``v`` and ``m``, and from one position
+    ``xi`` to the next in ``v`` and in ``m``.
+
+    Each is an odd number of 64-byte lines. Rows or positions an even
+    number of lines apart fall into a few of the L1's 64 sets: a tile's
+    transform writes (or reads) its 36 positions at once, the products read
+    K-blocks rows, and they evicted each other. At 64 x 48 x 48 (T_pad 144)
+    the 36 positions were 576 lines apart, all in one set: the input
+    transform took 1.47 us per tile against 0.53 at 56 x 56."""
+    row = _odd_lines(T_pad * cb)
+    return row, _odd_lines(CB * row), _odd_lines(OB * row)
 
 
 # --- the 1-D transforms, on vectors of cb lanes --------------------------------------
@@ -282,8 +306,8 @@ def _input_row(xf, vf, geom, n, ib, th, cb):
     patch = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     x_base = (n * CB + ib) * H * W * cb
-    position_stride = CB * T_pad * cb
-    v_base = (n * POSITIONS * CB + ib) * T_pad * cb
+    row_stride, position_stride, _ = buffer_strides(CB, OB, T_pad, cb)
+    v_base = n * POSITIONS * position_stride + ib * row_stride
     ih0 = th * TILE - pt
     rows_inside = ih0 >= 0 and ih0 + PATCH <= H
     row = PATCH * cb
@@ -335,9 +359,10 @@ def _products(vf, uf, mf, zero, geom, n, xi, kcb, cb, P, B):
     literally(P)
     literally(B)
     (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
-    v_block = T_pad * cb                 # v and m: (CB or OB, T_pad, cb) per position
-    v_base = (n * POSITIONS + xi) * CB * v_block
-    m_base = (n * POSITIONS + xi) * OB * v_block
+    # v and m: (CB or OB, T_pad, cb) per position, rows v_block floats apart
+    v_block, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
+    v_base = (n * POSITIONS + xi) * v_position
+    m_base = (n * POSITIONS + xi) * m_position
     w_ib = cb * cb
     w_ob = CB * w_ib
     u_base = xi * OB * w_ob
@@ -376,8 +401,8 @@ def _output_row(mf, bias, resf, yf, geom, n, ob, th, has_res, clamp, lo, hi, pos
     (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     result = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
-    position_stride = OB * T_pad * cb
-    m_base = (n * POSITIONS * OB + ob) * T_pad * cb
+    row_stride, _, position_stride = buffer_strides(CB, OB, T_pad, cb)
+    m_base = n * POSITIONS * position_stride + ob * row_stride
     y_base = (n * OB + ob) * OH * OW * cb
     lanes = min(cb, O - ob * cb)
     b0 = ob * cb
@@ -461,9 +486,10 @@ def _make_winograd_driver(cb: int, P: int, B: int):
     def winograd_driver(xf, uf, bias, resf, yf, geom, kcb, has_res, clamp, lo, hi, post, act,
                         p0, p1, scratch):
         (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
-        v_size = N * POSITIONS * CB * T_pad * cb
+        _, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
+        v_size = N * POSITIONS * v_position
         vf = scratch[:v_size]
-        mf = scratch[v_size:v_size + N * POSITIONS * OB * T_pad * cb]
+        mf = scratch[v_size:v_size + N * POSITIONS * m_position]
         zero = np.zeros(cb, np.float32)
         for task in prange(N * CB * TH):
             n = task // (CB * TH)
@@ -499,10 +525,10 @@ def scratch_floats(N: int, CB: int, OB: int, T_pad: int, cb: int) -> int:
     caller keeps it between calls (a new array per call had its pages faulted
     in by the worker threads every time: 0.44 -> 0.65 ms at 64 x 56 x 56 on
     2 threads)."""
-    return N * POSITIONS * (CB + OB) * T_pad * cb
+    _, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
+    return N * POSITIONS * (v_position + m_position)
 
 
 def padded_tiles(tiles: int, P: int) -> int:
     return -(-tiles // P) * P
-
 

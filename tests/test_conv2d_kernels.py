@@ -610,6 +610,7 @@ WINOGRAD = [
     (1, 17, 24, 13, 13, (0, 2, 2, 0)),
     (1, 16, 16, 3, 3, (0, 0, 0, 0)),          # one output pixel
     (2, 64, 40, 14, 14, (1, 1, 1, 1)),
+    (2, 16, 8, 12, 12, (1, 1, 1, 1)),         # rows of tiles padded to odd lines
 ]
 
 
@@ -686,6 +687,23 @@ def test_winograd_applies_to_3x3_stride_1_only():
     assert choose(**base, algorithm="direct") == "direct"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         run_case(algorithm="fast")
+
+
+@pytest.mark.parametrize("cb", [1, 4, 8, 16, 32])
+def test_winograd_buffer_rows_and_positions_are_an_odd_number_of_lines_apart(cb):
+    """Strides in v and m: never less than the data, always an odd number of
+    64-byte lines (so the 36 positions of a tile fall in different L1 sets),
+    and the scratch holds both buffers."""
+    from jitnn.kernels import winograd
+    for blocks_in, blocks_out, tiles in ((8, 8, 198), (8, 8, 144), (2, 1, 12), (64, 64, 6),
+                                         (3, 5, 1), (1, 1, 7)):
+        row, v_position, m_position = winograd.buffer_strides(blocks_in, blocks_out, tiles, cb)
+        for stride, least in ((row, tiles * cb), (v_position, blocks_in * row),
+                              (m_position, blocks_out * row)):
+            assert stride >= least and stride % 16 == 0 and (stride // 16) % 2 == 1
+            assert stride - least < 32
+        assert winograd.scratch_floats(2, blocks_in, blocks_out, tiles, cb) == \
+            2 * winograd.POSITIONS * (v_position + m_position)
 
 
 def test_transform_formulas_match_the_matrices():
