@@ -1527,9 +1527,9 @@ def _checked_args(launch: _Conv2dLaunch, x, out, bias, residual) -> tuple:
     return (x.ravel(), launch.weights, bias, resf, yf) + launch.tail
 
 
-#: Winograd's scratch (transformed input and products) at most this many
-#: bytes under "auto" (it is ~4.5x the input and output: at 224 x 224 x 64,
-#: 58 MB); past it the direct path runs
+#: Winograd's scratch (one chunk's transformed input and products, at least
+#: twice the transformed filter: see ``winograd.chunk_rows``) at most this
+#: many bytes under "auto"; past it (thousands of channels) the direct path runs
 _WINOGRAD_SCRATCH_BYTES = 256 << 20
 
 
@@ -1550,9 +1550,10 @@ def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_chan
     if algorithm == "winograd":
         return "winograd"
     tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
-    tiles = winograd.padded_tiles(tile_rows * tile_cols, conv_tile_shape(block)[0])
-    scratch = 4 * winograd.scratch_floats(batch, _blocks(in_channels, block),
-                                          _blocks(out_channels, block), tiles, block)
+    CB, OB = _blocks(in_channels, block), _blocks(out_channels, block)
+    _, tiles = winograd.chunk_rows(batch, CB, OB, tile_rows, tile_cols, block,
+                                   conv_tile_shape(block)[0])
+    scratch = 4 * winograd.scratch_floats(CB, OB, tiles, block)
     if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
         return "winograd"
     return path
@@ -1608,8 +1609,8 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
         CB = _blocks(C, cb)
         P, B = conv_tile_shape(cb)
         tile_rows, tile_cols = winograd.tile_counts(OH, OW)
-        padded_tiles = winograd.padded_tiles(tile_rows * tile_cols, P)
-        geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols, padded_tiles)
+        chunk, padded_tiles = winograd.chunk_rows(N, CB, OB, tile_rows, tile_cols, cb, P)
+        geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols, padded_tiles, chunk)
         u = packed.transformed.get("winograd")
         if u is None:
             u = winograd.transform_filter(packed.weights,
@@ -1618,7 +1619,7 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
         return launch(winograd.winograd_driver(cb, P, B),
                       (geom, k_blocks(CB, cb, B), has_res) + epilogue,
                       weights=u.reshape(-1), path="winograd",
-                      scratch=winograd.scratch_floats(N, CB, OB, padded_tiles, cb))
+                      scratch=winograd.scratch_floats(CB, OB, padded_tiles, cb))
 
     if packed.path == "depthwise":
         CB = _blocks(C, cb)

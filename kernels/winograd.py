@@ -19,28 +19,32 @@ its 3 x 3 neighbours (measured: 2554 NaN outputs for one NaN and one inf
 pixel at 64 channels, 28 x 28, where the direct sum gives 576 NaN and 576 inf).
 
 Buffers (float32, C-contiguous; ``cb`` the channel block, ``CB = C_phys //
-cb``, ``OB = O_phys // cb``; ``T = ceil(OH / 4) * ceil(OW / 4)`` tiles per
-image, numbered row-major, ``T_pad`` = T rounded up to whole register tiles):
+cb``, ``OB = O_phys // cb``; ``TH x TW`` tiles per image, numbered row-major;
+the work goes in chunks of ``G`` tile rows, counted over all images (row
+``g = n * TH + th``), ``T_pad`` = a chunk's ``G * TW`` tiles rounded up to
+whole register tiles):
 
 * input:   ``x: (N, CB, H, W, cb)``; padding lanes zero
 * filter:  ``u: (36, OB, CB, cb, cb)``: ``u[xi, ob, ib, i, o]`` is position
   ``xi`` of ``G g Gt`` for input channel ``ib*cb + i`` and output channel
   ``ob*cb + o`` (:func:`transform_filter`; for each ``xi`` the 1x1 conv's
   packed layout, so the products are the 1x1 conv's register tile)
-* scratch (one caller's buffer, :func:`scratch_floats`): ``v: (N, 36, CB,
-  T_pad, cb)`` the transformed input tiles (tiles past T are zero), then
-  ``m: (N, 36, OB, T_pad, cb)`` the products; both strided
-  (:func:`buffer_strides`): each block's row of ``T_pad * cb`` floats and
-  each position are padded to an odd number of 64-byte lines
+* scratch (one caller's buffer, :func:`scratch_floats`), one chunk's
+  ``v: (36, CB, T_pad, cb)``, the transformed input tiles (tiles past the
+  chunk's are zero), then ``m: (36, OB, T_pad, cb)``, the products; both
+  strided (:func:`buffer_strides`): each block's row of ``T_pad * cb``
+  floats and each position are padded to an odd number of 64-byte lines
 * bias ``(O_phys,)``, residual and output ``y: (N, OB, OH, OW, cb)`` as in
   :mod:`conv2d` (every output element written, padding lanes zero)
 
-Three parallel phases, each over independent tasks: input transform (one
-task per image, input block and row of tiles), products (one task per image
-and position ``xi``: its ``V[xi]`` stays in L2 while every output-block
-group runs over it with that group's weights in L1), output transform with
-the epilogue (one task per image, output block and row of tiles: bias,
-residual, clamp or activation, padding lanes zeroed).
+For each chunk (:func:`chunk_rows`), three parallel phases, each over
+independent tasks: input transform (one task per input block and tile
+row), products (one task per position ``xi``: its ``V[xi]`` stays in L2
+while every output-block group runs over it with that group's weights in
+L1), output transform with the epilogue (one task per output block and
+tile row: bias, residual, clamp or activation, padding lanes zeroed). A
+chunk may hold tiles of several images: the products do not care whose
+tiles they multiply.
 
 The transform matrices (interpolation points 0, 1, -1, 2, -2 and infinity,
 as in Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks")::
@@ -296,18 +300,20 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
 # --- input transform ---------------------------------------------------------------
 
 @jit()
-def _input_row(xf, vf, geom, n, ib, th, cb):
-    """``V = Bt d B`` for the tiles of tile row ``th``, input block ``ib`` of
-    image ``n``: the columns of each 6 x 6 patch (read in place, or from a
-    zero-padded copy at the borders), then the rows, each row's 6 results to
-    6 positions of ``v``. The last row also zeroes the padding tiles."""
+def _input_row(xf, vf, geom, g0, g, g1, tiles_pad, ib, cb):
+    """``V = Bt d B`` for the tiles of tile row ``g`` (of all images' rows,
+    ``n * TH + th``), input block ``ib``, into chunk ``[g0, g1)``: the columns
+    of each 6 x 6 patch (read in place, or from a zero-padded copy at the
+    borders), then the rows, each row's 6 results to 6 positions of ``v``.
+    The chunk's last row also zeroes its padding tiles, up to ``tiles_pad``."""
     literally(cb)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    n, th = g // TH, g % TH
     patch = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     x_base = (n * CB + ib) * H * W * cb
     row_stride, position_stride, _ = buffer_strides(CB, OB, T_pad, cb)
-    v_base = n * POSITIONS * position_stride + ib * row_stride
+    v_base = ib * row_stride
     ih0 = th * TILE - pt
     rows_inside = ih0 >= 0 and ih0 + PATCH <= H
     row = PATCH * cb
@@ -334,35 +340,35 @@ def _input_row(xf, vf, geom, n, ib, th, cb):
             for c in range(PATCH):
                 input_transform6(cb, patch, c * cb, row, half, c * cb, row)
         # rows: V[r, c] = (half B)[r, c], to position r * 6 + c
-        out = v_base + (th * TW + tw) * cb
+        out = v_base + ((g - g0) * TW + tw) * cb
         for r in range(PATCH):
             input_transform6(cb, half, r * row, cb, vf, out + r * PATCH * position_stride,
                              position_stride)
-    if th == TH - 1:
-        # tiles past the last: zero, so the products' whole register tiles
-        # multiply zeros (never stored to the output)
+    if g == g1 - 1:
+        # tiles past the chunk's last: zero, so the products' whole register
+        # tiles multiply zeros (never stored to the output)
         for xi in range(POSITIONS):
             base = v_base + xi * position_stride
-            for k in range(TH * TW * cb, T_pad * cb):
+            for k in range((g1 - g0) * TW * cb, tiles_pad * cb):
                 vf[np.uint64(base + k)] = _ZERO
 
 
 # --- products -----------------------------------------------------------------------
 
 @jit()
-def _products(vf, uf, mf, zero, geom, n, xi, kcb, cb, P, B):
-    """``M[xi] = V[xi] @ U[xi]`` for image ``n``: the 1x1 conv's register
-    tile over ``T_pad`` "pixels" (tiles), input blocks in K-blocks of
-    ``kcb`` (a group's weights for one K-block stay in L1); the first K-block
-    starts from zero, later ones from the partial sums in ``m``."""
+def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
+    """``M[xi] = V[xi] @ U[xi]`` for the chunk's ``tiles_pad`` tiles: the 1x1
+    conv's register tile over the tiles as "pixels", input blocks in
+    K-blocks of ``kcb`` (a group's weights for one K-block stay in L1); the
+    first K-block starts from zero, later ones from the partial sums in ``m``."""
     literally(cb)
     literally(P)
     literally(B)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
     # v and m: (CB or OB, T_pad, cb) per position, rows v_block floats apart
     v_block, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
-    v_base = (n * POSITIONS + xi) * v_position
-    m_base = (n * POSITIONS + xi) * m_position
+    v_base = xi * v_position
+    m_base = xi * m_position
     w_ib = cb * cb
     w_ob = CB * w_ib
     u_base = xi * OB * w_ob
@@ -370,7 +376,7 @@ def _products(vf, uf, mf, zero, geom, n, xi, kcb, cb, P, B):
         nkb = min(kcb, CB - kb0)
         for ob0 in range(0, OB, B):
             wo = u_base + ob0 * w_ob + kb0 * w_ib
-            for k0 in range(0, T_pad, P):
+            for k0 in range(0, tiles_pad, P):
                 xo = v_base + kb0 * v_block + k0 * cb
                 yo = m_base + ob0 * v_block + k0 * cb
                 if ob0 + B <= OB:
@@ -392,17 +398,19 @@ def _products(vf, uf, mf, zero, geom, n, xi, kcb, cb, P, B):
 # --- output transform ----------------------------------------------------------------
 
 @jit()
-def _output_row(mf, bias, resf, yf, geom, n, ob, th, has_res, clamp, lo, hi, post, act,
+def _output_row(mf, bias, resf, yf, geom, g0, g, ob, has_res, clamp, lo, hi, post, act,
                 p0, p1, cb):
-    """``Y = At M A`` for the tiles of tile row ``th``, output block ``ob``
-    of image ``n``, plus bias (and residual), clamped or activated, padding
-    lanes zero; only the pixels inside the output are stored."""
+    """``Y = At M A`` for the tiles of tile row ``g`` (``n * TH + th``) of
+    chunk ``g0...``, output block ``ob``, plus bias (and residual), clamped
+    or activated, padding lanes zero; only the pixels inside the output are
+    stored."""
     literally(cb)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    n, th = g // TH, g % TH
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     result = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     row_stride, _, position_stride = buffer_strides(CB, OB, T_pad, cb)
-    m_base = n * POSITIONS * position_stride + ob * row_stride
+    m_base = ob * row_stride
     y_base = (n * OB + ob) * OH * OW * cb
     lanes = min(cb, O - ob * cb)
     b0 = ob * cb
@@ -412,7 +420,7 @@ def _output_row(mf, bias, resf, yf, geom, n, ob, th, has_res, clamp, lo, hi, pos
     for k in range(row):
         bias_row[k] = bias[np.uint64(b0 + k % cb)]
     for tw in range(TW):
-        src = m_base + (th * TW + tw) * cb
+        src = m_base + ((g - g0) * TW + tw) * cb
         # rows: half[r, j] = (m A)[r, j]
         for r in range(PATCH):
             output_transform6(cb, mf, src + r * PATCH * position_stride, position_stride,
@@ -485,24 +493,23 @@ def _make_winograd_driver(cb: int, P: int, B: int):
 
     def winograd_driver(xf, uf, bias, resf, yf, geom, kcb, has_res, clamp, lo, hi, post, act,
                         p0, p1, scratch):
-        (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad) = geom
+        (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
         _, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
-        v_size = N * POSITIONS * v_position
-        vf = scratch[:v_size]
-        mf = scratch[v_size:v_size + N * POSITIONS * m_position]
+        vf = scratch[:POSITIONS * v_position]
+        mf = scratch[POSITIONS * v_position:POSITIONS * (v_position + m_position)]
         zero = np.zeros(cb, np.float32)
-        for task in prange(N * CB * TH):
-            n = task // (CB * TH)
-            ib = (task // TH) % CB
-            _input_row(xf, vf, geom, n, ib, task % TH, cb)
-        for task in prange(N * POSITIONS):
-            _products(vf, uf, mf, zero, geom, task // POSITIONS, task % POSITIONS, kcb,
-                      cb, P, B)
-        for task in prange(N * OB * TH):
-            n = task // (OB * TH)
-            ob = (task // TH) % OB
-            _output_row(mf, bias, resf, yf, geom, n, ob, task % TH, has_res, clamp, lo, hi,
-                        post, act, p0, p1, cb)
+        for g0 in range(0, N * TH, G):     # chunk by chunk of G tile rows
+            g1 = min(g0 + G, N * TH)
+            rows = g1 - g0
+            tiles_pad = -(-(rows * TW) // P) * P
+            for task in prange(CB * rows):
+                _input_row(xf, vf, geom, g0, g0 + task % rows, g1, tiles_pad, task // rows,
+                           cb)
+            for xi in prange(POSITIONS):
+                _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B)
+            for task in prange(OB * rows):
+                _output_row(mf, bias, resf, yf, geom, g0, g0 + task % rows, task // rows,
+                            has_res, clamp, lo, hi, post, act, p0, p1, cb)
 
     winograd_driver.__qualname__ = f"winograd_driver_cb{cb}_{P}x{B}"
     return jit(parallel=True)(winograd_driver)
@@ -520,13 +527,39 @@ def winograd_driver(cb: int, P: int, B: int):
     return driver
 
 
-def scratch_floats(N: int, CB: int, OB: int, T_pad: int, cb: int) -> int:
-    """Floats of the driver's ``scratch`` argument: ``v`` then ``m``. The
-    caller keeps it between calls (a new array per call had its pages faulted
-    in by the worker threads every time: 0.44 -> 0.65 ms at 64 x 56 x 56 on
-    2 threads)."""
+def scratch_floats(CB: int, OB: int, T_pad: int, cb: int) -> int:
+    """Floats of the driver's ``scratch`` argument: one chunk's ``v`` then
+    ``m``. The caller keeps it between calls (a new array per call had its
+    pages faulted in by the worker threads every time: 0.44 -> 0.65 ms at
+    64 x 56 x 56 on 2 threads)."""
     _, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
-    return N * POSITIONS * (v_position + m_position)
+    return POSITIONS * (v_position + m_position)
+
+
+#: bytes of one chunk's v and m together, at least (see :func:`chunk_rows`)
+CHUNK_BYTES = 4 << 20
+
+
+def chunk_rows(N: int, CB: int, OB: int, TH: int, TW: int, cb: int, P: int) -> tuple[int, int]:
+    """``(G, T_pad)``: tile rows per chunk and the chunk's tiles rounded up
+    to whole register tiles.
+
+    The three phases run chunk by chunk of G tile rows (of all images,
+    ``N * TH`` rows in all), so that a chunk's transformed input and
+    products are still in the caches when the next phase reads them. But
+    each chunk's products read all of the transformed filter ``u`` again,
+    so a chunk takes ``CHUNK_BYTES`` or twice ``u``, whichever is more, at
+    least one row, in chunks of equal size. Measured against one chunk per
+    image (1 thread): 64 x 224 x 224 1.39x, 64 x 112 x 112 1.24x, 128 x 112 x
+    112 1.19x, 64 x 56 x 56 x 8 images 1.23x; smaller chunks lost where ``u``
+    is large (256 x 56 x 56, 9.4 MB of ``u``, in two chunks: 0.92-0.95x)."""
+    per_row = POSITIONS * (CB + OB) * TW * cb * 4
+    filter_bytes = POSITIONS * CB * OB * cb * cb * 4
+    rows = N * TH
+    G = max(1, min(rows, max(CHUNK_BYTES, 2 * filter_bytes) // per_row))
+    chunks = -(-rows // G)
+    G = -(-rows // chunks)
+    return G, padded_tiles(G * TW, P)
 
 
 def padded_tiles(tiles: int, P: int) -> int:

@@ -503,9 +503,16 @@ needs_release_build = pytest.mark.skipif(
     bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
 
 
+def _packed_fma(line):
+    return "vfmadd" in line and "ps" in line.split()[0] and "%ymm" in line
+
+
 def _hot_loops(asm, min_fma):
     """Innermost FMA loops: bodies (a label up to the jump back to it) with at
-    least ``min_fma`` FMAs, at least one line in five an FMA."""
+    least ``min_fma`` packed FMAs, at least one line in five an FMA, and no
+    compare-and-select: those are the epilogue's activations (polynomials,
+    with their constants reloaded from the stack, and scalar ones for the
+    lanes left over after the vectors), which are not the kernels' loops."""
     lines = asm.splitlines()
     where = {}
     loops = []
@@ -515,14 +522,16 @@ def _hot_loops(asm, min_fma):
             where[text[:-1]] = i
         elif text.startswith("j") and text.split()[-1] in where:
             start = where[text.split()[-1]]
-            if sum("vfmadd" in b for b in lines[start:i + 1]) >= min_fma:
+            if sum(_packed_fma(b) for b in lines[start:i + 1]) >= min_fma:
                 loops.append((start, i))
     inner = [(a, b) for a, b in loops
              if not any(a < c and d <= b for c, d in loops if (c, d) != (a, b))]
     # an FMA loop is mostly FMAs and loads (outer loops around small FMA
     # loops, like depthwise single pixels, are not)
     return [lines[a:b + 1] for a, b in inner
-            if sum("vfmadd" in line for line in lines[a:b + 1]) * 5 >= b + 1 - a]
+            if sum("vfmadd" in line for line in lines[a:b + 1]) * 5 >= b + 1 - a
+            and not any(line.split()[0].startswith(("vcmp", "vblendv"))
+                        for line in lines[a:b + 1] if line.split())]
 
 
 _STACK_STORE = re.compile(r"^mov\w*\s+%\w+,\s*-?\d*\(%rsp\)$")
@@ -530,17 +539,14 @@ _STACK_STORE = re.compile(r"^mov\w*\s+%\w+,\s*-?\d*\(%rsp\)$")
 
 def _check_packed_fma(asms, min_fma=12):
     for signature, asm in asms.items():
-        packed = [line for line in asm.splitlines()
-                  if "vfmadd" in line and "ps" in line.split()[0] and "%ymm" in line]
-        scalar = [line for line in asm.splitlines()
+        hot = _hot_loops(asm, min_fma)
+        assert hot, f"{signature}: no loop with {min_fma} packed ymm FMAs"
+        scalar = [line for loop in hot for line in loop
                   if "vfmadd" in line and line.split()[0].endswith("ss")]
-        assert len(packed) >= min_fma, f"{signature}: packed ymm FMAs missing"
         assert not scalar, f"{signature}: scalar FMA in the kernel: {scalar[:3]}"
         # the hot loop keeps its vectors and pointers in registers: no vector
         # touches the stack and nothing is stored there (reloading a few
         # addresses is tolerated: the first layer reads 3 x 6 of them)
-        hot = _hot_loops(asm, min_fma)
-        assert hot, f"{signature}: no loop with {min_fma} FMAs"
         for loop in hot:
             spills = [line for line in loop if "(%rsp)" in line
                       and ("%ymm" in line or _STACK_STORE.search(line.strip()))]
@@ -681,12 +687,45 @@ def test_winograd_applies_to_3x3_stride_1_only():
                    dict(groups=2), dict(path="first_layer"), dict(path="1x1", kernel=(1, 1))):
         assert choose(**dict(base, **change), algorithm="winograd") == \
             dict(base, **change)["path"]
-    # "auto" keeps few channels (and huge scratch) on the direct kernel
+    # "auto" keeps few channels (and huge scratch) on the direct kernel; a
+    # big batch of big images goes chunk by chunk in little scratch
     assert choose(**dict(base, in_channels=4)) == "direct"
-    assert choose(**dict(base, batch=64, out_h=224, out_w=224)) == "direct"
+    assert choose(**dict(base, batch=64, out_h=224, out_w=224)) == "winograd"
+    assert choose(**dict(base, in_channels=2048, out_channels=2048, out_h=224,
+                         out_w=224)) == "direct"
     assert choose(**base, algorithm="direct") == "direct"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         run_case(algorithm="fast")
+
+
+@pytest.mark.parametrize("rows_per_chunk, block", [(1, 8), (2, 8), (5, 8), (5, 4)])
+def test_winograd_in_chunks_of_tile_rows(monkeypatch, rows_per_chunk, block):
+    """The three phases chunk by chunk of tile rows: 3 images of 4 x 3 tiles
+    in chunks of one row, of two (ending with each image), of five (chunks
+    that hold rows of two images, a short last chunk)."""
+    from jitnn.kernels import winograd
+    asked = []
+
+    def forced(N, CB, OB, TH, TW, cb, P):
+        asked.append((N, TH, TW))
+        return rows_per_chunk, winograd.padded_tiles(rows_per_chunk * TW, P)
+    monkeypatch.setattr(winograd, "chunk_rows", forced)
+    run_case(3, 9, 17, 13, 11, padding=(1, 1, 1, 1), block=block, residual=True,
+             activation=(RELU, 0.0, 0.0), algorithm="winograd", expect_path="winograd")
+    assert asked == [(3, 4, 3)]
+
+
+def test_winograd_chunks_hold_a_few_mb_or_twice_the_transformed_filter():
+    from jitnn.kernels import winograd
+    P = K.conv_tile_shape(8)[0]
+    for (N, C, size), rows in (((1, 64, 56), 14),      # one chunk: 3.6 MB
+                               ((1, 64, 112), 7),      # 4 chunks of 7 rows
+                               ((8, 64, 56), 16),      # 7 chunks of 16 rows
+                               ((8, 512, 7), 16),      # 75 MB of filter: one chunk
+                               ((1, 256, 56), 14)):    # 9.4 MB of filter: one chunk
+        TH, TW = winograd.tile_counts(size, size)
+        G, T_pad = winograd.chunk_rows(N, C // 8, C // 8, TH, TW, 8, P)
+        assert (G, T_pad) == (rows, winograd.padded_tiles(rows * TW, P)), (N, C, size)
 
 
 @pytest.mark.parametrize("cb", [1, 4, 8, 16, 32])
@@ -702,8 +741,8 @@ def test_winograd_buffer_rows_and_positions_are_an_odd_number_of_lines_apart(cb)
                               (m_position, blocks_out * row)):
             assert stride >= least and stride % 16 == 0 and (stride // 16) % 2 == 1
             assert stride - least < 32
-        assert winograd.scratch_floats(2, blocks_in, blocks_out, tiles, cb) == \
-            2 * winograd.POSITIONS * (v_position + m_position)
+        assert winograd.scratch_floats(blocks_in, blocks_out, tiles, cb) == \
+            winograd.POSITIONS * (v_position + m_position)
 
 
 def test_transform_formulas_match_the_matrices():
