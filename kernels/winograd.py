@@ -400,10 +400,10 @@ def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
 @jit()
 def _output_row(mf, bias, resf, yf, geom, g0, g, ob, has_res, clamp, lo, hi, post, act,
                 p0, p1, cb):
-    """``Y = At M A`` for the tiles of tile row ``g`` (``n * TH + th``) of
-    chunk ``g0...``, output block ``ob``, plus bias (and residual), clamped
-    or activated, padding lanes zero; only the pixels inside the output are
-    stored."""
+    """``Y = At M A`` for the tiles of tile row ``g`` (``n * TH + th``) in
+    the chunk that starts at row ``g0``, output block ``ob``, plus bias (and
+    residual), clamped or activated, padding lanes zero; only the pixels
+    inside the output are stored."""
     literally(cb)
     (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
     n, th = g // TH, g % TH
