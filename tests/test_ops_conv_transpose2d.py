@@ -54,6 +54,28 @@ def test_filter_packed_once_and_graph_builder():
     assert ctx.stats.filter_packs == 1
 
 
+def test_each_run_is_one_launch_on_the_context_threads(monkeypatch):
+    import numba
+    import importlib
+    op_module = importlib.import_module("jitnn.ops.conv_transpose2d")   # not the op
+    threads_seen = []
+    forward = op_module.ct_kernels.conv_transpose2d_forward
+
+    def recording_forward(*args):
+        threads_seen.append(numba.get_num_threads())
+        return forward(*args)
+    monkeypatch.setattr(op_module.ct_kernels, "conv_transpose2d_forward", recording_forward)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)   # what a caller may have set
+    ctx = jitnn.Context(num_threads=1)
+    x, w = _random((1, 4, 3, 3), 5), _random((4, 2, 2, 2), 6)
+    for _ in range(2):
+        got = jitnn.conv_transpose2d(ctx.tensor(x), ctx.tensor(w), strides=2).numpy()
+    np.testing.assert_allclose(got, conv_transpose2d_reference(x, w, strides=2),
+                               rtol=1e-4, atol=1e-5)
+    assert threads_seen == [1, 1]
+    assert ctx.stats.launches == 2
+
+
 def test_errors_name_the_op():
     with pytest.raises(jitnn.JitnnValueError, match="conv_transpose2d: input has 3 channels"):
         jitnn.conv_transpose2d(np.zeros((1, 3, 4, 4)), np.zeros((4, 2, 3, 3)))

@@ -252,6 +252,70 @@ def test_stats_count_reorders_and_reset(ctx):
     assert ctx.stats == jitnn.Stats()
 
 
+def _fresh_kernel():
+    """A numba function compiled at its first call (never cached on disk)."""
+    import numba
+
+    @numba.njit(cache=False)
+    def double(a):
+        for i in range(a.size):
+            a[i] *= 2.0
+    return double
+
+
+def test_compile_s_counts_a_kernel_compiled_behind_a_python_wrapper():
+    # the runtime launches most kernels through Python wrappers (checks,
+    # planning), which numba's dispatcher list does not see
+    ctx = jitnn.Context()
+    kernel = _fresh_kernel()
+
+    def wrapper(a):
+        kernel(a)
+    a = np.ones(4, np.float32)
+    ctx._launch(wrapper, a)
+    compiled = ctx.stats.compile_s
+    assert compiled > 0
+    assert ctx.stats.launches == 1
+    ctx._launch(wrapper, a)                   # compiled already: nothing to add
+    assert ctx.stats.compile_s == compiled and ctx.stats.launches == 2
+    assert np.all(a == 4.0)
+
+
+def test_compile_s_counts_a_span_once_with_the_launches_inside_it():
+    from jitnn.context import compile_seconds
+    ctx = jitnn.Context()
+    outer, inner = _fresh_kernel(), _fresh_kernel()
+    a = np.ones(4, np.float32)
+
+    def planning():                           # compiles itself and launches a compile
+        outer(a)
+        ctx._launch(lambda b: inner(b), a)
+        return "planned"
+    before = compile_seconds()
+    assert ctx._timing_compiles(planning) == "planned"
+    spent = compile_seconds() - before
+    assert spent > 0
+    assert ctx.stats.compile_s == pytest.approx(spent)   # not counted twice
+    assert ctx.stats.launches == 1
+
+
+def test_compile_s_counts_compiles_while_packing_a_filter(monkeypatch):
+    import importlib
+    conv_op = importlib.import_module("jitnn.ops.conv2d")   # the module, not the op
+    fresh = _fresh_kernel()
+    original = conv_op.conv_kernels.pack_conv2d_filter
+
+    def pack_after_a_compile(*args, **kwargs):
+        fresh(np.ones(2, np.float32))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(conv_op.conv_kernels, "pack_conv2d_filter", pack_after_a_compile)
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 1, 1)))
+    jitnn.conv2d(ctx.tensor(_random((1, 8, 3, 3))), w).numpy()
+    assert ctx.stats.filter_packs == 1
+    assert ctx.stats.compile_s > 0
+
+
 def test_reorder_errors(ctx):
     t = ctx.tensor(_random((2, 3)))
     with pytest.raises(ValueError, match="reorder: blocked layout 'nChw8c' needs a 4-D tensor"):

@@ -224,7 +224,9 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
                     and (bias is None or a["bias"]._derived.get(memo.bias_key) is not bias))):
             launch = None
     if launch is None:
-        memo, launch, bias, dest = _plan_run(ctx, node, value, source, out)
+        # planning packs the filter and may compile (counted in compile_s)
+        memo, launch, bias, dest = ctx._timing_compiles(
+            lambda: _plan_run(ctx, node, value, source, out))
     else:
         dest = _destination(memo.blocked, memo.plain_result, out)
     ctx._launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)

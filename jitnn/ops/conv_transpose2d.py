@@ -344,15 +344,17 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     weights = plain_buffer(w)    # outside the filter's lock (see Value._derive)
 
     def pack():
-        packed = conv_transpose2d_pack(weights, options, block)
+        packed = ctx._timing_compiles(lambda: conv_transpose2d_pack(weights, options, block))
         ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
     packed = w._derive(("conv_transpose2d_filter", block, options.filter_layout,
                         options.groups, options.strides, options.dilations), pack)
     bias = None if a["bias"] is None else plain_buffer(a["bias"])
     plain_result = layouts.block_of(value.layout) is None
-    blocked = run_conv_transpose2d(source, packed, options, bias,
-                                   None if plain_result else out)
+    blocked = out if out is not None and not plain_result else \
+        ct_kernels.aligned_empty(blocked_out_shape(options, block))
+    # through the context: its thread count, counted as a launch
+    ctx._launch(run_conv_transpose2d, source, packed, options, bias, blocked)
     if not plain_result:
         return blocked
     from ..kernels import layout as layout_kernels
