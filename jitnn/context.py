@@ -258,10 +258,12 @@ class Context:
         if counts:
             self._count(**counts)
 
-    def _timing_compiles(self, make: Callable[[], T]) -> T:
-        """``make()`` (packing a filter, planning a convolution: work that may
-        call kernels outside :meth:`_launch`), its numba compiles counted in
-        ``compile_s``; the launches inside it leave them to this count."""
+    def _side_work(self, make: Callable[[], T]) -> T:
+        """``make()``: work that runs kernels outside :meth:`_launch` (packing
+        a filter, planning a convolution), on this context's thread count,
+        its numba compiles counted in ``compile_s`` (the launches inside it
+        leave theirs to this count)."""
+        self._use_threads(self.num_threads)
         if getattr(_thread_state, "timing_compiles", False):
             return make()                  # an enclosing span counts them
         _thread_state.timing_compiles = True
@@ -274,17 +276,21 @@ class Context:
             if compiled:
                 self._count(compile_s=compiled)
 
-    def _run_bound(self, kernel, args: tuple, threads: int | None = None,
-                   options: dict | None = None) -> None:
-        """Call ``kernel(*args, **options)`` on ``threads`` (default: this
-        context's count) numba threads, uncounted: :meth:`_launch` counts its
-        calls, a replay its bound calls once per run (jitnn/executor.py)."""
-        wanted = threads or self.num_threads
+    @staticmethod
+    def _use_threads(wanted: int) -> None:
+        """Have numba run this thread's parallel kernels on ``wanted`` threads."""
         if getattr(_thread_state, "numba_threads", None) != wanted:
             # numba's thread count is per calling thread; setting it costs
             # ~1.5 us, so only when it changes (jitnn sets it nowhere else)
             numba.set_num_threads(wanted)
             _thread_state.numba_threads = wanted
+
+    def _run_bound(self, kernel, args: tuple, threads: int | None = None,
+                   options: dict | None = None) -> None:
+        """Call ``kernel(*args, **options)`` on ``threads`` (default: this
+        context's count) numba threads, uncounted: :meth:`_launch` counts its
+        calls, a replay its bound calls once per run (jitnn/executor.py)."""
+        self._use_threads(threads or self.num_threads)
         if self._serialize:
             with self._kernel_lock:
                 kernel(*args, **(options or {}))

@@ -65,7 +65,9 @@ def test_each_run_is_one_launch_on_the_context_threads(monkeypatch):
         threads_seen.append(numba.get_num_threads())
         return forward(*args)
     monkeypatch.setattr(op_module.ct_kernels, "conv_transpose2d_forward", recording_forward)
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)   # what a caller may have set
+    # this thread's numba count left at all threads by another context's work
+    everything = jitnn.Context(num_threads=numba.config.NUMBA_NUM_THREADS)
+    jitnn.reorder(everything.tensor(_random((1, 8, 2, 2), 7)), "nChw8c").numpy()
     ctx = jitnn.Context(num_threads=1)
     x, w = _random((1, 4, 3, 3), 5), _random((4, 2, 2, 2), 6)
     for _ in range(2):

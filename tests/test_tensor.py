@@ -292,26 +292,40 @@ def test_compile_s_counts_a_span_once_with_the_launches_inside_it():
         ctx._launch(lambda b: inner(b), a)
         return "planned"
     before = compile_seconds()
-    assert ctx._timing_compiles(planning) == "planned"
+    assert ctx._side_work(planning) == "planned"
     spent = compile_seconds() - before
     assert spent > 0
     assert ctx.stats.compile_s == pytest.approx(spent)   # not counted twice
     assert ctx.stats.launches == 1
 
 
-def test_compile_s_counts_compiles_while_packing_a_filter(monkeypatch):
+def test_filter_packing_runs_on_the_context_threads_and_counts_its_compiles(monkeypatch):
     import importlib
+
+    import numba
     conv_op = importlib.import_module("jitnn.ops.conv2d")   # the module, not the op
     fresh = _fresh_kernel()
     original = conv_op.conv_kernels.pack_conv2d_filter
+    threads_seen = []
 
     def pack_after_a_compile(*args, **kwargs):
+        threads_seen.append(numba.get_num_threads())
         fresh(np.ones(2, np.float32))
         return original(*args, **kwargs)
     monkeypatch.setattr(conv_op.conv_kernels, "pack_conv2d_filter", pack_after_a_compile)
-    ctx = jitnn.Context()
+    ctx = jitnn.Context(num_threads=1)
+    x = jitnn.reorder(ctx.tensor(_random((1, 8, 3, 3))), "nChw8c")
+    x_values = x.numpy()
     w = ctx.tensor(_random((8, 8, 1, 1)))
-    jitnn.conv2d(ctx.tensor(_random((1, 8, 3, 3))), w).numpy()
+    # this thread's numba count left at all threads by another context, and
+    # the conv's input already blocked: packing is the first thing it runs
+    everything = jitnn.Context(num_threads=numba.config.NUMBA_NUM_THREADS)
+    jitnn.reorder(everything.tensor(_random((1, 8, 2, 2))), "nChw8c").numpy()
+    ctx.reset_stats()
+    y = jitnn.conv2d(x, w).numpy()
+    np.testing.assert_allclose(y, np.einsum("nchw,oc->nohw", x_values, w.numpy()[:, :, 0, 0]),
+                               rtol=1e-5, atol=1e-5)
+    assert threads_seen == [1]
     assert ctx.stats.filter_packs == 1
     assert ctx.stats.compile_s > 0
 

@@ -224,8 +224,8 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
                     and (bias is None or a["bias"]._derived.get(memo.bias_key) is not bias))):
             launch = None
     if launch is None:
-        # planning packs the filter and may compile (counted in compile_s)
-        memo, launch, bias, dest = ctx._timing_compiles(
+        # planning packs the filter (on the context's threads) and may compile
+        memo, launch, bias, dest = ctx._side_work(
             lambda: _plan_run(ctx, node, value, source, out))
     else:
         dest = _destination(memo.blocked, memo.plain_result, out)

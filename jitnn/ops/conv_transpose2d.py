@@ -344,7 +344,7 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     weights = plain_buffer(w)    # outside the filter's lock (see Value._derive)
 
     def pack():
-        packed = ctx._timing_compiles(lambda: conv_transpose2d_pack(weights, options, block))
+        packed = ctx._side_work(lambda: conv_transpose2d_pack(weights, options, block))
         ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
     packed = w._derive(("conv_transpose2d_filter", block, options.filter_layout,

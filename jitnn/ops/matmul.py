@@ -46,7 +46,7 @@ def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
     values = plain_buffer(b)     # outside b's lock (see Value._derive)
 
     def pack():
-        packed = ctx._timing_compiles(
+        packed = ctx._side_work(
             lambda: mm.pack_b(values, b_transpose=transpose, threads=ctx.num_threads))
         ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes)
         return packed
