@@ -330,6 +330,23 @@ def test_filter_packing_runs_on_the_context_threads_and_counts_its_compiles(monk
     assert ctx.stats.compile_s > 0
 
 
+def test_launches_run_on_the_context_threads_whatever_the_caller_set():
+    import numba
+    ctx = jitnn.Context(num_threads=1)
+    seen = []
+
+    def kernel():
+        seen.append(numba.get_num_threads())
+    ctx._launch(kernel)
+    saved = numba.get_num_threads()
+    try:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)   # the caller's own numba work
+        ctx._launch(kernel)
+    finally:
+        numba.set_num_threads(saved)
+    assert seen == [1, 1]
+
+
 def test_reorder_errors(ctx):
     t = ctx.tensor(_random((2, 3)))
     with pytest.raises(ValueError, match="reorder: blocked layout 'nChw8c' needs a 4-D tensor"):
