@@ -77,8 +77,14 @@ class _CompileClock(numba.core.event.Listener):
 
     def on_end(self, event) -> None:
         local = self._local
-        local.depth -= 1
-        if local.depth == 0:
+        depth = getattr(local, "depth", 0)
+        if depth == 0:
+            # a lock taken before this listener was registered (jitnn imported
+            # while another thread compiled): nothing to time, and raising
+            # here would break that thread's compile
+            return
+        local.depth = depth - 1
+        if depth == 1:
             local.total = self.seconds() + time.perf_counter() - local.started
 
     def seconds(self) -> float:

@@ -281,6 +281,21 @@ def test_compile_s_counts_a_kernel_compiled_behind_a_python_wrapper():
     assert np.all(a == 4.0)
 
 
+def test_the_compile_clock_ignores_a_lock_taken_before_it_listened():
+    from numba.core.event import Event, EventStatus
+
+    from jitnn.context import _CompileClock
+    clock = _CompileClock()
+    clock.on_end(Event("numba:compiler_lock", EventStatus.END))   # no start seen
+    assert clock.seconds() == 0.0
+    clock.on_start(Event("numba:compiler_lock", EventStatus.START))
+    clock.on_start(Event("numba:compiler_lock", EventStatus.START))   # re-entrant
+    clock.on_end(Event("numba:compiler_lock", EventStatus.END))
+    assert clock.seconds() == 0.0
+    clock.on_end(Event("numba:compiler_lock", EventStatus.END))
+    assert clock.seconds() > 0.0
+
+
 def test_compile_s_counts_a_span_once_with_the_launches_inside_it():
     from jitnn.context import compile_seconds
     ctx = jitnn.Context()
