@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numba
 import numba.core.event
-from numba.np.ufunc import parallel as _numba_parallel
 import numpy as np
 
 from . import layouts
@@ -289,7 +288,7 @@ class Context:
         (numba's count is per calling thread; setting it costs ~1.5 us, so
         only when it differs, which the caller's own ``numba.set_num_threads``
         may have made it)."""
-        if _numba_threads() != wanted:
+        if _config.numba_threads() != wanted:
             numba.set_num_threads(wanted)
 
     def _run_bound(self, kernel, args: tuple, threads: int | None = None,
@@ -528,17 +527,6 @@ class Context:
 
 
 _thread_state = threading.local()
-
-
-def _numba_threads() -> int:
-    """numba's thread count for the calling thread. ``numba.get_num_threads``
-    costs 1.0 us; the C getter it calls once numba's threads are up, 0.14 us
-    (numba's own name for it, not a public one: when a numba version lacks
-    it, the public function)."""
-    getter = getattr(_numba_parallel, "_get_num_threads", None)
-    if getter is None:
-        return numba.get_num_threads()
-    return getter()
 
 
 def physical_bytes_of(value: "Value | None") -> int:

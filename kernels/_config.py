@@ -32,16 +32,19 @@ This module must not import the jitnn runtime: ``kernels`` is a leaf.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
 import threading
+import types
 import warnings
 from pathlib import Path
 
 import llvmlite
 import numba
 import numpy as np
+from numba.np.ufunc import parallel as _numba_parallel
 
 # --- code generation -------------------------------------------------------
 
@@ -145,6 +148,61 @@ def jit(parallel: bool = False, cache: bool = True):
 
 
 # --- threading -------------------------------------------------------------
+
+def numba_threads() -> int:
+    """numba's thread count for the calling thread. ``numba.get_num_threads``
+    costs 1.0 us; the C getter it calls once numba's threads are up, 0.14 us
+    (numba's own name for it, not a public one: until the threads are up, or
+    when a numba version lacks it, the public function)."""
+    getter = getattr(_numba_parallel, "_get_num_threads", None)
+    if getter is None:
+        return numba.get_num_threads()
+    return getter()
+
+
+class ThreadCountKernel:
+    """A ``prange`` kernel compiled twice: with ``parallel=True``, and serial
+    (``prange`` is then ``range``), which runs when numba's thread count for
+    the calling thread is 1.
+
+    Why: on one thread the parallel compile still enters an OpenMP region
+    (~1.2 us per call here) and runs its loop body outlined into a separate
+    function, which LLVM optimizes apart from the loop around it. The serial
+    compile of the same reorder ran 4-9 % faster on 1 thread, from 1 to 4 MB
+    (2026-11-23, benchmarks/RESULTS.md, issue 2). Each compile happens at its
+    first call, so a process that never runs on one thread never compiles
+    the serial one. Both run the same loop in the same order: the results
+    are the same bit for bit.
+
+    Call it from Python only (numba cannot call this object from a kernel).
+    """
+
+    def __init__(self, function):
+        self.parallel = jit(parallel=True)(function)
+        # A second Python function with the same code and its own name:
+        # numba's cache files are named by qualified name, so the two
+        # compiles keep separate entries.
+        twin = types.FunctionType(function.__code__, function.__globals__,
+                                  function.__name__ + "_serial", function.__defaults__,
+                                  function.__closure__)
+        twin.__qualname__ = function.__qualname__ + "_serial"
+        twin.__doc__ = function.__doc__
+        self.serial = jit()(twin)
+        functools.update_wrapper(self, function)     # its name and docstring
+
+    def __call__(self, *args):
+        kernel = self.serial if numba_threads() == 1 else self.parallel
+        return kernel(*args)
+
+    def __repr__(self) -> str:
+        return f"<jitnn kernel {self.__qualname__} (parallel and serial compiles)>"
+
+
+def parallel_kernel(function) -> ThreadCountKernel:
+    """``@parallel_kernel``: ``@jit(parallel=True)``, plus a serial compile
+    for one thread (see :class:`ThreadCountKernel`)."""
+    return ThreadCountKernel(function)
+
 
 @jit(parallel=True)
 def _threading_probe(values):

@@ -34,7 +34,9 @@ the same L1 sets). Partial blocks (C = 3) go through the same vector code with
 zero rows or masked lanes instead of element loops. Past the caches, three
 of them (to nChw8c, and nChw8c -> nhwc) store with non-temporal hints, which
 write whole lines without reading them first: that is why those three are
-thin Python wrappers that pass numba's thread count to the kernel.
+thin Python wrappers that pass numba's thread count to the kernel. Every
+reorder and ``pack_filter`` also has a serial compile that runs on one thread
+(``_config.parallel_kernel``: 4-9 % faster there than the parallel one).
 """
 
 import numba
@@ -44,7 +46,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._config import jit
+from ._config import jit, numba_threads, parallel_kernel
 from .simd import (load_transposed8, move4, move8, move8_straddle, move8_straddle_streaming,
                    move8_streaming, stream_fence, transpose4, transpose8, transpose8_split,
                    transpose8_split_streaming, transpose_halving)
@@ -90,7 +92,7 @@ def _stores_stream(nbytes, threads):
     1.53-1.67x against 0.85-0.95x. On 2 threads the plain copy stays fast
     further up (12 MB 2.30x against 1.81x) and the crossing is at 16 MB
     (2.13x against 1.64x): so the size per thread. (``threads`` comes from
-    the Python side: ``numba.get_num_threads`` in a kernel would keep it out
+    the Python side: numba's thread count asked in a kernel would keep it out
     of the cache.)"""
     return nbytes >= _STREAM_BYTES * threads
 
@@ -464,10 +466,10 @@ def nchw_to_blocked(x, out) -> None:
     Past the caches, full blocks of 8 go out with non-temporal stores when
     ``out`` is 32-byte aligned (as the runtime allocates it).
     """
-    _nchw_to_blocked(x, out, numba.get_num_threads())
+    _nchw_to_blocked(x, out, numba_threads())
 
 
-@jit(parallel=True)
+@parallel_kernel
 def _nchw_to_blocked(x, out, threads):
     """:func:`nchw_to_blocked` on ``threads`` threads (numba's count in the caller)."""
     batch, channels, height, width = x.shape
@@ -532,7 +534,7 @@ def _nchw_to_blocked(x, out, threads):
                 dst[dst_start + p * cb + lane] = value
 
 
-@jit(parallel=True)
+@parallel_kernel
 def blocked_to_nchw(x, out):
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped.
 
@@ -735,10 +737,10 @@ def nhwc_to_blocked(x, out) -> None:
     with non-temporal stores when ``out`` is 32-byte aligned
     (:func:`_groups_to_blocked8_streaming`).
     """
-    _nhwc_to_blocked(x, out, numba.get_num_threads())
+    _nhwc_to_blocked(x, out, numba_threads())
 
 
-@jit(parallel=True)
+@parallel_kernel
 def _nhwc_to_blocked(x, out, threads):
     """:func:`nhwc_to_blocked` on ``threads`` threads (numba's count in the caller)."""
     batch, height, width, channels = x.shape
@@ -950,10 +952,10 @@ def blocked_to_nhwc(x, out) -> None:
     microcoded). Past the caches, at C = 8k, pixel by pixel with non-temporal
     stores when ``out`` is 16-byte aligned (:func:`_pixels_to_nhwc8_streaming`).
     """
-    _blocked_to_nhwc(x, out, numba.get_num_threads())
+    _blocked_to_nhwc(x, out, numba_threads())
 
 
-@jit(parallel=True)
+@parallel_kernel
 def _blocked_to_nhwc(x, out, threads):
     """:func:`blocked_to_nhwc` on ``threads`` threads (numba's count in the caller)."""
     batch, height, width, channels = out.shape
@@ -1238,7 +1240,7 @@ def _pixels_to_nhwc8_streaming(x, out, n, pixels, channels, channel_blocks, full
 
 # --- filters -----------------------------------------------------------------
 
-@jit(parallel=True)
+@parallel_kernel
 def pack_filter(w, groups, out):
     """Pack ``w`` (oihw order, any strides) into ``out: OIhw{ic_bn}i{oc_bn}o``.
 

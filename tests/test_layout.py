@@ -15,9 +15,21 @@ def _random(shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Run the test on 1 thread (the kernels' serial compiles) and on 2 (their
+    parallel ones; see kernels/_config.py, ThreadCountKernel)."""
+    if request.param > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip(f"numba has fewer than {request.param} threads")
+    saved = numba.get_num_threads()
+    numba.set_num_threads(request.param)
+    yield request.param
+    numba.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
-def test_nchw_blocked_round_trip(block, channels):
+def test_nchw_blocked_round_trip(block, channels, threads):
     x = _random((2, channels, 5, 7), seed=channels)
     blocked = np.full(layouts.blocked_shape(x.shape, block), np.nan, np.float32)
     kernels.nchw_to_blocked(x, blocked)
@@ -34,7 +46,7 @@ def test_nchw_blocked_round_trip(block, channels):
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
-def test_nhwc_blocked_round_trip(block, channels):
+def test_nhwc_blocked_round_trip(block, channels, threads):
     x = _random((3, 3, 9, channels), seed=channels + 100)
     nchw_shape = (3, channels, 3, 9)
     blocked = np.full(layouts.blocked_shape(nchw_shape, block), np.nan, np.float32)
@@ -63,7 +75,7 @@ def _spec_filter(out_c, group_in, kh, kw, seed):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("in_c,out_c,groups", [(3, 17, 1), (9, 7, 1), (8, 16, 2),
                                                 (6, 9, 3), (17, 17, 17), (4, 8, 4)])
-def test_pack_filter_from_every_layout(layout, block, in_c, out_c, groups):
+def test_pack_filter_from_every_layout(layout, block, in_c, out_c, groups, threads):
     oihw = _spec_filter(out_c, in_c // groups, 3, 2, seed=in_c * out_c)
     # the filter as a caller holds it in `layout`
     to_layout = {"oihw": (0, 1, 2, 3), "hwio": (2, 3, 1, 0),
@@ -107,7 +119,7 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
                                    (1, 40, 35, 61), (2, 12, 33, 35), (1, 4, 9, 11),
                                    (2, 131, 9, 13), (1, 1030, 9, 13), (2, 259, 15, 17),
                                    (2, 37, 9, 11), (1, 64, 33, 35)])
-def test_reorders_on_multi_task_and_partial_shapes(block, shape):
+def test_reorders_on_multi_task_and_partial_shapes(block, shape, threads):
     n, c, h, w = shape
     x = _random(shape, seed=c * h + w)
     blocked = np.full(layouts.blocked_shape(shape, block), np.nan, np.float32)
@@ -175,7 +187,7 @@ def test_blocked_to_nhwc_ignores_padding_lane_values(block, channels):
 @pytest.mark.parametrize("offset", [0, 4, 8, 12])
 @pytest.mark.parametrize("shape", [(2, 13, 48, 48), (1, 8, 40, 26), (3, 5, 4, 4),
                                    (1, 20, 32, 32), (2, 3, 16, 16)])
-def test_blocked_to_nchw_into_targets_at_every_alignment(offset, shape):
+def test_blocked_to_nchw_into_targets_at_every_alignment(offset, shape, threads):
     x = _random(shape, seed=shape[1] + offset)
     blocked = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
     storage = np.full(x.size + 48, np.nan, np.float32)
@@ -207,7 +219,7 @@ def _at_offset(size, offset):
 @pytest.mark.parametrize("shape", [(2, 64, 13, 11), (1, 8, 5, 5), (3, 32, 7, 9), (1, 72, 9, 9),
                                    (2, 256, 14, 15), (1, 1024, 5, 7), (2, 64, 1, 1),
                                    (3, 8, 1, 2), (1, 16, 40, 40), (2, 17, 6, 6)])
-def test_nhwc_kernels_at_every_alignment(offset, shape):
+def test_nhwc_kernels_at_every_alignment(offset, shape, threads):
     x = _random(shape, seed=shape[1] + offset)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
@@ -252,11 +264,56 @@ def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
         numba.set_num_threads(saved)
 
 
+# The same on 2 threads (the parallel compiles), where streaming starts at
+# twice the size: C = 256 (groups of 16 pixels) and C = 8, tails in each task.
+@pytest.mark.parametrize("offset", [0, 4])
+@pytest.mark.parametrize("shape", [(1, 256, 129, 129), (9, 8, 301, 299)])
+def test_parallel_reorders_with_streaming_stores(offset, shape, threads):
+    if threads == 1:
+        pytest.skip("the 1-thread case is the test above")
+    x = _random(shape, seed=shape[1] + offset)
+    expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+    assert kernels._stores_stream(expected.nbytes, 2)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
+                                       (kernels.nhwc_to_blocked, nhwc, expected),
+                                       (kernels.blocked_to_nhwc, expected, nhwc)):
+        out, storage, start = _at_offset(reference.size, offset)
+        convert(source, out.reshape(reference.shape))
+        np.testing.assert_array_equal(out.reshape(reference.shape), reference)
+        assert np.isnan(storage[:start]).all()
+        assert np.isnan(storage[start + reference.size:]).all()
+
+
+@pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
+                                  "_blocked_to_nhwc", "pack_filter"])
+def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, monkeypatch):
+    kernel = getattr(kernels, name)
+    calls = []
+    for variant in ("serial", "parallel"):
+        compiled = getattr(kernel, variant)
+        monkeypatch.setattr(kernel, variant,
+                            lambda *args, v=variant, c=compiled: (calls.append(v), c(*args))[1])
+    x = _random((1, 9, 5, 7))
+    blocked = np.empty(layouts.blocked_shape(x.shape, 8), np.float32)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    run = {"_nchw_to_blocked": lambda: kernels.nchw_to_blocked(x, blocked),
+           "blocked_to_nchw": lambda: kernels.blocked_to_nchw(blocked, np.empty_like(x)),
+           "_nhwc_to_blocked": lambda: kernels.nhwc_to_blocked(nhwc, blocked),
+           "_blocked_to_nhwc": lambda: kernels.blocked_to_nhwc(blocked, np.empty_like(nhwc)),
+           "pack_filter": lambda: kernels.pack_filter(_random((9, 9, 3, 3)), 1, np.empty(
+               (2, 2, 3, 3, 8, 8), np.float32))}
+    kernels.nchw_to_blocked(x, blocked)
+    calls.clear()
+    run[name]()
+    assert calls == ["serial" if threads == 1 else "parallel"]
+
+
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (3, 2)])
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("in_c,out_c,groups", [(16, 24, 1), (64, 40, 1), (64, 96, 1), (32, 16, 2),
                                                 (48, 24, 3), (24, 20, 1)])
-def test_pack_filter_full_tiles(kernel, block, in_c, out_c, groups):
+def test_pack_filter_full_tiles(kernel, block, in_c, out_c, groups, threads):
     oihw = _spec_filter(out_c, in_c // groups, *kernel, seed=in_c + out_c)
     expected = layouts.reference_pack_filter(oihw, "oihw", groups, block, block)
     packed = np.full(expected.shape, np.nan, np.float32)

@@ -243,5 +243,10 @@ calls = {"nchw_to_blocked": lambda: k.nchw_to_blocked(x, b),
 out = {"import_s": import_s}
 for name, call in calls.items():
     t = time.perf_counter(); call(); out[name] = time.perf_counter() - t
+# on one thread each runs its serial compile (kernels/_config.py, ThreadCountKernel)
+import numba
+numba.set_num_threads(1)
+for name, call in calls.items():
+    t = time.perf_counter(); call(); out[name + ", 1 thread"] = time.perf_counter() - t
 print(json.dumps(out))
 """
