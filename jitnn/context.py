@@ -255,14 +255,19 @@ class Context:
                 **options) -> None:
         """Run one kernel with this context's thread count (per calling thread),
         counted under ``_counter`` (None: not counted; reorders count themselves)."""
+        # (written out, not through _count: it runs once per op of every flush)
         compiled_before = _COMPILE_CLOCK.seconds()
         self._run_bound(kernel, args, threads, options)
-        counts = {_counter: 1} if _counter else {}
         compiled = _COMPILE_CLOCK.seconds() - compiled_before
-        if compiled and not getattr(_thread_state, "timing_compiles", False):
-            counts["compile_s"] = compiled
-        if counts:
-            self._count(**counts)
+        if compiled and getattr(_thread_state, "timing_compiles", False):
+            compiled = 0.0                 # an enclosing span counts it
+        if _counter or compiled:
+            with self._lock:
+                counters = self._counters
+                if _counter:
+                    counters[_counter] += 1
+                if compiled:
+                    counters["compile_s"] += compiled
 
     def _side_work(self, make: Callable[[], T]) -> T:
         """``make()``: work that runs kernels outside :meth:`_launch` (packing
@@ -300,8 +305,10 @@ class Context:
         if self._serialize:
             with self._kernel_lock:
                 kernel(*args, **(options or {}))
+        elif options:
+            kernel(*args, **options)
         else:
-            kernel(*args, **(options or {}))
+            kernel(*args)
 
     def _reorder(self, kernel, source: np.ndarray, out: np.ndarray,
                  threads: int | None = None) -> np.ndarray:

@@ -70,7 +70,8 @@ def _release(dead_values) -> None:
         dead._derived.clear()
 
 
-def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> None:
+def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> int:
+    """Run an op step; returns how many ops it fused (counted per flush)."""
     v = step.value
     node = step.node
     out = _out_from_slot(slots, step.buffer, physical_shape(v)) if step.buffer else None
@@ -83,8 +84,7 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> N
         # leaves the slot its whole array, for larger values later)
         slots[step.buffer] = data
     _release(step.frees)
-    if node.fused:
-        ctx._count(fused_ops=len(node.fused))
+    return len(node.fused)
 
 
 def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
@@ -93,6 +93,7 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     slots: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     previous = ctx._tracing(None)
+    fused = 0
     try:
         for step in plan.steps:
             t0 = time.perf_counter()
@@ -103,12 +104,14 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
                 step.inner_reorders.clear()
             else:
                 first = step.buffer and step.buffer not in slots
-                _run_op(ctx, step, slots, plan)
+                fused += _run_op(ctx, step, slots, plan)
                 if capture is not None and first and step.node.kind in STRUCTURED:
                     capture.seeds[step.buffer] = slots[step.buffer]
             step.seconds = time.perf_counter() - t0
     finally:
         ctx._tracing(previous)
+        if fused:
+            ctx._count(fused_ops=fused)
     plan.seconds = time.perf_counter() - start
     for home, node in plan.memo_homes:     # what the nodes memoized, for the next plan
         home.memo = node.memo

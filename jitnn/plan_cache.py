@@ -253,7 +253,10 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                 n = t.node
                 attrs = dict(n.static_attrs)
                 for name, item in n.placed_attrs:
-                    attrs[name] = _filled(item, values)
+                    if type(item) is tuple and len(item) == 2 and item[0] is _PLACE:
+                        attrs[name] = values[item[1]]        # the common case, a Value
+                    else:
+                        attrs[name] = _filled(item, values)
                 node = Node(n.op, tuple(values[i] for i in n.inputs), kind=n.kind, attrs=attrs,
                             run=n.run, fused=n.fused, flops=n.flops)
             if node.memo is None:
@@ -262,7 +265,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
         steps.append(Step(t.kind, v, t.label, node=node, layouts_in=t.layouts_in,
                           layout_out=t.layout_out, flops=t.flops, bytes_in=t.bytes_in,
                           bytes_out=t.bytes_out, kept=t.kept, buffer=t.buffer,
-                          frees=tuple(values[i] for i in t.frees),
+                          frees=tuple([values[i] for i in t.frees]),
                           reorder_block=t.reorder_block))
     log = [f"plan_cache: reused the plan of an earlier flush whose pending DAG had this "
            f"shape ({template.recorded_ops} op(s)); the passes below ran for it, none now"

@@ -91,12 +91,25 @@ class Plan:
 
 # --- helpers ------------------------------------------------------------------------
 
+#: physical shapes by (shape, layout, axes): asked several times per op
+_PHYSICAL_SHAPES: dict[tuple, tuple[int, ...]] = {}
+
+
 def physical_shape(v: Value) -> tuple[int, ...]:
-    block = layouts.block_of(v._layout)
+    key = (v._shape, v._layout, v._axes)
+    found = _PHYSICAL_SHAPES.get(key)
+    if found is None:
+        found = _physical_shape(*key)
+        if len(_PHYSICAL_SHAPES) < 4096:
+            _PHYSICAL_SHAPES[key] = found
+    return found
+
+
+def _physical_shape(shape: tuple[int, ...], layout: str, axes: str) -> tuple[int, ...]:
+    block = layouts.block_of(layout)
     if block is None:
-        return v._shape
-    nchw = v._shape if v._axes == "nchw" else \
-        (v._shape[0], v._shape[3], v._shape[1], v._shape[2])
+        return shape
+    nchw = shape if axes == "nchw" else (shape[0], shape[3], shape[1], shape[2])
     return layouts.blocked_shape(nchw, block)
 
 
@@ -169,8 +182,8 @@ def kept_values(order: list[Value], roots: list[Value]) -> set[int]:
     in_plan = {id(v) for v in order}
     kept = set()
     for v in order:
-        outside = any(id(c) not in in_plan for c in v.live_consumers())
-        if v.held or outside:
+        if v.held or any(c is not None and c._data is None and id(c) not in in_plan
+                         for c in (ref() for ref in v._consumers)):
             kept.add(id(v))
     kept.update(id(r) for r in roots)
     return kept

@@ -59,7 +59,8 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
     return out
 
 
-#: guards every Value's consumer list (appends and pruning)
+#: guards every Value's consumer list (appends and pruning) and the making of
+#: a Value's own lock
 _CONSUMERS_LOCK = threading.Lock()
 
 
@@ -139,9 +140,8 @@ class Value:
         self._layout = layout
         self._data = data
         self._node = node
-        # re-entrant: a form may be derived from another form of the same
-        # value (a blocked filter's packing reads its plain copy first)
-        self._lock = threading.RLock()
+        # made at the first _derive (most values never derive anything)
+        self._lock: threading.RLock | None = None
         # Forms derived from this value once and reused: a packed filter per
         # block size, the blocked copy of a plain input. Values are immutable,
         # so these never go stale.
@@ -206,7 +206,16 @@ class Value:
         waiting for this one): materialize what it reads before calling."""
         value = self._derived.get(key)
         if value is None:
-            with self._lock:
+            lock = self._lock
+            if lock is None:
+                with _CONSUMERS_LOCK:
+                    if self._lock is None:
+                        # re-entrant: a form may be derived from another form of
+                        # the same value (a blocked filter's packing reads its
+                        # plain copy first)
+                        self._lock = threading.RLock()
+                    lock = self._lock
+            with lock:
                 value = self._derived.get(key)
                 if value is None:
                     value = self._derived[key] = make()

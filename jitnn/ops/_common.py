@@ -86,6 +86,14 @@ def frozen(option: object) -> object:
     return option
 
 
+def frozen_options(options: tuple) -> tuple:
+    """An op's options as cache-key parts (:func:`frozen` of each; a tuple
+    holding no list, the common case, as it is)."""
+    if list in map(type, options):
+        return tuple(map(frozen, options))
+    return options
+
+
 def pending(ctx: Context, shape: tuple[int, ...], layout: str, node: Node,
             axes: str = "nchw") -> Tensor:
     """A new pending Tensor computed by ``node``, recorded with the context

@@ -25,8 +25,8 @@ from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
 from ..plan_cache import Token
 from ..tensor import Node, Tensor, Value
-from ._common import (Binding, as_tensor, blocked_buffer, context_of, int_pair, padding4,
-                      parse_activation, pending, plain_buffer, value_of, frozen)
+from ._common import (Binding, as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
+                      padding4, parse_activation, pending, plain_buffer, value_of)
 from .eltwise import batch_norm_scale_shift
 
 
@@ -99,8 +99,8 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
     # The single-op graph: validation and shape inference, cached per context
     # by everything they depend on (unhashable options just skip the cache).
     key = (op, x.shape, x.layout, x._axes, w.shape, None if bias_t is None else bias_t.shape,
-           *map(frozen, (strides, padding, dilations, groups, input_layout, filter_layout,
-                         activation)))
+           *frozen_options((strides, padding, dilations, groups, input_layout, filter_layout,
+                            activation)))
     info = ctx._single_op_graph(key, lambda: _conv2d_signature(
         ctx, x, w, bias_t, strides, padding, dilations, groups, input_layout, filter_layout,
         activation))

@@ -31,8 +31,8 @@ from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import conv_transpose2d as ct_kernels
 from ..kernels import epilogue
 from ..tensor import Node, Tensor, Value
-from ._common import (as_tensor, blocked_buffer, context_of, frozen, int_pair, padding4,
-                      parse_activation, pending, plain_buffer, value_of)
+from ._common import (as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
+                      padding4, parse_activation, pending, plain_buffer, value_of)
 
 OP = "conv_transpose2d"
 
@@ -309,8 +309,8 @@ def conv_transpose2d(x, w, bias=None, *, strides=1, dilations=1, padding=0, outp
     w = as_tensor(ctx, w, OP, "filter")
     bias_t = None if bias is None else as_tensor(ctx, bias, OP, "bias")
     key = (OP, x.shape, w.shape, None if bias_t is None else bias_t.shape,
-           *map(frozen, (strides, dilations, padding, output_padding, output_sizes, groups,
-                         input_layout, filter_layout, activation)))
+           *frozen_options((strides, dilations, padding, output_padding, output_sizes, groups,
+                            input_layout, filter_layout, activation)))
     out_shape, options = ctx._single_op_graph(key, lambda: conv_transpose2d_plan(
         x.shape, w.shape, None if bias_t is None else bias_t.shape, strides=strides,
         dilations=dilations, padding=padding, output_padding=output_padding,

@@ -400,8 +400,9 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
     param0, param1 = float(param0), float(param1)
     step = ("activation", code, param0, param1)
     # the node's whole description, given its input (see Node.sig)
-    sig = ("activation", op, code, exact(param0), exact(param1), is_blocked(x))
-    if is_blocked(x):
+    blocked = is_blocked(x)
+    sig = ("activation", op, code, exact(param0), exact(param1), blocked)
+    if blocked:
         channels = x.shape[channel_axis(x._axes)]
         node = eltwise_node(op, (value_of(x),), [step], channels)
         node.sig = sig
