@@ -18,10 +18,10 @@ target (``notes/numba-kernels.md`` in the design documents):
   parallel region here), then TBB; numba's last resort, ``workqueue``, is slow
   and not thread-safe, so :func:`threading_layer` reports it and callers
   serialize parallel kernels when it is the one that loaded.
-* **A serial compile for one thread** of the reorders
+* **A serial compile for one thread** of the reorders and conv drivers
   (:func:`parallel_kernel`): on one thread numba's parallel compile still
   enters an OpenMP region and outlines its loop body; the serial one ran
-  4-9 % faster.
+  4-9 % (reorders) and 1-2 % (convs) faster.
 * **A persistent kernel cache** in a directory tagged with everything that
   changes generated code but is not in numba's own cache key: numba and
   llvmlite versions, the SLP and bounds-check flags, the fastmath set, and a hash of the kernel
@@ -170,13 +170,15 @@ class ThreadCountKernel:
     the calling thread is 1.
 
     Why: on one thread the parallel compile still enters an OpenMP region
-    (~1.2 us per call here) and runs its loop body outlined into a separate
-    function, which LLVM optimizes apart from the loop around it. The serial
-    compile of the same reorder ran 4-9 % faster on 1 thread, from 1 to 4 MB
-    (2026-11-23, benchmarks/RESULTS.md, issue 2). Each compile happens at its
-    first call, so a process that never runs on one thread never compiles
-    the serial one. Both run the same loop in the same order: the results
-    are the same bit for bit.
+    (~1.2 us per call here, ~2.6 us for a conv driver's 18 arguments) and
+    runs its loop body outlined into a separate function, which LLVM
+    optimizes apart from the loop around it. On 1 thread the serial compile
+    of a reorder ran 4-9 % faster from 1 to 4 MB, of a conv driver 1-2 %
+    faster (2026-11-23, benchmarks/RESULTS.md), and it compiles 3-4x
+    quicker. Each compile happens at its first call, so a process that
+    never runs on one thread never compiles the serial one (one that runs
+    on both compiles both). Both run the same loop in the same order; the
+    tests check that their results are the same bit for bit.
 
     Call it from Python only (numba cannot call this object from a kernel).
     """

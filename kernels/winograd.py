@@ -65,7 +65,7 @@ from llvmlite import ir
 from numba import literally, prange, types
 from numba.extending import intrinsic
 
-from ._config import jit
+from ._config import jit, parallel_kernel
 from .epilogue import activate_pixels
 from .register_tile import fma_tile
 from .stack import stack_empty
@@ -512,7 +512,7 @@ def _make_winograd_driver(cb: int, P: int, B: int):
                             has_res, clamp, lo, hi, post, act, p0, p1, cb)
 
     winograd_driver.__qualname__ = f"winograd_driver_cb{cb}_{P}x{B}"
-    return jit(parallel=True)(winograd_driver)
+    return parallel_kernel(winograd_driver)
 
 
 _drivers: dict = {}

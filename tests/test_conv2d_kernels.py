@@ -469,6 +469,67 @@ def test_wrapper_rejects_bad_buffers():
         K.pack_conv2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 6)
 
 
+# --- the serial compiles (one thread) -------------------------------------------
+
+_SERIAL_CASES = {   # (n, c, o, h, w, kernel, strides, padding, groups, plain, algorithm)
+    "direct": (2, 16, 16, 9, 11, (3, 3), (2, 2), (1, 1, 1, 1), 1, False, "direct"),
+    "1x1": (2, 16, 24, 7, 9, (1, 1), (1, 1), (0, 0, 0, 0), 1, False, "direct"),
+    "depthwise": (2, 16, 16, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1), 16, False, "direct"),
+    "winograd": (2, 16, 16, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1), 1, False, "winograd"),
+    "first_layer": (2, 3, 16, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1), 1, True, "direct"),
+}
+
+
+@pytest.mark.parametrize("block", [4, 8])
+@pytest.mark.parametrize("path", list(_SERIAL_CASES))
+def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypatch):
+    """On one thread a conv driver runs its serial compile (kernels/_config.py,
+    ThreadCountKernel), on two its parallel one; both match the reference,
+    bias, residual and activation included."""
+    n, c, o, h, w, kernel, strides, padding, groups, plain, algorithm = _SERIAL_CASES[path]
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread")
+    rng = np.random.default_rng(block)
+    x = _random((n, c, h, w), rng)
+    w_oihw = _random((o, c // groups) + kernel, rng)
+    packed = K.pack_conv2d_filter(w_oihw, c, groups, block, input_is_plain=plain)
+    xin = x if plain else _to_blocked(x, block)
+    oh = K.conv2d_output_size(h, kernel[0], strides[0], 1, padding[0], padding[1])
+    ow = K.conv2d_output_size(w, kernel[1], strides[1], 1, padding[2], padding[3])
+    ob = -(-o // block)
+    bias = np.zeros(ob * block, np.float32)
+    bias[:o] = _random((o,), rng)
+    residual_nchw = _random((n, o, oh, ow), rng)
+    residual = _to_blocked(residual_nchw, block)
+    expected = conv2d_reference(x, w_oihw, bias[:o], residual_nchw, strides, (1, 1), padding,
+                                groups, RELU)
+    saved = numba.get_num_threads()
+    results = {}
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
+            launch = K.conv2d_launch(xin, packed, out, strides, (1, 1), padding, False, False,
+                                     RELU, 0.0, 0.0, algorithm=algorithm)
+            calls = []
+            for variant in ("serial", "parallel"):
+                compiled = getattr(launch.driver, variant)
+                monkeypatch.setattr(launch.driver, variant, lambda *args, v=variant, f=compiled:
+                                    (calls.append(v), f(*args))[1])
+            K.run_conv2d_launch(launch, xin, out, bias, residual)
+            monkeypatch.undo()
+            assert calls == ["serial" if threads == 1 else "parallel"]
+            got = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
+            assert np.all(got[:, o:] == 0)
+            tolerance = 2e-5 if algorithm == "winograd" else 2e-6
+            np.testing.assert_allclose(got[:, :o], expected, rtol=tolerance,
+                                       atol=tolerance * np.abs(expected).max())
+            results[threads] = got
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(results[1], results[2])
+
+
 # --- generated code -----------------------------------------------------------
 
 def _fresh_asm(monkeypatch, name, run, module=K, driver_tables=(
@@ -486,6 +547,9 @@ def _fresh_asm(monkeypatch, name, run, module=K, driver_tables=(
     monkeypatch.setattr(module, name, fresh)
     monkeypatch.setattr(module, "jit", lambda parallel=False, cache=True:
                         jit(parallel=parallel, cache=False))
+    # the drivers' parallel compile (what runs on 2 threads), uncached
+    monkeypatch.setattr(module, "parallel_kernel",
+                        lambda function: jit(parallel=True, cache=False)(function))
     drivers = {}
     for table in driver_tables:
         monkeypatch.setattr(module, table, drivers)
