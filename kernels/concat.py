@@ -28,11 +28,10 @@ output's padding lanes when it is shifted.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import prange
 
-from ._config import jit
+from ._config import jit, numba_threads
 
 _ZERO = np.float32(0.0)
 #: below this many copied elements run serially
@@ -132,6 +131,7 @@ def concat_channels(inputs, channels, out):
         if np.may_share_memory(x, out):
             raise ValueError(f"concat: input {i} overlaps out")
     outf = out.reshape(-1)
+    threads = numba_threads()
     for i, (x, offset) in enumerate(zip(inputs, concat_offsets(channels))):
         c = int(channels[i])
         fill_end = CBo * cb if i == len(inputs) - 1 else offset + c
@@ -139,11 +139,11 @@ def concat_channels(inputs, channels, out):
         nob = -(-fill_end // cb) - ob0
         geom = (x.shape[1], CBo, H, W, cb, offset, c, fill_end, ob0, nob)
         tasks = N * nob * H
-        if tasks * W * cb < _PARALLEL_MIN or tasks == 1:
+        if tasks * W * cb < _PARALLEL_MIN or tasks == 1 or threads == 1:
+            # one thread: the same rows in a plain call (no OpenMP region)
             _copy_rows(x.reshape(-1), outf, geom, 0, tasks)
         else:
-            _copy_rows_parallel(x.reshape(-1), outf, geom, tasks,
-                                min(tasks, numba.get_num_threads()))
+            _copy_rows_parallel(x.reshape(-1), outf, geom, tasks, min(tasks, threads))
     return out
 
 

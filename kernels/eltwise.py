@@ -62,12 +62,11 @@ from __future__ import annotations
 
 import numbers
 
-import numba
 import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic
 
-from ._config import jit
+from ._config import jit, numba_threads
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                        SIGMOID, TANH, activate, activation_reference, nan_maximum,
                        nan_minimum)
@@ -488,10 +487,12 @@ def eltwise_chain(x, steps, out, channels):
     geom = (CB, plane_len, cb, channels, chunk, chunks_per_plane, direct)
     tasks = N * CB * chunks_per_plane
     args = (xf, outf, tuple(tensors), program, params, vectors, geom)
-    if tasks == 1 or x.size < _PARALLEL_MIN:
+    threads = numba_threads()
+    if tasks == 1 or threads == 1 or x.size < _PARALLEL_MIN:
+        # one thread: the same tasks in a plain call (no OpenMP region)
         _chain_tasks(*args, 0, tasks)
     else:
-        _chain_parallel(*args, tasks, min(tasks, numba.get_num_threads()))
+        _chain_parallel(*args, tasks, min(tasks, threads))
     return out
 
 

@@ -49,7 +49,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._config import jit
+from ._config import jit, numba_threads, parallel_kernel
 from .epilogue import nan_maximum
 from .stack import stack_empty
 
@@ -279,10 +279,12 @@ def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_p
     geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, int(is_max), c0, c1)
     xf, outf = x.reshape(-1), out.reshape(-1)
     tasks = N * CB * OH
-    if out.size < _PARALLEL_MIN or tasks == 1:
+    threads = numba_threads()
+    if out.size < _PARALLEL_MIN or tasks == 1 or threads == 1:
+        # one thread: the same rows in a plain call (no OpenMP region)
         _pool_range(xf, outf, geom, rows, cols, 0, tasks)
     else:
-        _pool_parallel(xf, outf, geom, rows, cols, tasks, min(tasks, numba.get_num_threads()))
+        _pool_parallel(xf, outf, geom, rows, cols, tasks, min(tasks, threads))
     return out
 
 
@@ -341,7 +343,7 @@ def _plane_means(xf, outf, first, end, pixels, cb):
             outf[np.uint64(plane * cb + lane)] = acc[lane] * scale
 
 
-@jit(parallel=True)
+@parallel_kernel
 def _plane_means_parallel(xf, outf, planes, pixels, cb):
     """Tasks of 16 planes; ``cb`` handed on as a constant, one specialization
     per block size (from Python, a literal argument would be dispatched anew

@@ -307,9 +307,13 @@ def test_chain_four_tensor_operands_and_empty_chain():
 
 
 @pytest.mark.parametrize("cb", (8, 16))
-def test_parallel_path_and_plane_chunks(cb):
-    """Large enough for the parallel driver; planes longer than a task's chunk
-    and not a multiple of the span."""
+def test_parallel_path_and_plane_chunks(cb, threads, monkeypatch):
+    """Large enough for the parallel driver (2 threads; on 1 the same tasks in
+    one plain call); planes longer than a task's chunk and not a multiple of
+    the span."""
+    calls = []     # the parallel driver's calls (the serial one is called from it too)
+    parallel = E._chain_parallel
+    monkeypatch.setattr(E, "_chain_parallel", lambda *args: (calls.append(1), parallel(*args))[1])
     channels = 17
     x = _random((2, channels, 43, 41), 0)
     v = _random((channels,), 1)
@@ -318,6 +322,7 @@ def test_parallel_path_and_plane_chunks(cb):
              E.activation_step("sigmoid")]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+    assert len(calls) == (0 if threads == 1 else 1)
     reference = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
     _check(out, E.eltwise_chain_reference(x, reference), channels)
 

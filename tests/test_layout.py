@@ -15,18 +15,6 @@ def _random(shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    """Run the test on 1 thread (the kernels' serial compiles) and on 2 (their
-    parallel ones; see kernels/_config.py, ThreadCountKernel)."""
-    if request.param > numba.config.NUMBA_NUM_THREADS:
-        pytest.skip(f"numba has fewer than {request.param} threads")
-    saved = numba.get_num_threads()
-    numba.set_num_threads(request.param)
-    yield request.param
-    numba.set_num_threads(saved)
-
-
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
 def test_nchw_blocked_round_trip(block, channels, threads):

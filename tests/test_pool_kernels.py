@@ -104,10 +104,16 @@ def test_windows_partly_and_wholly_outside(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_parallel_path(kind):
+def test_parallel_path(kind, threads, monkeypatch):
+    """Large enough for the parallel driver, which runs on 2 threads; on 1 the
+    same rows go through one plain call."""
+    calls = []     # the parallel driver's calls (the serial one is called from it too)
+    parallel = P._pool_parallel
+    monkeypatch.setattr(P, "_pool_parallel", lambda *args: (calls.append(1), parallel(*args))[1])
     x = _random((2, 17, 40, 41), seed=4)
     out, reference = _run(kind, x, 8, GEOMETRIES[0])
     assert out.size >= P._PARALLEL_MIN
+    assert len(calls) == (0 if threads == 1 else 1)
     _check(out, reference, 17)
 
 
@@ -121,11 +127,13 @@ def test_global_average_pool(channels, cb):
     _check(out, P.global_average_pool2d_reference(x), channels)
 
 
-def test_global_average_pool_many_planes():
-    """More planes than one task takes (16): every task's planes, both threads."""
+@pytest.mark.parametrize("cb", (8, 16))
+def test_global_average_pool_many_planes(cb, threads):
+    """More planes than one task takes (16): every task's planes, on the serial
+    compile (1 thread) and the parallel one (2 threads)."""
     x = _random((3, 300, 9, 11), seed=5)
-    xb = layouts.reference_nchw_to_blocked(x, 8)
-    out = np.full((3, xb.shape[1], 1, 1, 8), np.nan, np.float32)
+    xb = layouts.reference_nchw_to_blocked(x, cb)
+    out = np.full((3, xb.shape[1], 1, 1, cb), np.nan, np.float32)
     P.global_average_pool2d(xb, out)
     _check(out, P.global_average_pool2d_reference(x), 300)
 
