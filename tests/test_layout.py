@@ -222,6 +222,24 @@ def test_nhwc_kernels_at_every_alignment(offset, shape, threads):
     np.testing.assert_array_equal(blocked, expected)
 
 
+def _check_streaming_reorders(shape, offset, threads):
+    """The three streaming reorders of ``shape`` into targets ``offset`` floats
+    past a 64-byte boundary, on numba's ``threads`` threads: right, and
+    nothing written outside the target."""
+    x = _random(shape, seed=shape[1] + offset)
+    expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+    assert kernels._stores_stream(expected.nbytes, threads)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
+                                       (kernels.nhwc_to_blocked, nhwc, expected),
+                                       (kernels.blocked_to_nhwc, expected, nhwc)):
+        out, storage, start = _at_offset(reference.size, offset)
+        convert(source, out.reshape(reference.shape))
+        np.testing.assert_array_equal(out.reshape(reference.shape), reference)
+        assert np.isnan(storage[:start]).all()
+        assert np.isnan(storage[start + reference.size:]).all()
+
+
 # Past the caches (kernels._STREAM_BYTES per thread) nchw -> nChw8c, nhwc ->
 # nChw8c (C >= 128) and nChw8c -> nhwc (C = 8k) store with non-temporal
 # hints, which must be 32-byte aligned: targets at each 16-byte offset (0 and
@@ -236,18 +254,7 @@ def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
     saved = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        x = _random(shape, seed=shape[1] + offset)
-        expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
-        assert kernels._stores_stream(expected.nbytes, 1)
-        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-        for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
-                                           (kernels.nhwc_to_blocked, nhwc, expected),
-                                           (kernels.blocked_to_nhwc, expected, nhwc)):
-            out, storage, start = _at_offset(reference.size, offset)
-            convert(source, out.reshape(reference.shape))
-            np.testing.assert_array_equal(out.reshape(reference.shape), reference)
-            assert np.isnan(storage[:start]).all()
-            assert np.isnan(storage[start + reference.size:]).all()
+        _check_streaming_reorders(shape, offset, 1)
     finally:
         numba.set_num_threads(saved)
 
@@ -259,18 +266,7 @@ def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
 def test_parallel_reorders_with_streaming_stores(offset, shape, threads):
     if threads == 1:
         pytest.skip("the 1-thread case is the test above")
-    x = _random(shape, seed=shape[1] + offset)
-    expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
-    assert kernels._stores_stream(expected.nbytes, 2)
-    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
-                                       (kernels.nhwc_to_blocked, nhwc, expected),
-                                       (kernels.blocked_to_nhwc, expected, nhwc)):
-        out, storage, start = _at_offset(reference.size, offset)
-        convert(source, out.reshape(reference.shape))
-        np.testing.assert_array_equal(out.reshape(reference.shape), reference)
-        assert np.isnan(storage[:start]).all()
-        assert np.isnan(storage[start + reference.size:]).all()
+    _check_streaming_reorders(shape, offset, 2)
 
 
 @pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
