@@ -261,12 +261,16 @@ def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
 
 # The same on 2 threads (the parallel compiles), where streaming starts at
 # twice the size: C = 256 (groups of 16 pixels) and C = 8, tails in each task.
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="numba has one thread")
 @pytest.mark.parametrize("offset", [0, 4])
 @pytest.mark.parametrize("shape", [(1, 256, 129, 129), (9, 8, 301, 299)])
-def test_parallel_reorders_with_streaming_stores(offset, shape, threads):
-    if threads == 1:
-        pytest.skip("the 1-thread case is the test above")
-    _check_streaming_reorders(shape, offset, 2)
+def test_parallel_reorders_with_streaming_stores(offset, shape):
+    saved = numba.get_num_threads()
+    numba.set_num_threads(2)
+    try:
+        _check_streaming_reorders(shape, offset, 2)
+    finally:
+        numba.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
