@@ -226,18 +226,23 @@ def _check_streaming_reorders(shape, offset, threads):
     """The three streaming reorders of ``shape`` into targets ``offset`` floats
     past a 64-byte boundary, on numba's ``threads`` threads: right, and
     nothing written outside the target."""
-    x = _random(shape, seed=shape[1] + offset)
-    expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
-    assert kernels._stores_stream(expected.nbytes, threads)
-    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
-                                       (kernels.nhwc_to_blocked, nhwc, expected),
-                                       (kernels.blocked_to_nhwc, expected, nhwc)):
-        out, storage, start = _at_offset(reference.size, offset)
-        convert(source, out.reshape(reference.shape))
-        np.testing.assert_array_equal(out.reshape(reference.shape), reference)
-        assert np.isnan(storage[:start]).all()
-        assert np.isnan(storage[start + reference.size:]).all()
+    saved = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        x = _random(shape, seed=shape[1] + offset)
+        expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
+        assert kernels._stores_stream(expected.nbytes, threads)
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        for convert, source, reference in ((kernels.nchw_to_blocked, x, expected),
+                                           (kernels.nhwc_to_blocked, nhwc, expected),
+                                           (kernels.blocked_to_nhwc, expected, nhwc)):
+            out, storage, start = _at_offset(reference.size, offset)
+            convert(source, out.reshape(reference.shape))
+            np.testing.assert_array_equal(out.reshape(reference.shape), reference)
+            assert np.isnan(storage[:start]).all()
+            assert np.isnan(storage[start + reference.size:]).all()
+    finally:
+        numba.set_num_threads(saved)
 
 
 # Past the caches (kernels._STREAM_BYTES per thread) nchw -> nChw8c, nhwc ->
@@ -251,12 +256,7 @@ def _check_streaming_reorders(shape, offset, threads):
 @pytest.mark.parametrize("shape", [(2, 64, 129, 129), (1, 256, 91, 93), (1, 1024, 45, 47),
                                    (3, 8, 301, 299), (1, 136, 127, 129)])
 def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
-    saved = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        _check_streaming_reorders(shape, offset, 1)
-    finally:
-        numba.set_num_threads(saved)
+    _check_streaming_reorders(shape, offset, 1)
 
 
 # The same on 2 threads (the parallel compiles), where streaming starts at
@@ -265,12 +265,7 @@ def test_reorders_with_streaming_stores_at_every_alignment(offset, shape):
 @pytest.mark.parametrize("offset", [0, 4])
 @pytest.mark.parametrize("shape", [(1, 256, 129, 129), (9, 8, 301, 299)])
 def test_parallel_reorders_with_streaming_stores(offset, shape):
-    saved = numba.get_num_threads()
-    numba.set_num_threads(2)
-    try:
-        _check_streaming_reorders(shape, offset, 2)
-    finally:
-        numba.set_num_threads(saved)
+    _check_streaming_reorders(shape, offset, 2)
 
 
 @pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
