@@ -179,7 +179,8 @@ class ThreadCountKernel:
     quicker. Each compile happens at its first call, so a process that
     never runs on one thread never compiles the serial one (one that runs
     on both compiles both). Both run the same loop in the same order; the
-    tests check that their results are the same bit for bit.
+    tests check the two compiles of every reorder and conv driver give the
+    same bits.
 
     Call it from Python only (numba cannot call this object from a kernel).
     """
