@@ -480,7 +480,7 @@ _SERIAL_CASES = {   # (n, c, o, h, w, kernel, strides, padding, groups, plain, a
 }
 
 
-@pytest.mark.parametrize("block", [4, 8])
+@pytest.mark.parametrize("block", [8, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("path", list(_SERIAL_CASES))
 def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypatch):
     """On one thread a conv driver runs its serial compile (kernels/_config.py,
