@@ -178,11 +178,6 @@ class Value:
             if len(consumers) >= 16 and len(consumers) & (len(consumers) - 1) == 0:
                 consumers[:] = [r for r in consumers if r() is not None]
 
-    def live_consumers(self) -> list["Value"]:
-        """Values not yet computed that read this one."""
-        alive = [ref() for ref in self._consumers]
-        return [v for v in alive if v is not None and v._data is None]
-
     def __repr__(self) -> str:
         state = ", pending" if self._data is None else ""
         return f"Value({self._shape}, {self._layout}{state})"
