@@ -71,7 +71,7 @@ import numba
 import numpy as np
 from numba import literally, prange
 
-from ._config import jit
+from ._config import jit, parallel_kernel
 from .conv2d import (BLOCK_SIZES, _border_pixel, _epilogue_args,
                      aligned_empty, conv_tile_shape)
 from .epilogue import NONE, activate_pixels
@@ -281,7 +281,8 @@ def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph
 
 def _make_driver(cb: int):
     """The parallel driver for block ``cb`` (cb, P, B compile-time constants
-    captured as ints, so numba's cache keeps one entry per block size)."""
+    captured as ints, so numba's cache keeps one entry per block size), with
+    its serial compile for one thread (``_config.parallel_kernel``)."""
     P, B = conv_tile_shape(cb)
 
     def conv_transpose_driver(xf, wf, bias, yf, geom, phases, taps, tasks, ib_begin, ib_end,
@@ -300,7 +301,7 @@ def _make_driver(cb: int):
                       cb, P, B)
 
     conv_transpose_driver.__qualname__ = f"conv_transpose_driver_cb{cb}"
-    return jit(parallel=True)(conv_transpose_driver)
+    return parallel_kernel(conv_transpose_driver)
 
 
 _drivers: dict = {}

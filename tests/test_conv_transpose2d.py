@@ -230,18 +230,36 @@ def test_network_upsampling_shapes():
     run_case(2, 32, 16, 13, 13, (3, 3), 2, 1, 1, 1, activation="relu")
 
 
-def test_parallel_matches_serial():
+def test_parallel_matches_serial(monkeypatch):
+    """On one thread the driver runs its serial compile (kernels/_config.py,
+    ThreadCountKernel), on two its parallel one: the same bits."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread")
     rng = np.random.default_rng(4)
-    x = reference_nchw_to_blocked(_random((2, 24, 9, 11), rng), 8)
-    packed = K.pack_conv_transpose2d_filter(_random((24, 20, 4, 4), rng), 24, 1, 8, 2)
+    x_nchw = _random((2, 24, 9, 11), rng)
+    w_iohw = _random((24, 20, 4, 4), rng)
+    x = reference_nchw_to_blocked(x_nchw, 8)
+    packed = K.pack_conv_transpose2d_filter(w_iohw, 24, 1, 8, 2)
+    expected = conv_transpose2d_reference(x_nchw, w_iohw, None, strides=2, padding=1,
+                                          activation="relu")
+    driver = K.conv_transpose_driver(8)
     outs = []
     saved = numba.get_num_threads()
     try:
-        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        for threads in (1, 2):
             numba.set_num_threads(threads)
-            out = np.empty((2, 3, 18, 22, 8), np.float32)
+            calls = []
+            for variant in ("serial", "parallel"):
+                compiled = getattr(driver, variant)
+                monkeypatch.setattr(driver, variant, lambda *args, v=variant, f=compiled:
+                                    (calls.append(v), f(*args))[1])
+            out = np.full((2, 3, 18, 22, 8), np.nan, np.float32)
             K.conv_transpose2d_forward(x, packed, out, (2, 2), (1, 1), (1, 1, 1, 1),
                                        activation=RELU)
+            monkeypatch.undo()
+            assert calls == ["serial" if threads == 1 else "parallel"]
+            np.testing.assert_allclose(reference_blocked_to_nchw(out, 20), expected,
+                                       rtol=1e-5, atol=1e-5 * np.abs(expected).max())
             outs.append(out)
     finally:
         numba.set_num_threads(saved)
@@ -380,6 +398,9 @@ def test_tiles_use_packed_fma(monkeypatch):
     monkeypatch.setattr(K, "_ct_tiles", fresh)
     monkeypatch.setattr(K, "jit", lambda parallel=False, cache=True:
                         jit(parallel=parallel, cache=False))
+    # the driver's parallel compile (what runs on 2 threads), uncached
+    monkeypatch.setattr(K, "parallel_kernel",
+                        lambda function: jit(parallel=True, cache=False)(function))
     drivers = {}
     monkeypatch.setattr(K, "_drivers", drivers)
     run_case(1, 16, 16, 7, 7, (4, 4), 2, 1, 1, block=8)
