@@ -94,7 +94,7 @@ class _StepTemplate:
 class PlanTemplate:
     steps: list
     kept: tuple
-    log: list
+    log: list                   # what the passes logged, reuse line first
     recorded_ops: int
     fused_ops: int
     peak_bytes: int
@@ -118,27 +118,30 @@ class _Signer:
             self.values.append(v)
         return n
 
-    def node(self, node: Node) -> tuple:
-        if node.sig is None:
-            raise _Uncacheable         # its op does not describe it (see Node)
-        return node.sig, tuple(self.place_of(v) for v in node.inputs)
-
 
 def plan_key(ctx: "Context", order: list[Value], kept: set, roots: list[Value]
              ) -> tuple[tuple, list[Value]] | None:
     """``(key, values)``: the DAG's key and its Values by place (pending ones
     first, in ``order``), or None when it cannot be cached."""
     signer = _Signer(order)
+    place_of = signer.place_of
+    pending = []
     try:
-        pending = tuple((v._shape, v._layout, v._axes, id(v) in kept, signer.node(v._node))
-                        for v in order)
-        root_places = tuple(signer.place_of(r) for r in roots)
+        for v in order:                   # a plain loop: this runs at every flush
+            node = v._node
+            if node.sig is None:
+                return None               # its op does not describe it (see Node)
+            pending.append((v._shape, v._layout, v._axes, id(v) in kept, node.sig,
+                            tuple([place_of(s) for s in node.inputs])))
+        root_places = tuple([place_of(r) for r in roots])
     except _Uncacheable:
         return None
-    computed = tuple(
+    computed = tuple([
         (v._shape, v._layout, v._axes,
-         tuple(k for k in v._derived if type(k) is tuple and k and k[0] == "blocked"))
-        for v in signer.values[signer.pending_count:])
+         tuple([k for k in v._derived if type(k) is tuple and k and k[0] == "blocked"])
+         if v._derived else ())
+        for v in signer.values[signer.pending_count:]])
+    pending = tuple(pending)
     key = (ctx.policy, ctx.block, ctx.num_threads, ctx.conv_algorithm, pending, root_places,
            computed)
     return key, signer.values
@@ -233,7 +236,10 @@ def _template(plan: "Plan", place: dict) -> PlanTemplate:
             step.layout_out, step.flops, step.bytes_in, step.bytes_out, step.kept,
             step.buffer, tuple(place[id(v)] for v in step.frees), step.reorder_block))
     kept = tuple(sorted(place[k] for k in plan.kept))      # plan.kept holds ids
-    return PlanTemplate(steps, kept, list(plan.log), plan.recorded_ops, plan.fused_ops,
+    log = [f"plan_cache: reused the plan of an earlier flush whose pending DAG had this "
+           f"shape ({plan.recorded_ops} op(s)); the passes below ran for it, none now"
+           ] + plan.log
+    return PlanTemplate(steps, kept, log, plan.recorded_ops, plan.fused_ops,
                         plan.peak_bytes, plan.buffer_slots)
 
 
@@ -243,7 +249,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
     from .scheduler import Plan, Step
     steps = []
     memo_homes = []
-    for t in template.steps:
+    for t in template.steps:             # plain code: this runs at every flush
         v = values[t.value]
         node = None
         if t.kind == "op":
@@ -257,7 +263,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                         attrs[name] = values[item[1]]        # the common case, a Value
                     else:
                         attrs[name] = _filled(item, values)
-                node = Node(n.op, tuple(values[i] for i in n.inputs), kind=n.kind, attrs=attrs,
+                node = Node(n.op, [values[i] for i in n.inputs], kind=n.kind, attrs=attrs,
                             run=n.run, fused=n.fused, flops=n.flops)
             if node.memo is None:
                 node.memo = t.memo
@@ -265,12 +271,10 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
         steps.append(Step(t.kind, v, t.label, node=node, layouts_in=t.layouts_in,
                           layout_out=t.layout_out, flops=t.flops, bytes_in=t.bytes_in,
                           bytes_out=t.bytes_out, kept=t.kept, buffer=t.buffer,
-                          frees=tuple([values[i] for i in t.frees]),
+                          frees=tuple([values[i] for i in t.frees]) if t.frees else (),
                           reorder_block=t.reorder_block))
-    log = [f"plan_cache: reused the plan of an earlier flush whose pending DAG had this "
-           f"shape ({template.recorded_ops} op(s)); the passes below ran for it, none now"
-           ] + template.log
-    return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept}, log,
+    return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept},
+                list(template.log),
                 recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,
                 peak_bytes=template.peak_bytes, buffer_slots=template.buffer_slots,
                 memo_homes=memo_homes, reused=True)

@@ -179,13 +179,18 @@ def pending_order(roots: list[Value]) -> list[Value]:
 def kept_values(order: list[Value], roots: list[Value]) -> set[int]:
     """Ids of the values of ``order`` that must be materialized: the roots,
     what the caller holds, and what an op outside ``order`` reads."""
-    in_plan = {id(v) for v in order}
-    kept = set()
-    for v in order:
-        if v.held or any(c is not None and c._data is None and id(c) not in in_plan
-                         for c in (ref() for ref in v._consumers)):
+    in_plan = set(map(id, order))
+    kept = set(map(id, roots))
+    for v in order:                       # plain loops: this runs at every flush
+        handle = v._handle
+        if handle is not None and handle() is not None:     # v.held
             kept.add(id(v))
-    kept.update(id(r) for r in roots)
+            continue
+        for ref in v._consumers:
+            c = ref()
+            if c is not None and c._data is None and id(c) not in in_plan:
+                kept.add(id(v))
+                break
     return kept
 
 
