@@ -18,8 +18,9 @@ target (``notes/numba-kernels.md`` in the design documents):
   parallel region here), then TBB; numba's last resort, ``workqueue``, is slow
   and not thread-safe, so :func:`threading_layer` reports it and callers
   serialize parallel kernels when it is the one that loaded.
-* **Nothing parallel on one thread.** The reorders, conv drivers and global
-  average pooling have a serial compile (:func:`parallel_kernel`); the other
+* **Nothing parallel on one thread.** The reorders, conv drivers (transposed
+  ones included), the conv input padding and global average pooling have a
+  serial compile (:func:`parallel_kernel`); the other
   drivers call their serial loop directly. On one thread numba's parallel
   compile still enters an OpenMP region and outlines its loop body; the
   serial one ran 4-9 % (reorders) and 1-2 % (convs) faster.

@@ -195,7 +195,7 @@ def _clip_range(start, step, count, size):
 # GFLOP/s, 512 channels at 7x7 from 55 to 75.
 
 
-@jit(parallel=True)
+@parallel_kernel
 def pad_blocked(xf, xpf, N, CB, H, W, cb, pt, pl, Hp, Wp):
     """``xp[n, ib, pt + h, pl + w, :] = x[n, ib, h, w, :]``, zero elsewhere.
 

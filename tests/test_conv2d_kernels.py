@@ -155,7 +155,8 @@ def test_padding_both_ways(monkeypatch, case, pad_copy):
              activation=(RELU, 0.0, 0.0), residual=True, seed=c * 10 + o)
 
 
-def test_pad_blocked_matches_numpy_pad():
+def test_pad_blocked_matches_numpy_pad(threads):
+    """On 1 and 2 threads (its serial and parallel compiles)."""
     rng = np.random.default_rng(3)
     x = _random((2, 3, 5, 7, 8), rng)
     pt, pb, pl, pr = 2, 1, 0, 3
