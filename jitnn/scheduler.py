@@ -517,7 +517,7 @@ def conv2d_algorithm(node: Node, v: Value) -> str:
 
 
 #: node kinds whose kernels write into a buffer the scheduler gives them
-STRUCTURED = ("conv2d", "eltwise", "eltwise_plain")
+STRUCTURED = ("conv2d", "eltwise", "eltwise_plain", "matmul")
 
 
 def _inplace_inputs(v: Value, node: Node) -> list[Value]:

@@ -4,6 +4,8 @@ The kernels are tested exhaustively in test_matmul_kernels.py; this file tests
 the ops around them against float64 numpy.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,36 @@ def test_matmul_chain_stays_lazy_until_read():
     assert y.pending and ctx.stats.launches == 0
     _close(y.numpy(), matmul_reference(matmul_reference(np.asarray(a), np.asarray(b)),
                                        np.asarray(c)), 256)
+
+
+def test_matmul_intermediates_go_into_the_plan_buffers(monkeypatch):
+    """A product nobody holds is written into its plan buffer: the third of
+    four chained products reuses the first one's array (2 buffers
+    ping-pong), so a flush makes 3 output arrays, not 4."""
+    ops_matmul = importlib.import_module("jitnn.ops.matmul")  # jitnn.ops.matmul is the op
+    ctx = jitnn.Context()
+    x = ctx.tensor(_random((32, 48), 0))
+    ws = [ctx.tensor(0.2 * _random((48, 48), s)) for s in range(1, 5)]
+
+    def chain():
+        h = x
+        for w in ws:
+            h = jitnn.matmul(h, w, activation="relu")
+        return h
+
+    want = np.asarray(x).astype(np.float64)
+    for w in ws:
+        want = np.maximum(want @ np.asarray(w).astype(np.float64), 0)
+    made = []
+    real = ops_matmul.aligned_empty
+    monkeypatch.setattr(ops_matmul, "aligned_empty",
+                        lambda shape, *args: made.append(shape) or real(shape, *args))
+    for _ in range(2):                # planned, then the plan reused
+        made.clear()
+        h = chain()
+        _close(h.numpy(), want, 48 * 4)
+        assert made == [(32, 48)] * 3
+        assert "2 intermediate buffer(s)" in jitnn.explain(h)
 
 
 @pytest.mark.parametrize("call,error,message", [

@@ -148,7 +148,10 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     """Run a (possibly fused) matmul/gemm node with the kernel's epilogue."""
     a = node.attrs
     m, k, n = a["mkn"]
-    dest = aligned_empty((m, n))
+    # the plan's buffer for this value when it has one (a dead
+    # intermediate's array: no allocation), else a new array
+    dest = out.reshape(m, n) if out is not None and out.size == m * n else \
+        aligned_empty((m, n))
     if dest.size == 0:
         return dest.reshape(value.shape)
     left, b = plain_buffer(a["a"]), a["b"]
