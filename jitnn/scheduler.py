@@ -182,8 +182,7 @@ def kept_values(order: list[Value], roots: list[Value]) -> set[int]:
     in_plan = set(map(id, order))
     kept = set(map(id, roots))
     for v in order:                       # plain loops: this runs at every flush
-        handle = v._handle
-        if handle is not None and handle() is not None:     # v.held
+        if v.held:
             kept.add(id(v))
             continue
         for ref in v._consumers:
