@@ -263,6 +263,29 @@ def test_compute_replays_the_plan_bit_identically_on_new_inputs(block, monkeypat
     np.testing.assert_allclose(outs["probs"].sum(axis=1), 1, rtol=1e-5)
 
 
+def test_compute_replays_chained_matmuls_in_their_plan_buffers():
+    """Intermediate products sit in plan buffers (2 for 3 of them), which a
+    replay hands out again: new inputs every call, each result against numpy."""
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (16, 40))
+    h = x
+    weights = [_random((40, 40), seed, 0.2) for seed in range(1, 5)]
+    for w in weights:
+        h = b.matmul(h, b.constant(w), activation="relu")
+    graph = b.build({"y": h})
+    for seed in range(3):
+        x_np = _random((16, 40), 10 + seed)
+        want = x_np.astype(np.float64)
+        for w in weights:
+            want = np.maximum(want @ w.astype(np.float64), 0)
+        out = np.full((16, 40), np.nan, np.float32)
+        ctx.compute(graph, {"x": x_np}, {"y": out})
+        _close(out, want)
+    (program,) = graph._programs
+    assert program.plan.buffer_slots == 2
+
+
 def test_compute_keeps_nothing_of_the_callers_inputs_between_calls():
     ctx = jitnn.Context()
     graph = _resnet_block_graph(ctx)
