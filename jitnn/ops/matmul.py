@@ -77,7 +77,9 @@ def matmul(a, b, *, activation=None) -> Tensor:
         raise JitnnValueError(
             f"{op}: inner dimensions differ: a {a.shape} has {k} columns, b {b.shape} has {kb} rows")
     try:
-        batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+        # two matrices (the common case) have no batch dimensions to broadcast
+        batch = () if len(a_shape) == len(b_shape) == 2 else \
+            np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ValueError:
         raise JitnnValueError(
             f"{op}: batch dimensions {a_shape[:-2]} of a {a.shape} and {b_shape[:-2]} of "
