@@ -15,3 +15,19 @@ def threads(request):
     numba.set_num_threads(request.param)
     yield request.param
     numba.set_num_threads(saved)
+
+
+@pytest.fixture
+def record_calls(monkeypatch):
+    """``record_calls(owner, *names)``: wrap each attribute ``names`` of
+    ``owner`` (through ``monkeypatch``) so that a call appends its name to the
+    returned list, then runs it (which compile of a kernel, or whether the
+    parallel driver, ran)."""
+    def record(owner, *names):
+        calls = []
+        for name in names:
+            original = getattr(owner, name)
+            monkeypatch.setattr(owner, name, lambda *args, name=name, original=original:
+                                (calls.append(name), original(*args))[1])
+        return calls
+    return record

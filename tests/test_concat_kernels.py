@@ -63,12 +63,10 @@ def test_aligned_detection():
 
 
 @pytest.mark.parametrize("channels", [(24, 40), (13, 22, 7)], ids=str)
-def test_parallel_path(channels, threads, monkeypatch):
+def test_parallel_path(channels, threads, record_calls):
     """Large enough for the parallel copy (2 threads; on 1 the same rows in
     one plain call per input)."""
-    calls = []     # the parallel driver's calls (the serial one is called from it too)
-    parallel = K._copy_rows_parallel
-    monkeypatch.setattr(K, "_copy_rows_parallel", lambda *args: (calls.append(1), parallel(*args))[1])
+    calls = record_calls(K, "_copy_rows_parallel")
     xs = [_random((2, c, 23, 29), seed=i) for i, c in enumerate(channels)]
     out = _concat(xs, 8)
     assert out.size >= K._PARALLEL_MIN

@@ -483,7 +483,8 @@ _SERIAL_CASES = {   # (n, c, o, h, w, kernel, strides, padding, groups, plain, a
 
 @pytest.mark.parametrize("block", [8, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("path", list(_SERIAL_CASES))
-def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypatch):
+def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypatch,
+                                                           record_calls):
     """On one thread a conv driver runs its serial compile (kernels/_config.py,
     ThreadCountKernel), on two its parallel one; both match the reference,
     bias, residual and activation included."""
@@ -512,11 +513,7 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
             out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
             launch = K.conv2d_launch(xin, packed, out, strides, (1, 1), padding, False, False,
                                      RELU, 0.0, 0.0, algorithm=algorithm)
-            calls = []
-            for variant in ("serial", "parallel"):
-                compiled = getattr(launch.driver, variant)
-                monkeypatch.setattr(launch.driver, variant, lambda *args, v=variant, f=compiled:
-                                    (calls.append(v), f(*args))[1])
+            calls = record_calls(launch.driver, "serial", "parallel")
             K.run_conv2d_launch(launch, xin, out, bias, residual)
             monkeypatch.undo()
             assert calls == ["serial" if threads == 1 else "parallel"]

@@ -230,7 +230,7 @@ def test_network_upsampling_shapes():
     run_case(2, 32, 16, 13, 13, (3, 3), 2, 1, 1, 1, activation="relu")
 
 
-def test_parallel_matches_serial(monkeypatch):
+def test_parallel_matches_serial(monkeypatch, record_calls):
     """On one thread the driver runs its serial compile (kernels/_config.py,
     ThreadCountKernel), on two its parallel one: the same bits."""
     if numba.config.NUMBA_NUM_THREADS < 2:
@@ -248,11 +248,7 @@ def test_parallel_matches_serial(monkeypatch):
     try:
         for threads in (1, 2):
             numba.set_num_threads(threads)
-            calls = []
-            for variant in ("serial", "parallel"):
-                compiled = getattr(driver, variant)
-                monkeypatch.setattr(driver, variant, lambda *args, v=variant, f=compiled:
-                                    (calls.append(v), f(*args))[1])
+            calls = record_calls(driver, "serial", "parallel")
             out = np.full((2, 3, 18, 22, 8), np.nan, np.float32)
             K.conv_transpose2d_forward(x, packed, out, (2, 2), (1, 1), (1, 1, 1, 1),
                                        activation=RELU)

@@ -307,13 +307,11 @@ def test_chain_four_tensor_operands_and_empty_chain():
 
 
 @pytest.mark.parametrize("cb", (8, 16))
-def test_parallel_path_and_plane_chunks(cb, threads, monkeypatch):
+def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
     """Large enough for the parallel driver (2 threads; on 1 the same tasks in
     one plain call); planes longer than a task's chunk and not a multiple of
     the span."""
-    calls = []     # the parallel driver's calls (the serial one is called from it too)
-    parallel = E._chain_parallel
-    monkeypatch.setattr(E, "_chain_parallel", lambda *args: (calls.append(1), parallel(*args))[1])
+    calls = record_calls(E, "_chain_parallel")
     channels = 17
     x = _random((2, channels, 43, 41), 0)
     v = _random((channels,), 1)

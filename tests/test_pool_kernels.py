@@ -104,12 +104,10 @@ def test_windows_partly_and_wholly_outside(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_parallel_path(kind, threads, monkeypatch):
+def test_parallel_path(kind, threads, record_calls):
     """Large enough for the parallel driver, which runs on 2 threads; on 1 the
     same rows go through one plain call."""
-    calls = []     # the parallel driver's calls (the serial one is called from it too)
-    parallel = P._pool_parallel
-    monkeypatch.setattr(P, "_pool_parallel", lambda *args: (calls.append(1), parallel(*args))[1])
+    calls = record_calls(P, "_pool_parallel")
     x = _random((2, 17, 40, 41), seed=4)
     out, reference = _run(kind, x, 8, GEOMETRIES[0])
     assert out.size >= P._PARALLEL_MIN
