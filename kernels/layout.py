@@ -350,40 +350,41 @@ def transpose8_scatter(typingctx, src, src_start, src_stride, dst, dst_start, of
 
 
 @intrinsic
-def transpose8_filter_tile(typingctx, src, src_start, src_stride, dst, dst_start, taps):
-    """``f(src, src_start, src_stride, dst, dst_start, taps)``, ``taps`` a
-    literal: one whole tile of a dense filter at block 8, 8 output channels x
-    one input block. Source row ``o`` (``src_stride`` apart) holds the run of
-    ``8 * taps`` floats ``f = i * taps + k``; its 8 x 8 transposes put the 8
-    output channels of run position ``f`` at ``dst_start + (k * 8 + i) * 8``.
-    With ``taps`` known, every target offset is a constant: against
-    :func:`transpose8_scatter` reading them from a table, one call per 8 x 8
-    (1 thread, in one process, shuffled rounds against np.copyto): 256 x 256 x
-    3 x 3 0.85 -> 0.94x, 512 x 512 x 3 x 3 0.78 -> 0.96x, 64 x 64 x 7 x 7
-    0.80 -> 0.89x. Split loads were no better (0.85-0.94x), and storing the
-    tile's vectors in target order worse (0.74-0.92x). ``pack_filter`` uses it
-    for 3x3 filters only: the code is unrolled, and 3x3, 5x5 and 7x7 together
-    took its cold compile from 1.8 to 6.6 s (serial) and 4.9 to 21.6 s
-    (parallel); 3x3 alone to 2.2-2.3 s and 6.6-7.4 s."""
+def transpose8_to_taps(typingctx, src, src_start, src_stride, dst, dst_start, first, taps):
+    """``f(src, src_start, src_stride, dst, dst_start, first, taps)``, ``taps``
+    a literal: one 8 x 8 transpose of a dense filter's tile at block 8 (8
+    output channels x one input block). Source row ``o`` (``src_stride``
+    apart) holds the run of ``8 * taps`` floats ``f = i * taps + k``; the
+    transpose takes its floats ``first .. first + 7`` and puts the 8 output
+    channels of run position ``f`` at ``dst_start + (k * 8 + i) * 8``.
+
+    :func:`transpose8_scatter` reads those offsets from a table; with
+    ``taps`` known, ``f % taps`` and ``f // taps`` are a multiply and a shift
+    each. ``pack_filter`` of a 3x3 filter, 1 thread, in one process, shuffled
+    rounds against np.copyto (before -> after): 256 x 256 0.80-0.87 ->
+    0.88-0.91x, 512 x 512 0.72-0.90 -> 0.88-0.91x. A whole tile per call, all
+    72 offsets constants, was no faster and compiled slower."""
     if not (_check_arrays(src, dst) and isinstance(taps, types.IntegerLiteral)):
         return None
     count = taps.literal_value
-    signature = types.void(src, types.intp, types.intp, dst, types.intp, taps)
+    signature = types.void(src, types.intp, types.intp, dst, types.intp, types.intp, taps)
 
     def codegen(context, builder, sig, args):
         vector = ir.VectorType(ir.FloatType(), 8)
         src_data = _data(context, builder, sig.args[0], args[0])
         dst_data = _data(context, builder, sig.args[3], args[3])
         index = args[1].type
-        for f0 in range(0, 8 * count, 8):
-            start = builder.add(args[1], ir.Constant(index, f0))
-            out = _load_transposed(
-                builder, [_row_start(builder, src_data, start, args[2], r) for r in range(8)], 8)
-            for r in range(8):
-                f = f0 + r
-                where = ((f % count) * 8 + f // count) * 8
-                target = builder.gep(dst_data, [builder.add(args[4], ir.Constant(index, where))])
-                builder.store(out[r], builder.bitcast(target, vector.as_pointer()), align=4)
+        first = args[5]
+        start = builder.add(args[1], first)
+        out = _load_transposed(
+            builder, [_row_start(builder, src_data, start, args[2], r) for r in range(8)], 8)
+        taps_constant, eight = ir.Constant(index, count), ir.Constant(index, 8)
+        for r in range(8):
+            f = builder.add(first, ir.Constant(index, r))
+            tap, lane = builder.urem(f, taps_constant), builder.udiv(f, taps_constant)
+            where = builder.mul(builder.add(builder.mul(tap, eight), lane), eight)
+            target = builder.gep(dst_data, [builder.add(args[4], where)])
+            builder.store(out[r], builder.bitcast(target, vector.as_pointer()), align=4)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -1297,8 +1298,9 @@ def pack_filter(w, groups, out):
     tiles (block edges, tiles straddling groups, depthwise) go element by
     element, output channel by output channel; tiles outside the group are
     zeros. A dense 1x1 filter at block 8 (every pointwise conv of a CNN) has
-    a loop of its own: one transpose per tile, all strides but the row known;
-    so do dense 3x3, 5x5 and 7x7 filters at block 8: one call per tile.
+    a loop of its own: one transpose per tile, all strides but the row known.
+    Dense 3x3 filters at block 8 compute their target offsets from the
+    constant 9 taps instead of the table.
     """
     wc = np.ascontiguousarray(w)  # views (hwio, ...) copy once; C arrays pass through
     out_channels, group_in, kernel_h, kernel_w = wc.shape
@@ -1326,13 +1328,6 @@ def pack_filter(w, groups, out):
                 transpose8_split(wc, ob * 8 * row + ib * 8, row,
                                  out, (ob * in_blocks + ib) * 64, 8)
         return
-    if (groups == 1 and ic_bn == 8 and oc_bn == 8 and out_channels % 8 == 0
-            and group_in % 8 == 0 and taps == 9):
-        # Dense 3x3 filters at block 8: a whole tile per call, every target
-        # offset a constant (transpose8_filter_tile)
-        for ob in prange(out_blocks):
-            _pack_dense_3x3_tiles8(wc, out, ob, in_blocks, row)
-        return
     src = wc.reshape(wc.size)
     dst = out.reshape(out.size)
     # where[f]: the offset in a packed tile of transposed row f (input lane
@@ -1346,6 +1341,11 @@ def pack_filter(w, groups, out):
         # task per output block (a task per tile ran 0.65x np.copyto for
         # 512 x 2048 x 1 x 1, this 0.9x).
         for ob in prange(out_blocks):
+            if taps == 9 and ic_bn == 8 and oc_bn == 8:
+                # 3x3 at block 8 (a prange loop of its own added ~1.3 s to the
+                # parallel compile)
+                _pack_3x3_block8(wc, out, ob, in_blocks, row)
+                continue
             for ib in range(in_blocks):
                 dst0 = (ob * in_blocks + ib) * tile_size
                 for og in range(oc_bn // 8):
@@ -1398,10 +1398,14 @@ def pack_filter(w, groups, out):
 
 
 @jit()
-def _pack_dense_3x3_tiles8(wc, out, ob, in_blocks, row):
-    """Output block ``ob``'s tiles of a dense 3x3 filter at block 8."""
+def _pack_3x3_block8(wc, out, ob, in_blocks, row):
+    """Output block ``ob`` of a dense 3x3 filter at block 8: the taps a
+    constant (:func:`transpose8_to_taps`), no offset table."""
     for ib in range(in_blocks):
-        transpose8_filter_tile(wc, ob * 8 * row + ib * 72, row, out, (ob * in_blocks + ib) * 576, 9)
+        src0 = ob * 8 * row + ib * 72
+        dst0 = (ob * in_blocks + ib) * 576
+        for first in range(0, 72, 8):
+            transpose8_to_taps(wc, src0, row, out, dst0, first, 9)
 
 
 def group_input_block_ranges(in_channels, out_channels, groups, ic_bn, oc_bn):
