@@ -580,10 +580,12 @@ def blocked_to_nchw(x, out):
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped.
 
     The inverse of :func:`nchw_to_blocked`, same tasks; a partial block's
-    transpose stores only its valid rows. With cb = 8 (in cache) a tile of
-    ``_PLANAR_TILE`` pixels goes out in two passes of 4 channels, 16 pixels
-    x 4 channels per step; otherwise 16 pixels of all cb channels at a time (pairs of
-    8 x 8 transposes). ``out`` may be the caller's array (one copy, no temp).
+    transpose stores only its valid rows. Mostly 16 pixels of all cb channels
+    at a time (pairs of 8 x 8 transposes). With cb = 8 in cache, where the
+    planes are a multiple of 4 KiB apart or a block is partial, a tile of
+    ``_PLANAR_TILE`` pixels goes out in two passes of 4 channels instead, 16
+    pixels x 4 channels per step. ``out`` may be the caller's array (one
+    copy, no temp).
     """
     batch, channels, height, width = out.shape
     channel_blocks, cb = x.shape[1], x.shape[4]
@@ -615,13 +617,29 @@ def blocked_to_nchw(x, out):
                     transpose4_cropped(x, src_start + p * 4, 4, out, dst_start + p, plane, valid)
         else:
             pair_end = p0 + (p1 - p0) // 16 * 16
-            if cb == 8 and (valid <= 4 or not streaming):
+            if cb == 8 and valid == 8 and not streaming and plane % 1024 != 0:
+                # In cache, with the planes not a multiple of 4 KiB apart: 16
+                # pixels of all 8 channels per step, each channel's 64 bytes
+                # stored wherever they fall. In one process, 1 thread, shuffled
+                # rounds against np.copyto, against the four-channel passes
+                # below (this kernel before): 1x64x56x56 0.78-0.82x -> 0.99x,
+                # 1x256x56x56 0.89 -> 1.05, 1x512x28x28 0.82-0.85 -> 0.97-0.99,
+                # 1x128x60x60 0.91-0.93 -> 1.04, 1x512x16x32 0.85 -> 0.99,
+                # 1x1024x16x16 0.80 -> 0.92. Starting the steps where the
+                # target lines begin (as the streaming case does) lost 0.06-0.1.
+                # With planes 4 KiB apart the 8 target lines share an L1 set:
+                # 1x64x64x64 0.76x, 1x64x128x128 0.66x, so those keep the passes.
+                _pairs_to_nchw8(x, out, src_start, dst_start, plane, p0, pair_end, vector_end)
+            elif cb == 8 and (valid <= 4 or not streaming):
                 # Four channels at a time, over a tile of pixels: 4 target
                 # planes written in lockstep instead of 8, and the second pass
                 # rereads the tile's source from L1. In cache, 1 thread, against
-                # the 8-plane pair transposes below: 0.61-0.94x np.copyto ->
-                # 0.68-0.96x over 11 shapes (a plain copy with the pairs' 8 interleaved 64-byte
-                # target streams runs at 0.61-0.89x, with 4 at 0.78-0.93x).
+                # the 8-plane pair transposes below (starting where the target
+                # lines do): 0.61-0.94x np.copyto -> 0.68-0.96x over 11 shapes
+                # (a plain copy with the pairs' 8 interleaved 64-byte target
+                # streams runs at 0.61-0.89x, with 4 at 0.78-0.93x). Since
+                # then the unaligned pairs above have taken the full blocks
+                # whose planes are not 4 KiB apart.
                 # From memory the pairs are faster (16 MB: 1.28x against 1.10x).
                 # The chunks are shifted by ``aligned_at`` pixels, where the
                 # target planes (all alike when the plane is a multiple of 16
@@ -679,6 +697,16 @@ def blocked_to_nchw(x, out):
         for p in range(vector_end, p1):
             for lane in range(valid):
                 dst[dst_start + lane * plane + p] = src[src_start + p * cb + lane]
+
+
+@jit()
+def _pairs_to_nchw8(x, out, src_start, dst_start, plane, p0, pair_end, vector_end):
+    """Pixels ``[p0, vector_end)`` of one full nChw8c block to its 8 nchw
+    planes: 16 pixels per step up to ``pair_end``, then 8."""
+    for p in range(p0, pair_end, 16):
+        transpose8_pair(x, src_start + p * 8, 8, out, dst_start + p, plane, 8)
+    for p in range(pair_end, vector_end, 8):
+        transpose8(x, src_start + p * 8, 8, out, dst_start + p, plane)
 
 
 @jit()
