@@ -155,14 +155,22 @@ def jit(parallel: bool = False, cache: bool = True):
 
 # --- threading -------------------------------------------------------------
 
+_thread_count_getter = None
+
+
 def numba_threads() -> int:
     """numba's thread count for the calling thread. ``numba.get_num_threads``
     costs 1.0 us; the C getter it calls once numba's threads are up, 0.14 us
     (numba's own name for it, not a public one: until the threads are up, or
-    when a numba version lacks it, the public function)."""
-    getter = getattr(_numba_parallel, "_get_num_threads", None)
+    when a numba version lacks it, the public function). The getter is looked
+    up until found, then kept."""
+    global _thread_count_getter
+    getter = _thread_count_getter
     if getter is None:
-        return numba.get_num_threads()
+        getter = getattr(_numba_parallel, "_get_num_threads", None)
+        if getter is None:
+            return numba.get_num_threads()
+        _thread_count_getter = getter
     return getter()
 
 
@@ -202,6 +210,11 @@ class ThreadCountKernel:
     def __call__(self, *args):
         kernel = self.serial if numba_threads() == 1 else self.parallel
         return kernel(*args)
+
+    def on_threads(self, threads: int):
+        """The compile that runs on ``threads`` threads (for a caller that
+        has just asked numba: asking again costs ~0.3 us)."""
+        return self.serial if threads == 1 else self.parallel
 
     def __repr__(self) -> str:
         return f"<jitnn kernel {self.__qualname__} (parallel and serial compiles)>"

@@ -507,7 +507,8 @@ def nchw_to_blocked(x, out) -> None:
     Past the caches, full blocks of 8 go out with non-temporal stores when
     ``out`` is 32-byte aligned (as the runtime allocates it).
     """
-    _nchw_to_blocked(x, out, numba_threads())
+    threads = numba_threads()
+    _nchw_to_blocked.on_threads(threads)(x, out, threads)
 
 
 @parallel_kernel
@@ -806,7 +807,8 @@ def nhwc_to_blocked(x, out) -> None:
     with non-temporal stores when ``out`` is 32-byte aligned
     (:func:`_groups_to_blocked8_streaming`).
     """
-    _nhwc_to_blocked(x, out, numba_threads())
+    threads = numba_threads()
+    _nhwc_to_blocked.on_threads(threads)(x, out, threads)
 
 
 @parallel_kernel
@@ -1021,7 +1023,8 @@ def blocked_to_nhwc(x, out) -> None:
     microcoded). Past the caches, at C = 8k, pixel by pixel with non-temporal
     stores when ``out`` is 16-byte aligned (:func:`_pixels_to_nhwc8_streaming`).
     """
-    _blocked_to_nhwc(x, out, numba_threads())
+    threads = numba_threads()
+    _blocked_to_nhwc.on_threads(threads)(x, out, threads)
 
 
 @parallel_kernel
