@@ -270,13 +270,8 @@ def test_parallel_reorders_with_streaming_stores(offset, shape):
 
 @pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
                                   "_blocked_to_nhwc", "pack_filter"])
-def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, monkeypatch):
-    kernel = getattr(kernels, name)
-    calls = []
-    for variant in ("serial", "parallel"):
-        compiled = getattr(kernel, variant)
-        monkeypatch.setattr(kernel, variant,
-                            lambda *args, v=variant, c=compiled: (calls.append(v), c(*args))[1])
+def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, record_calls):
+    calls = record_calls(getattr(kernels, name), "serial", "parallel")
     x = _random((1, 9, 5, 7))
     blocked = np.empty(layouts.blocked_shape(x.shape, 8), np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
