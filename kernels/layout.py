@@ -621,15 +621,15 @@ def blocked_to_nchw(x, out):
             if cb == 8 and valid == 8 and not streaming and plane % 1024 != 0:
                 # In cache, with the planes not a multiple of 4 KiB apart: 16
                 # pixels of all 8 channels per step, each channel's 64 bytes
-                # stored wherever they fall. In one process, 1 thread, shuffled
-                # rounds against np.copyto, against the four-channel passes
-                # below (this kernel before): 1x64x56x56 0.78-0.82x -> 0.99x,
-                # 1x256x56x56 0.89 -> 1.05, 1x512x28x28 0.82-0.85 -> 0.97-0.99,
-                # 1x128x60x60 0.91-0.93 -> 1.04, 1x512x16x32 0.85 -> 0.99,
-                # 1x1024x16x16 0.80 -> 0.92. Starting the steps where the
-                # target lines begin (as the streaming case does) lost 0.06-0.1.
-                # With planes 4 KiB apart the 8 target lines share an L1 set:
-                # 1x64x64x64 0.76x, 1x64x128x128 0.66x, so those keep the passes.
+                # stored wherever they fall. Against the four-channel passes
+                # below (this kernel before), both in one process, 1 thread:
+                # 1.12x faster at 1x64x56x56 (0.89 -> 1.00x np.copyto), 1.18x
+                # at 1x256x56x56, 1.06x at 1x512x28x28, 1.05x at 1x128x60x60;
+                # 2 threads 1.07-1.14x. Starting the steps where the target
+                # lines begin (as the streaming case does) lost 0.06-0.1 of
+                # np.copyto. With planes 4 KiB apart the 8 target lines share
+                # an L1 set (1x64x64x64 0.76x, 1x64x128x128 0.66x), so those
+                # keep the passes.
                 _pairs_to_nchw8(x, out, src_start, dst_start, plane, p0, pair_end, vector_end)
             elif cb == 8 and (valid <= 4 or not streaming):
                 # Four channels at a time, over a tile of pixels: 4 target
