@@ -111,7 +111,11 @@ class Stats:
     run's time); ``filter_packs`` / ``filter_pack_bytes``: filters packed into the
     kernels' layout (once per filter tensor and block size); ``launches``: op
     kernels run (conv2d, elementwise, pool, ...; reorders and filter packs are
-    counted apart); ``fused_ops``: ops folded into another op's kernel;
+    counted apart); ``launch_s``: seconds those launches took (each kernel's
+    checked wrapper included, its compile not), so that ``launch_s +
+    reorder_s`` is the time in kernels and the rest of a run's time is the
+    runtime's own (recording, planning, allocating, Python);
+    ``fused_ops``: ops folded into another op's kernel;
     ``flushes``: times pending work was run for a readback; ``plans_reused``:
     flushes that ran an earlier plan, so no scheduler pass ran (a pending
     DAG shaped like an earlier one, jitnn/plan_cache.py, or a ``compute``
@@ -127,6 +131,7 @@ class Stats:
     filter_packs: int = 0
     filter_pack_bytes: int = 0
     launches: int = 0
+    launch_s: float = 0.0
     fused_ops: int = 0
     flushes: int = 0
     plans_reused: int = 0
@@ -257,7 +262,9 @@ class Context:
         counted under ``_counter`` (None: not counted; reorders count themselves)."""
         # (written out, not through _count: it runs once per op of every flush)
         compiled_before = _COMPILE_CLOCK.seconds()
+        start = time.perf_counter()
         self._run_bound(kernel, args, threads, options)
+        seconds = time.perf_counter() - start
         compiled = _COMPILE_CLOCK.seconds() - compiled_before
         if compiled and getattr(_thread_state, "timing_compiles", False):
             compiled = 0.0                 # an enclosing span counts it
@@ -266,6 +273,7 @@ class Context:
                 counters = self._counters
                 if _counter:
                     counters[_counter] += 1
+                    counters["launch_s"] += max(0.0, seconds - compiled)
                 if compiled:
                     counters["compile_s"] += compiled
 

@@ -188,6 +188,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     start = time.perf_counter()
     previous = ctx._tracing(None)
     bound_calls = 0
+    bound_seconds = 0.0
     try:
         for index, captured in enumerate(steps):
             step = captured.step
@@ -209,7 +210,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     out = bindings.out_view(slots, step.buffer, captured.shape)
                 binding = bindings.steps[index] if bindings is not None else None
                 if binding and binding.valid(ctx, out):
+                    start_call = time.perf_counter()
                     ctx._run_bound(binding.kernel, binding.args)
+                    bound_seconds += time.perf_counter() - start_call
                     bound_calls += 1
                     data = binding.out
                 else:
@@ -224,5 +227,5 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     finally:
         ctx._tracing(previous)
         if bound_calls:
-            ctx._count(launches=bound_calls)
+            ctx._count(launches=bound_calls, launch_s=bound_seconds)
     plan.seconds = time.perf_counter() - start

@@ -1,5 +1,7 @@
 """The graph API: GraphBuilder, build once, dispatch (lazy, validated now), compute."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -605,13 +607,23 @@ def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
     monkeypatch.setattr(conv_kernels, "_checked_args",
                         lambda *args: checked.append(1) or check(*args))
     launches = []
+    run_bound = ctx._run_bound
+
+    def run_slowly(*args):                    # every kernel call, bound or not, takes >= 5 ms
+        run_bound(*args)
+        time.sleep(0.005)
+    monkeypatch.setattr(ctx, "_run_bound", run_slowly)
     for seed in range(4):
         inputs = {"x": _random((2, 9, 12, 11), seed), "w": _random((16, 16, 1, 1), 10 + seed)}
         outs = {"y": np.full((2, 16, 12, 11), np.nan, np.float32)}
-        before = ctx.stats.launches
+        before, before_s = ctx.stats.launches, ctx.stats.launch_s
         checked.clear()
+        start = time.perf_counter()
         ctx.compute(graph, inputs, outs)
+        elapsed = time.perf_counter() - start
         launches.append(ctx.stats.launches - before)
+        # bound calls are timed as launches too
+        assert 0.005 * launches[-1] <= ctx.stats.launch_s - before_s <= elapsed
         r1 = np.maximum(conv2d_reference(inputs["x"], w1, padding=1), 0)
         r2 = conv2d_reference(r1, w2, bias2) + r1
         r3 = conv2d_reference(r2, inputs["w"])

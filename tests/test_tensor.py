@@ -252,6 +252,34 @@ def test_stats_count_reorders_and_reset(ctx):
     assert ctx.stats == jitnn.Stats()
 
 
+def test_launch_s_times_the_launches_apart_from_their_compile():
+    """``launch_s`` grows with each counted launch by the time of its call,
+    compile excluded; reorders stay in ``reorder_s``, and a reset clears it."""
+    import time
+    ctx = jitnn.Context()
+    kernel = _fresh_kernel()
+    a = np.ones(4, np.float32)
+
+    def slow_launch(b):
+        kernel(b)                             # compiles at the first call
+        time.sleep(0.02)
+    ctx._launch(slow_launch, a)
+    first = ctx.stats
+    assert first.compile_s > 0 and first.launches == 1
+    assert 0.02 <= first.launch_s < 0.02 + 0.5   # the sleep, not the compile
+    start = time.perf_counter()
+    ctx._launch(slow_launch, a)
+    elapsed = time.perf_counter() - start
+    assert 0.02 <= ctx.stats.launch_s - first.launch_s <= elapsed
+    ctx._launch(slow_launch, a, _counter=None)   # uncounted (a reorder counts its own)
+    assert ctx.stats.launches == 2 and ctx.stats.launch_s < first.launch_s + elapsed
+    ctx.reset_stats()
+    jitnn.reorder(ctx.tensor(_random((1, 9, 4, 4))), "nChw8c").numpy()
+    stats = ctx.stats
+    assert stats.reorders == 2 and stats.reorder_s > 0
+    assert stats.launches == 0 and stats.launch_s == 0.0
+
+
 def _fresh_kernel():
     """A numba function compiled at its first call (never cached on disk)."""
     import numba

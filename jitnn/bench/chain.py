@@ -11,7 +11,9 @@ numpy NCHW array to a numpy NCHW result (copy-in and readback included):
 Columns: jitnn under ``policy="blocked"`` (lazy, fused, blocked between ops),
 ``"eager"`` (each op at its call, blocked, no fusion) and ``"plain"`` (each op
 at its call, converted back to NCHW after every op), with their reorder count
-and reorder tax (share of the time spent in reorders, from ``ctx.stats``);
+and reorder tax (share of the time spent in reorders, from ``ctx.stats``),
+and below the table each policy's time in kernels (op launches and reorders,
+``ctx.stats.launch_s + reorder_s``) against the rest, the runtime's own;
 PyTorch eager on NCHW tensors, and PyTorch with ``to_mkldnn`` tensors and
 modules (blocked between ops, converted at both ends).
 
@@ -151,6 +153,9 @@ def measure(run: Run) -> dict:
             # share of the time in reorders, over all the calls of the rounds
             runs = max(1, reps.reorders // max(1, stats.reorders))
             row[f"{policy}_tax"] = reps.reorder_s / (median_s * runs) if stats.reorders else 0.0
+            # time in kernels (op launches and reorders) per run, over the
+            # rounds; the rest of a run is the runtime's own
+            row[f"{policy}_kernel_ms"] = (reps.launch_s + reps.reorder_s) / runs * 1e3
             run.progress(f"{name}: {policy} {median_s * 1e3:.2f} ms")
         row["plain_over_blocked"] = statistics.median(
             plain / blocked for plain, blocked in zip(seconds["plain"], seconds["blocked"]))
@@ -259,6 +264,15 @@ def render(result: dict) -> list[str]:
         for r in result["rows"]))
     lines.append("policies agree: max |difference| " + ", ".join(
         f"{r['max_diff']:.1e}" for r in result["rows"]))
+    if all("blocked_kernel_ms" in r for r in result["rows"]):
+        lines.append("time in kernels per run (op launches and reorders, from `ctx.stats`; the "
+                     "rest, the runtime's own, in brackets): " + "; ".join(
+                         f"{r['label']}: " + ", ".join(
+                             f"{p} {r[p + '_kernel_ms']:.2f} ms "
+                             f"(+{r[p] - r[p + '_kernel_ms']:.2f})" for p in POLICIES)
+                         + f"; plain / blocked in kernels alone "
+                         f"{r['plain_kernel_ms'] / r['blocked_kernel_ms']:.3f}"
+                         for r in result["rows"]))
     o = result["overhead"]
     lines.append(f"\nscheduler overhead: {o['ops']} tiny ops (1x8x4x4, conv 1x1 + relu pairs) "
                  f"{o['jitnn_us']:.0f} us through jitnn vs {o['direct_us']:.0f} us as direct "
