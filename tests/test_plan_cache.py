@@ -188,6 +188,41 @@ def test_batch_norm_statistics_given_as_arrays_each_call_are_used():
     assert ctx._plans.hits == 2
 
 
+def test_a_folded_batch_norm_is_computed_once_and_its_numbers_key_the_fold(monkeypatch):
+    """A reused plan's conv finds its folded filter and bias through its memo
+    while the statistics are the same tensors; new tensors with the same
+    numbers (arrays passed at every call) reuse the packed filter; changing
+    numbers give right answers and keep a bounded number of folds."""
+    import importlib
+    conv_op = importlib.import_module("jitnn.ops.conv2d")
+    folds = []
+    original = conv_op.batch_norm_scale_shift
+    monkeypatch.setattr(conv_op, "batch_norm_scale_shift",
+                        lambda bn: folds.append(1) or original(bn))
+    ctx = jitnn.Context()
+    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
+    x = _random((1, 8, 5, 5), 2)
+    conv = conv2d_reference(x, np.asarray(w), padding=1)
+    held = [ctx.tensor(a) for a in _bn_stats(8, 3)]
+    for call in range(3):
+        got = jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1), *held)
+        _close(got.numpy(), batch_normalization_reference(conv, *_bn_stats(8, 3)))
+    assert len(folds) == 1 and ctx.stats.filter_packs == 1
+    for call in range(3):                     # the same numbers, new tensors every call
+        got = jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1),
+                                        *_bn_stats(8, 3))
+        _close(got.numpy(), batch_normalization_reference(conv, *_bn_stats(8, 3)))
+    assert len(folds) == 4 and ctx.stats.filter_packs == 1
+    for seed in range(4, 4 + 2 * conv_op.MAX_BN_FOLDS):   # other numbers every call
+        stats = _bn_stats(8, seed)
+        got = jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1), *stats)
+        _close(got.numpy(), batch_normalization_reference(conv, *stats))
+        kinds = [k[0] for k in w._v._derived]
+        assert kinds.count("conv2d_filter_bn") <= conv_op.MAX_BN_FOLDS
+        assert kinds.count("conv2d_bn_bias") <= conv_op.MAX_BN_FOLDS
+    assert ctx.stats.filter_packs == 1 + 2 * conv_op.MAX_BN_FOLDS
+
+
 def test_batch_norms_with_other_options_get_their_own_plans():
     ctx = jitnn.Context()
     w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))

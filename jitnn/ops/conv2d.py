@@ -187,11 +187,15 @@ def _conv2d_signature(ctx, x: Tensor, w: Tensor, bias_t: Tensor | None, strides,
 
 class _Conv2dMemo(NamedTuple):
     """What :func:`run_conv2d` keeps on a node between its runs (a replayed
-    program runs the same nodes again), saving ~10 us of Python per conv.
+    program, or a flush reusing an earlier plan, runs the same nodes again),
+    saving ~10 us of Python per conv (~25 us with a folded batch
+    normalization, whose scale and shift it would compute again).
     Valid while the filter and bias Values still hold the same derived forms
-    (a Value computed anew drops them and makes new ones), the input has the
-    same shape and the thread count is the same. Weak references: a memo
-    keeps nothing alive (a filter computed per run must not outlive its run)."""
+    (a Value computed anew drops them and makes new ones), the folded batch
+    normalization has the same statistics Values (immutable, so the same
+    numbers) and epsilon, the input has the same shape and the thread count
+    is the same. Weak references: a memo keeps nothing alive (a filter
+    computed per run must not outlive its run)."""
     threads: int
     x_shape: tuple
     filter_key: tuple
@@ -201,6 +205,33 @@ class _Conv2dMemo(NamedTuple):
     launch: weakref.ref
     blocked: tuple
     plain_result: bool
+    #: the folded batch normalization: weak references to its (mean,
+    #: variance, scale, bias) Values (None where it has none), then epsilon
+    bn: tuple | None
+
+
+def _bn_refs(bn: tuple | None) -> tuple | None:
+    """What a memo keeps of a folded batch normalization (see _Conv2dMemo)."""
+    if bn is None:
+        return None
+    return tuple(None if v is None else weakref.ref(v) for v in bn[:4]) + (bn[4],)
+
+
+def _same_bn(refs: tuple | None, bn: tuple | None) -> bool:
+    if refs is None or bn is None:
+        return refs is None and bn is None
+    if refs[4] != bn[4]:
+        return False
+    for ref, v in zip(refs[:4], bn[:4]):
+        if (v is None) != (ref is None) or (v is not None and ref() is not v):
+            return False
+    return True
+
+
+def _bias_home(a: dict) -> Value | None:
+    """The Value a conv's padded bias is derived on: the filter's when a
+    batch normalization is folded into it, else the bias's own."""
+    return a["w"] if a["bn"] is not None else a["bias"]
 
 
 def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
@@ -215,13 +246,14 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
         blocked_buffer(ctx, a["residual"], block, axes)
     memo = node.memo
     launch = bias = None
-    if memo is not None and memo.threads == ctx.num_threads and memo.x_shape == source.shape:
+    if memo is not None and memo.threads == ctx.num_threads and \
+            memo.x_shape == source.shape and _same_bn(memo.bn, a["bn"]):
         packed = memo.packed()
         launch = memo.launch()
         bias = None if memo.bias is None else memo.bias()
         if (packed is None or a["w"]._derived.get(memo.filter_key) is not packed
                 or (memo.bias is not None
-                    and (bias is None or a["bias"]._derived.get(memo.bias_key) is not bias))):
+                    and (bias is None or _bias_home(a)._derived.get(memo.bias_key) is not bias))):
             launch = None
     if launch is None:
         # planning packs the filter (on the context's threads) and may compile
@@ -243,9 +275,11 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
     a run does more than that call (a result converted to plain layout, an
     input reordered or padded first) or nothing is memoized."""
     memo = node.memo
-    if memo is None or memo.plain_result:
-        return None
     a = node.attrs
+    # (a folded batch normalization is never bound: a graph input's statistics
+    # are new Values at every run, which the binding's checks would not see)
+    if memo is None or memo.plain_result or a["bn"] is not None:
+        return None
     launch, packed = memo.launch(), memo.packed()
     bias = None if memo.bias is None else memo.bias()
     reads = []
@@ -275,9 +309,8 @@ run_conv2d.bind = bind_conv2d
 
 def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray | None):
     """``(memo, launch, bias, dest)``: the launch and padded bias of a conv2d
-    node for this input, the memo that finds them again (kept on the node
-    unless a batch normalization is folded in: that is computed per run), and
-    the array to write."""
+    node for this input, the memo that finds them again (kept on the node),
+    and the array to write."""
     a = node.attrs
     block = a["block"]
     bn_scale = bn_shift = None
@@ -292,12 +325,14 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
         bias_key = ("conv2d_bias", o_phys)
         bias_values = plain_buffer(a["bias"])
         bias_array = a["bias"]._derive(bias_key, lambda: _padded_bias(bias_values, o, o_phys))
-    elif a["bias"] is not None or bn_shift is not None:
-        bias_array = np.zeros(o_phys, np.float32)
+    elif bn_shift is not None:
+        folded_bias = np.zeros(o_phys, np.float32)
         if a["bias"] is not None:
-            bias_array[:o] = a["bias"]._materialize()
-        if bn_scale is not None:
-            bias_array[:o] = bias_array[:o] * bn_scale + bn_shift
+            folded_bias[:o] = a["bias"]._materialize()
+        folded_bias[:o] = folded_bias[:o] * bn_scale + bn_shift
+        # kept on the filter by its numbers (bounded), for the memo to find
+        bias_key = ("conv2d_bn_bias", folded_bias.tobytes())
+        bias_array = _derive_fold(a["w"], bias_key, lambda: folded_bias)
     n = value.shape[0]
     oh, ow = (value.shape[2], value.shape[3]) if a["axes"] == "nchw" else value.shape[1:3]
     blocked = (n, o_phys // block, oh, ow, block)
@@ -310,9 +345,8 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
         algorithm=ctx.conv_algorithm)
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
-                       weakref.ref(launch), blocked, plain_result)
-    if a["bn"] is None:
-        node.memo = memo
+                       weakref.ref(launch), blocked, plain_result, _bn_refs(a["bn"]))
+    node.memo = memo
     return memo, launch, bias_array, dest
 
 
@@ -328,15 +362,37 @@ def _padded_bias(bias: np.ndarray, channels: int, lanes: int) -> np.ndarray:
     return padded
 
 
+#: batch-normalization folds a filter Value keeps, of each kind (packed filter,
+#: folded bias), the oldest dropped first
+MAX_BN_FOLDS = 4
+
+
+def _derive_fold(w: Value, key: tuple, make):
+    """``w._derive(key, make)`` for a form keyed by the numbers of a folded
+    batch normalization: statistics passed anew at every call (numpy arrays,
+    say) find the form their numbers made before, and statistics that change
+    keep at most ``MAX_BN_FOLDS`` forms of ``key[0]``'s kind on ``w``."""
+    def make_bounded():
+        # (under w's lock, as _derive calls it)
+        kind = key[0]
+        folds = [k for k in w._derived if type(k) is tuple and k and k[0] == kind]
+        for old in folds[:max(0, len(folds) - MAX_BN_FOLDS + 1)]:
+            del w._derived[old]
+        return make()
+    return w._derive(key, make_bounded)
+
+
 def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
     """The filter in the kernel's layout, packed once per filter tensor and
-    configuration (and per folded batch normalization), and its key among
-    the filter's derived forms."""
+    configuration (and per folded batch normalization's scale), and its key
+    among the filter's derived forms."""
     w = a["w"]
     key = ("conv2d_filter", a["block"], a["filter_layout"], a["groups"], a["in_channels"],
            a["first_layer"])
     if bn_scale is not None:
-        key += ("bn",) + tuple(a["bn"])   # the statistics' Values: same tensors, same fold
+        # by the scale's numbers, not the statistics' Values: new Values with
+        # the same numbers (numpy arrays passed at every call) share the pack
+        key = ("conv2d_filter_bn",) + key[1:] + (bn_scale.tobytes(),)
 
     packed = w._derived.get(key)
     if packed is not None:
@@ -353,4 +409,6 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
                                                  a["block"], input_is_plain=a["first_layer"])
         ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
+    if bn_scale is not None:
+        return _derive_fold(w, key, pack), key
     return w._derive(key, pack), key
