@@ -131,11 +131,11 @@ class Stats:
     filter_packs: int = 0
     filter_pack_bytes: int = 0
     launches: int = 0
-    launch_s: float = 0.0
     fused_ops: int = 0
     flushes: int = 0
     plans_reused: int = 0
     compile_s: float = 0.0
+    launch_s: float = 0.0          # (last: fields are only ever added at the end)
 
 
 _STAT_FIELDS = tuple(field.name for field in dataclasses.fields(Stats))
