@@ -266,14 +266,16 @@ class Context:
         self._run_bound(kernel, args, threads, options)
         seconds = time.perf_counter() - start
         compiled = _COMPILE_CLOCK.seconds() - compiled_before
-        if compiled and getattr(_thread_state, "timing_compiles", False):
+        in_kernel = max(0.0, seconds - compiled)
+        _thread_state.kernel_s += in_kernel
+        if compiled and _thread_state.timing_compiles:
             compiled = 0.0                 # an enclosing span counts it
         if _counter or compiled:
             with self._lock:
                 counters = self._counters
                 if _counter:
                     counters[_counter] += 1
-                    counters["launch_s"] += max(0.0, seconds - compiled)
+                    counters["launch_s"] += in_kernel
                 if compiled:
                     counters["compile_s"] += compiled
 
@@ -283,7 +285,7 @@ class Context:
         its numba compiles counted in ``compile_s`` (the launches inside it
         leave theirs to this count)."""
         self._use_threads(self.num_threads)
-        if getattr(_thread_state, "timing_compiles", False):
+        if _thread_state.timing_compiles:
             return make()                  # an enclosing span counts them
         _thread_state.timing_compiles = True
         before = _COMPILE_CLOCK.seconds()
@@ -541,7 +543,27 @@ class Context:
         return await loop.run_in_executor(self._readback_pool(), tensor._read_into, out, None)
 
 
-_thread_state = threading.local()
+class _ThreadState(threading.local):
+    """Per calling thread: whether an enclosing span times the compiles, and
+    the seconds this thread has spent in kernel launches so far (all
+    contexts; its differences time the kernels of a plan step)."""
+    timing_compiles = False
+    kernel_s = 0.0
+
+
+_thread_state = _ThreadState()
+
+
+def kernel_seconds() -> float:
+    """Seconds the calling thread has spent in kernel launches (op kernels and
+    reorders, compiles excluded) so far; differences of it time a span's kernels."""
+    return _thread_state.kernel_s
+
+
+def add_kernel_seconds(seconds: float) -> None:
+    """Count kernel time spent outside :meth:`Context._launch` (a replay's
+    bound calls) in :func:`kernel_seconds`."""
+    _thread_state.kernel_s += seconds
 
 
 def physical_bytes_of(value: "Value | None") -> int:

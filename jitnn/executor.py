@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from .context import add_kernel_seconds, kernel_seconds
 from .ops._common import blocked_buffer
 from .scheduler import STRUCTURED, Plan, Step, physical_shape
 from .tensor import Node, Value
@@ -97,6 +98,7 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     try:
         for step in plan.steps:
             t0 = time.perf_counter()
+            k0 = kernel_seconds()
             ctx._tracing(step.inner_reorders)
             if step.kind == "reorder":
                 blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
@@ -108,6 +110,7 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
                 if capture is not None and first and step.node.kind in STRUCTURED:
                     capture.seeds[step.buffer] = slots[step.buffer]
             step.seconds = time.perf_counter() - t0
+            step.kernel_seconds = kernel_seconds() - k0
     finally:
         ctx._tracing(previous)
         if fused:
@@ -193,6 +196,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
         for index, captured in enumerate(steps):
             step = captured.step
             t0 = time.perf_counter()
+            k0 = kernel_seconds()
             reorders = step.inner_reorders
             reorders.clear()
             ctx._tracing(reorders)
@@ -212,7 +216,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 if binding and binding.valid(ctx, out):
                     start_call = time.perf_counter()
                     ctx._run_bound(binding.kernel, binding.args)
-                    bound_seconds += time.perf_counter() - start_call
+                    call_seconds = time.perf_counter() - start_call
+                    add_kernel_seconds(call_seconds)
+                    bound_seconds += call_seconds
                     bound_calls += 1
                     data = binding.out
                 else:
@@ -224,6 +230,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     slots[step.buffer] = data
                 _release(captured.frees)
             step.seconds = time.perf_counter() - t0
+            step.kernel_seconds = kernel_seconds() - k0
     finally:
         ctx._tracing(previous)
         if bound_calls:

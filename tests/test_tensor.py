@@ -256,6 +256,8 @@ def test_launch_s_times_the_launches_apart_from_their_compile():
     """``launch_s`` grows with each counted launch by the time of its call,
     compile excluded; reorders stay in ``reorder_s``, and a reset clears it."""
     import time
+
+    from jitnn.context import kernel_seconds
     ctx = jitnn.Context()
     kernel = _fresh_kernel()
     a = np.ones(4, np.float32)
@@ -263,10 +265,13 @@ def test_launch_s_times_the_launches_apart_from_their_compile():
     def slow_launch(b):
         kernel(b)                             # compiles at the first call
         time.sleep(0.02)
+    on_this_thread = kernel_seconds()
     ctx._launch(slow_launch, a)
     first = ctx.stats
     assert first.compile_s > 0 and first.launches == 1
     assert 0.02 <= first.launch_s < 0.02 + 0.5   # the sleep, not the compile
+    # the thread's kernel clock (what explain's per-step kernel times come from)
+    assert kernel_seconds() - on_this_thread == pytest.approx(first.launch_s)
     start = time.perf_counter()
     ctx._launch(slow_launch, a)
     elapsed = time.perf_counter() - start
