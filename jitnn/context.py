@@ -266,7 +266,7 @@ class Context:
         self._run_bound(kernel, args, threads, options)
         seconds = time.perf_counter() - start
         compiled = _COMPILE_CLOCK.seconds() - compiled_before
-        in_kernel = max(0.0, seconds - compiled)
+        in_kernel = seconds - compiled      # (the compile ran inside this span)
         _thread_state.kernel_s += in_kernel
         if compiled and _thread_state.timing_compiles:
             compiled = 0.0                 # an enclosing span counts it
@@ -558,12 +558,6 @@ def kernel_seconds() -> float:
     """Seconds the calling thread has spent in kernel launches (op kernels and
     reorders, compiles excluded) so far; differences of it time a span's kernels."""
     return _thread_state.kernel_s
-
-
-def add_kernel_seconds(seconds: float) -> None:
-    """Count kernel time spent outside :meth:`Context._launch` (a replay's
-    bound calls) in :func:`kernel_seconds`."""
-    _thread_state.kernel_s += seconds
 
 
 def physical_bytes_of(value: "Value | None") -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .context import add_kernel_seconds, kernel_seconds
+from .context import _thread_state   # its kernel_s: the thread's time in kernels
 from .ops._common import blocked_buffer
 from .scheduler import STRUCTURED, Plan, Step, physical_shape
 from .tensor import Node, Value
@@ -95,10 +95,10 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     start = time.perf_counter()
     previous = ctx._tracing(None)
     fused = 0
+    in_kernels = _thread_state.kernel_s     # this thread's time in kernels so far
     try:
         for step in plan.steps:
             t0 = time.perf_counter()
-            k0 = kernel_seconds()
             ctx._tracing(step.inner_reorders)
             if step.kind == "reorder":
                 blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
@@ -110,12 +110,12 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
                 if capture is not None and first and step.node.kind in STRUCTURED:
                     capture.seeds[step.buffer] = slots[step.buffer]
             step.seconds = time.perf_counter() - t0
-            step.kernel_seconds = kernel_seconds() - k0
     finally:
         ctx._tracing(previous)
         if fused:
             ctx._count(fused_ops=fused)
     plan.seconds = time.perf_counter() - start
+    plan.kernel_seconds = _thread_state.kernel_s - in_kernels
     for home, node in plan.memo_homes:     # what the nodes memoized, for the next plan
         home.memo = node.memo
     plan.memo_homes = []
@@ -192,11 +192,11 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     previous = ctx._tracing(None)
     bound_calls = 0
     bound_seconds = 0.0
+    in_kernels = _thread_state.kernel_s     # this thread's time in kernels so far
     try:
         for index, captured in enumerate(steps):
             step = captured.step
             t0 = time.perf_counter()
-            k0 = kernel_seconds()
             reorders = step.inner_reorders
             reorders.clear()
             ctx._tracing(reorders)
@@ -216,9 +216,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 if binding and binding.valid(ctx, out):
                     start_call = time.perf_counter()
                     ctx._run_bound(binding.kernel, binding.args)
-                    call_seconds = time.perf_counter() - start_call
-                    add_kernel_seconds(call_seconds)
-                    bound_seconds += call_seconds
+                    bound_seconds += time.perf_counter() - start_call
                     bound_calls += 1
                     data = binding.out
                 else:
@@ -230,9 +228,10 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     slots[step.buffer] = data
                 _release(captured.frees)
             step.seconds = time.perf_counter() - t0
-            step.kernel_seconds = kernel_seconds() - k0
     finally:
         ctx._tracing(previous)
         if bound_calls:
             ctx._count(launches=bound_calls, launch_s=bound_seconds)
+            _thread_state.kernel_s += bound_seconds
     plan.seconds = time.perf_counter() - start
+    plan.kernel_seconds = _thread_state.kernel_s - in_kernels

@@ -62,7 +62,6 @@ class Step:
     reorder_block: int = 0         # reorder steps: the target block
     removed: bool = False          # fused into another step by a pass
     seconds: float | None = None   # measured after the run
-    kernel_seconds: float | None = None   # of which in kernel launches (op kernels, reorders)
     inner_reorders: list = dataclasses.field(default_factory=list)  # (label, bytes, s)
 
 
@@ -80,6 +79,7 @@ class Plan:
     peak_bytes: int = 0
     buffer_slots: int = 0
     seconds: float | None = None
+    kernel_seconds: float | None = None    # of ``seconds``, in kernels (op kernels, reorders)
     read_lines: list[str] = dataclasses.field(default_factory=list)
     readers: dict = dataclasses.field(default_factory=dict)     # see _index_readers
     reused: bool = False           # made from an earlier flush's plan (plan_cache)
@@ -611,8 +611,8 @@ def describe(plan: Plan, title: str) -> str:
         reorder_s = sum(s.seconds or 0.0 for s in reorders) + sum(
             r[2] or 0.0 for s in plan.steps for r in s.inner_reorders)
         total = plan.seconds
-        kernel_s = sum(s.kernel_seconds or 0.0 for s in plan.steps)
-        lines.append(f"  ran in {total * 1e3:.3f} ms ({kernel_s * 1e3:.3f} ms in kernels); reorder tax "
+        lines.append(f"  ran in {total * 1e3:.3f} ms ({(plan.kernel_seconds or 0.0) * 1e3:.3f} ms in "
+                     f"kernels); reorder tax "
                      f"{100 * reorder_s / total if total else 0:.1f} % "
                      f"({reorder_s * 1e3:.3f} ms in reorders, readback not included)")
     else:
