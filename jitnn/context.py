@@ -546,7 +546,8 @@ class Context:
 class _ThreadState(threading.local):
     """Per calling thread: whether an enclosing span times the compiles, and
     the seconds this thread has spent in kernel launches so far (all
-    contexts; its differences time the kernels of a plan step)."""
+    contexts, a replay's bound calls included; its differences time the
+    kernels of a plan run, see jitnn/executor.py)."""
     timing_compiles = False
     kernel_s = 0.0
 
