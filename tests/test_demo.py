@@ -22,6 +22,10 @@ def test_demo_quick_prints_the_table_and_the_blocked_plan(tmp_path):
     assert by[seed, "plain"]["reorders"] == 6
     assert by["bottleneck (quick)", "blocked"]["fused"] == 7    # 3 bn, add, 3 relu
     assert "all three policies give the same numbers" in text
+    for row in rows:                          # time = op kernels + reorders + the runtime
+        assert 0 < row["kernel_ms"] < row["ms"] and 0 <= row["runtime_share"] < 1
+        rest = 1 - row["tax"] - row["kernel_ms"] / row["ms"]
+        assert abs(row["runtime_share"] - max(0.0, rest)) < 1e-9
     assert max(r.get("max_diff", 0) for r in rows) < 1e-3
     assert "conv2d + relu" in result["explain"] and "reorder tax" in result["explain"]
     if importlib.util.find_spec("matplotlib") is not None:
