@@ -74,11 +74,14 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
             ctx.reset_stats()
             once()
             stats = ctx.stats
-            # the bench suites' timing: median over >= 0.3 s of repeats after warm-up;
-            # the tax is the reorders' share of those same repeats
+            # the bench suites' timing: median over >= 0.3 s of repeats after warm-up
+            seconds = median_seconds(once, min_time=0.05 if quick else 0.3)[0]
+            # the shares of the time (reorders, op kernels, the rest) over more
+            # repeats timed as a whole (median_seconds sleeps before it times)
             ctx.reset_stats()
             start = time.perf_counter()
-            seconds = median_seconds(once, min_time=0.05 if quick else 0.3)[0]
+            for _ in range(3 if quick else 20):
+                once()
             elapsed = time.perf_counter() - start
             spent = ctx.stats
             tax = spent.reorder_s / elapsed
