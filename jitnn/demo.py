@@ -152,8 +152,9 @@ def _plot(rows: list[dict], path: str, say) -> str | None:
                label="runtime (Python)", color="#8c8c8c")
         ax.set_title(workload, fontsize=9)
         ax.set_ylabel("ms")
-    axes[0].legend()
-    figure.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=3)    # under the panels
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
     figure.savefig(path, dpi=110)
     say(f"\nplot: {path} (each policy's time split into op kernels, reorders and the runtime)")
     return path
