@@ -115,8 +115,9 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
     say(f"\nall three policies give the same numbers (largest difference {max(diffs):.1e}); "
         "only the cost differs.")
     say("(runtime's own: the share of the time in neither the op kernels nor the reorders "
-        "(`ctx.stats.launch_s`,\n`reorder_s`): recording the ops, planning, allocating, Python; "
-        "the plain policy also copies its\nresult into the caller's array there)")
+        "(`ctx.stats.launch_s`,\n`reorder_s`): recording the ops, planning, allocating, Python, "
+        "and copying the input into a tensor;\nthe plain policy also copies its result into the "
+        "caller's array there)")
     say("(jitnn keeps freed tensor memory for reuse, see `jitnn info`; with JITNN_MALLOC_TUNING=0 "
         "the eager and plain\npolicies, which allocate new buffers for every op, also pay a page "
         "fault per 4 KiB of each new buffer)")
@@ -149,7 +150,7 @@ def _plot(rows: list[dict], path: str, say) -> str | None:
         ax.bar(labels, kernels, label="op kernels", color="#4c72b0")
         ax.bar(labels, reorder, bottom=kernels, label="reorders", color="#dd8452")
         ax.bar(labels, runtime, bottom=[k + t for k, t in zip(kernels, reorder)],
-               label="runtime (Python)", color="#8c8c8c")
+               label="runtime (Python, copy in)", color="#8c8c8c")
         ax.set_title(workload, fontsize=9)
         ax.set_ylabel("ms")
     handles, labels = axes[0].get_legend_handles_labels()
