@@ -114,7 +114,8 @@ class Stats:
     counted apart); ``launch_s``: seconds those launches took (each kernel's
     checked wrapper included, its compile not), so that ``launch_s +
     reorder_s`` is the time in kernels and the rest of a run's time is the
-    runtime's own (recording, planning, allocating, Python);
+    runtime's own (recording, planning, allocating, Python, plain copies in
+    and out);
     ``fused_ops``: ops folded into another op's kernel;
     ``flushes``: times pending work was run for a readback; ``plans_reused``:
     flushes that ran an earlier plan, so no scheduler pass ran (a pending
@@ -559,6 +560,12 @@ def kernel_seconds() -> float:
     """Seconds the calling thread has spent in kernel launches (op kernels and
     reorders, compiles excluded) so far; differences of it time a span's kernels."""
     return _thread_state.kernel_s
+
+
+def add_kernel_seconds(seconds: float) -> None:
+    """Count kernel calls made outside :meth:`Context._launch` (a replay's
+    bound calls) in :func:`kernel_seconds`."""
+    _thread_state.kernel_s += seconds
 
 
 def physical_bytes_of(value: "Value | None") -> int:

@@ -13,7 +13,8 @@ and a residual add). Both run under jitnn's three policies:
 
 The table shows time, reorders, bytes reordered, the reorder tax (share of
 time in reorders), the runtime's own share (time in neither the op kernels
-nor the reorders: recording, planning, Python) and the speedup over plain;
+nor the reorders: recording, planning, Python, copying the input in) and the
+speedup over plain;
 then the blocked plan as ``jitnn.explain`` prints it, and a plot of each
 policy's time in op kernels, in reorders and in the runtime.
 """

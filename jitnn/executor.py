@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .context import _thread_state   # its kernel_s: the thread's time in kernels
+from .context import add_kernel_seconds, kernel_seconds
 from .ops._common import blocked_buffer
 from .scheduler import STRUCTURED, Plan, Step, physical_shape
 from .tensor import Node, Value
@@ -95,7 +95,7 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     start = time.perf_counter()
     previous = ctx._tracing(None)
     fused = 0
-    in_kernels = _thread_state.kernel_s     # this thread's time in kernels so far
+    in_kernels = kernel_seconds()           # this thread's time in kernels so far
     try:
         for step in plan.steps:
             t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
         if fused:
             ctx._count(fused_ops=fused)
     plan.seconds = time.perf_counter() - start
-    plan.kernel_seconds = _thread_state.kernel_s - in_kernels
+    plan.kernel_seconds = kernel_seconds() - in_kernels
     for home, node in plan.memo_homes:     # what the nodes memoized, for the next plan
         home.memo = node.memo
     plan.memo_homes = []
@@ -192,7 +192,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     previous = ctx._tracing(None)
     bound_calls = 0
     bound_seconds = 0.0
-    in_kernels = _thread_state.kernel_s     # this thread's time in kernels so far
+    in_kernels = kernel_seconds()           # this thread's time in kernels so far
     try:
         for index, captured in enumerate(steps):
             step = captured.step
@@ -232,6 +232,6 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
         ctx._tracing(previous)
         if bound_calls:
             ctx._count(launches=bound_calls, launch_s=bound_seconds)
-            _thread_state.kernel_s += bound_seconds
+            add_kernel_seconds(bound_seconds)
     plan.seconds = time.perf_counter() - start
-    plan.kernel_seconds = _thread_state.kernel_s - in_kernels
+    plan.kernel_seconds = kernel_seconds() - in_kernels
