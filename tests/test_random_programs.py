@@ -1,23 +1,24 @@
 """Random programs: every policy and the graph API against the numpy references.
 
 Each test draws a small CNN-like program from a seed: convolutions (grouped,
-depthwise, strided, dilated, with bias and fused activations), batch
-normalizations right after a conv (which the scheduler folds) or elsewhere,
-activations, binary ops with another tensor, a per-channel vector or a scalar
-(residual adds), pools, channel concats and plain-layout ops in between
-(transpose, reshape, softmax), transposed convolutions, and a classifier
-head (flatten, then gemm or matmul, activations and binary ops on the
-rows). The program reads some tensors while others
-are still pending, drops the handles of others (so their values may be fused
-away), and reads what is left at the end with ``read_all``.
+depthwise, strided, dilated, with bias and fused activations), transposed
+convolutions, batch normalizations right after a conv (which the scheduler
+folds) or elsewhere, activations, binary ops with another tensor, a
+per-channel vector or a scalar (residual adds), pools, channel concats,
+plain-layout ops in between (transpose, reshape, softmax) and a classifier
+head (flatten, then gemm or matmul, activations and binary ops on the rows).
+The program reads some tensors while others are still pending, drops the
+handles of others (so their values may be fused away), and reads what is
+left at the end with ``read_all``.
 
-The same program runs on a context of each policy and, as one graph, through
-``ctx.compute`` twice (the second call replays the plan on new inputs). Every
-read must match the float64 numpy references (the ops' own ``*_reference``
-functions). Channel counts are drawn so that most tensors do not fill a block.
+The same program runs on a context of each policy, on blocked contexts that
+flush every 3 ops, use a block of 16, or run on 1 thread with direct
+convolutions only, and as one graph through ``ctx.compute`` twice (the
+second call replays the plan on new inputs). Every read must match the
+float64 numpy references (the ops' own ``*_reference`` functions). Channel
+counts are drawn so that most tensors do not fill a block.
 
-On a failure the program is printed: ``pytest tests/test_random_programs.py -k
-<seed>`` reruns it.
+A failure prints the program; the test's id names its seed (and context).
 """
 
 from __future__ import annotations
@@ -348,9 +349,22 @@ def _check(program: Program, where: str, tensor_id: int, got, want) -> None:
         err_msg=f"{where}: t{tensor_id} differs\n{program.listing()}")
 
 
-def run_eager(program: Program, policy: str) -> None:
+#: contexts the programs run on: the three policies, and the blocked policy
+#: flushing every few ops, with AVX-512's block, and on 1 thread with the
+#: direct convolution only
+CONTEXTS = {
+    "blocked": {},
+    "plain": {"policy": "plain"},
+    "eager": {"policy": "eager"},
+    "blocked-pending3": {"max_pending_ops": 3},
+    "blocked-block16": {"block": 16},
+    "blocked-1thread-direct": {"num_threads": 1, "conv_algorithm": "direct"},
+}
+
+
+def run_eager(program: Program, context: str) -> None:
     """The program as a framework calls it: op by op, reading as it goes."""
-    ctx = jitnn.Context(policy=policy)
+    ctx = jitnn.Context(**CONTEXTS[context])
     numbers = _numbers_for(program, 0)
     want = expected_values(program, numbers)
     tensors = {i: ctx.tensor(a) for i, a in numbers.items()}
@@ -363,11 +377,11 @@ def run_eager(program: Program, policy: str) -> None:
         else:
             tensor = tensors[step.out]
             got = tensor.numpy() if index % 2 else np.asarray(tensor)
-            _check(program, f"{policy}, read", step.out, got, want[step.out])
+            _check(program, f"{context}, read", step.out, got, want[step.out])
     ids = sorted(tensors)
     outs = jitnn.read_all([tensors[i] for i in ids])
     for i, got in zip(ids, outs):
-        _check(program, f"{policy}, read_all", i, got, want[i])
+        _check(program, f"{context}, read_all", i, got, want[i])
     # a tensor read again gives the same numbers (a second read copies again)
     last = ids[-1]
     np.testing.assert_array_equal(tensors[last].numpy(), outs[-1])
@@ -406,10 +420,10 @@ SEEDS = range(40)
 SLOW_SEEDS = range(40, 400)
 
 
-@pytest.mark.parametrize("policy", ["blocked", "plain", "eager"])
+@pytest.mark.parametrize("context", CONTEXTS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_program_matches_reference(seed, policy):
-    run_eager(draw_program(seed), policy)
+def test_random_program_matches_reference(seed, context):
+    run_eager(draw_program(seed), context)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -421,8 +435,8 @@ def test_random_program_as_graph_matches_reference(seed):
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_many_random_programs(seed):
     program = draw_program(seed, length=20)
-    for policy in ("blocked", "plain", "eager"):
-        run_eager(program, policy)
+    for context in CONTEXTS:
+        run_eager(program, context)
     run_graph(program)
 
 
