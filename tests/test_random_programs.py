@@ -82,7 +82,7 @@ class Program:
 
 # --- drawing a program -------------------------------------------------------------
 
-def _draw_conv(rng, shape):
+def _draw_conv(rng, shape, channels):
     n, c, h, w = shape
     kernel = int(rng.choice([1, 3, 3, 5])) if min(h, w) >= 5 else int(rng.choice([1, 3]))
     dilation = 2 if kernel == 3 and min(h, w) >= 5 and rng.random() < 0.35 else 1
@@ -94,7 +94,7 @@ def _draw_conv(rng, shape):
     ow = conv2d_output_size(w, kernel, stride, dilation, shape4[2], shape4[3])
     if oh < 1 or ow < 1:
         return None
-    groups, out_channels = 1, int(rng.choice(CHANNELS))
+    groups, out_channels = 1, int(rng.choice(channels))
     draw = rng.random()
     if draw < 0.2 and c > 1:
         groups = out_channels = c                               # depthwise
@@ -127,17 +127,17 @@ def _draw_pool(rng, shape):
     return op, {}, options, (n, c, *size)
 
 
-def _draw_conv_transpose(rng, shape):
+def _draw_conv_transpose(rng, shape, channels):
     n, c, h, w = shape
     kernel, stride = int(rng.choice([2, 3])), int(rng.choice([1, 2]))
     pad = int(rng.integers(0, kernel // 2 + 1))
-    out_channels = int(rng.choice(CHANNELS))
+    out_channels = int(rng.choice(channels))
     consts = {"w": (rng.standard_normal((c, out_channels, kernel, kernel))
                     / np.sqrt(c * kernel)).astype(np.float32)}
     if rng.random() < 0.5:
         consts["bias"] = (rng.standard_normal(out_channels) * 0.3).astype(np.float32)
     size = [(s - 1) * stride + kernel - 2 * pad for s in (h, w)]
-    if min(size) < 1 or max(size) > 24:
+    if min(size) < 1 or max(size) > 48:
         return None
     return "conv_transpose2d", consts, dict(strides=stride, padding=pad), (n, out_channels, *size)
 
@@ -172,14 +172,18 @@ def _draw_rows(rng, shape, live, shapes):
     return "softmax", {}, {"axis": 1}, shape
 
 
-def draw_program(seed: int, length: int = 12) -> Program:
-    """A program of about ``length`` ops on one or two inputs (N, C, H, W)."""
+def draw_program(seed: int, length: int = 12, large: bool = False) -> Program:
+    """A program of ``length`` ops on one or two inputs (N, C, H, W): C (and
+    the convolutions' output channels) from CHANNELS and H, W from 5 to 11, or
+    ``large``: from 24 to 71 and from 14 to 33 (several register tiles and
+    Winograd tile rows per image)."""
     rng = np.random.default_rng(seed)
     n = int(rng.choice([1, 1, 2]))
-    shapes = {0: (n, int(rng.choice(CHANNELS)), int(rng.integers(5, 12)),
-                  int(rng.integers(5, 12)))}
+    channels, sizes = (tuple(range(24, 72)), (14, 34)) if large else (CHANNELS, (5, 12))
+    shapes = {0: (n, int(rng.choice(channels)), int(rng.integers(*sizes)),
+                  int(rng.integers(*sizes)))}
     if rng.random() < 0.4:
-        shapes[1] = (n, int(rng.choice(CHANNELS)), *shapes[0][2:])
+        shapes[1] = (n, int(rng.choice(channels)), *shapes[0][2:])
     inputs = dict(shapes)
     live = list(shapes)
     steps = []
@@ -196,9 +200,9 @@ def draw_program(seed: int, length: int = 12) -> Program:
         elif draw < 0.04:
             drawn = "flatten", {}, {}, (n, shape[1] * shape[2] * shape[3])
         elif draw < 0.08:
-            drawn = _draw_conv_transpose(rng, shape)
+            drawn = _draw_conv_transpose(rng, shape, channels)
         elif draw < 0.28:
-            drawn = _draw_conv(rng, shape)
+            drawn = _draw_conv(rng, shape, channels)
         elif draw < 0.40:
             op = str(rng.choice(UNARY))
             options = {"clamp": {"min_value": -0.4, "max_value": 0.6},
@@ -434,7 +438,7 @@ def test_random_program_as_graph_matches_reference(seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_many_random_programs(seed):
-    program = draw_program(seed, length=20)
+    program = draw_program(seed, length=20, large=seed % 4 == 0)
     for context in CONTEXTS:
         run_eager(program, context)
     run_graph(program)
