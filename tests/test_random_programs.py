@@ -24,6 +24,7 @@ A failure prints the program; the test's id names its seed (and context).
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -366,9 +367,10 @@ CONTEXTS = {
 }
 
 
-def run_eager(program: Program, context: str) -> None:
-    """The program as a framework calls it: op by op, reading as it goes."""
-    ctx = jitnn.Context(**CONTEXTS[context])
+def run_eager(program: Program, context: str, ctx: jitnn.Context | None = None) -> None:
+    """The program as a framework calls it: op by op, reading as it goes (on
+    ``ctx``, else on a new context of kind ``context``)."""
+    ctx = ctx or jitnn.Context(**CONTEXTS[context])
     numbers = _numbers_for(program, 0)
     want = expected_values(program, numbers)
     tensors = {i: ctx.tensor(a) for i, a in numbers.items()}
@@ -391,10 +393,9 @@ def run_eager(program: Program, context: str) -> None:
     np.testing.assert_array_equal(tensors[last].numpy(), outs[-1])
 
 
-def run_graph(program: Program) -> None:
-    """The program as one graph: every tensor it reads or keeps is an output;
-    ``compute`` twice, on new inputs (the second call replays the plan)."""
-    ctx = jitnn.Context()
+def build_graph(program: Program, ctx: jitnn.Context) -> jitnn.Graph:
+    """The program as one graph whose outputs are every tensor the program
+    reads or keeps (named ``t<id>``)."""
     builder = jitnn.GraphBuilder(ctx)
     operands = {i: builder.input(f"x{i}", shape) for i, shape in program.inputs.items()}
     kept = set(program.inputs)
@@ -408,12 +409,20 @@ def run_graph(program: Program) -> None:
     outputs = {f"t{i}": operands[i] for i in sorted(kept | {s.out for s in program.steps
                                                              if s.kind == "read"})
                if i not in program.inputs}
-    graph = builder.build(outputs)
-    for call_number in (1, 2):
+    return builder.build(outputs)
+
+
+def run_graph(program: Program, ctx: jitnn.Context | None = None, graph=None,
+              calls=(1, 2)) -> None:
+    """``ctx.compute`` of the program's graph, once per number in ``calls``
+    on new inputs (from the second call on, it replays the plan)."""
+    ctx = ctx or jitnn.Context()
+    graph = graph or build_graph(program, ctx)
+    for call_number in calls:
         numbers = _numbers_for(program, call_number)
         want = expected_values(program, numbers)
-        results = {name: np.full(operand.shape, np.nan, np.float32)
-                   for name, operand in outputs.items()}
+        results = {name: np.full(shape, np.nan, np.float32)
+                   for name, shape in graph.outputs.items()}
         ctx.compute(graph, {f"x{i}": a for i, a in numbers.items()}, results)
         for name, got in results.items():
             _check(program, f"graph, call {call_number}", int(name[1:]), got,
@@ -433,6 +442,54 @@ def test_random_program_matches_reference(seed, context):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_program_as_graph_matches_reference(seed):
     run_graph(draw_program(seed))
+
+
+def _on_two_threads(work) -> None:
+    """``work(0)`` and ``work(1)`` at once, on two threads; re-raises the
+    first error either met."""
+    errors = []
+
+    def guarded(index):
+        try:
+            work(index)
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            errors.append(error)
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("context", ["blocked", "eager", "blocked-pending3"])
+def test_random_programs_on_two_threads_sharing_a_context(context):
+    """Two threads run programs on one context at once (its caches of
+    single-op graphs and plans, its pending work and counters shared), some
+    the same program (the same shapes, so the same cached graphs and plans)."""
+    ctx = jitnn.Context(**CONTEXTS[context])
+    programs = [draw_program(seed) for seed in range(6)]
+
+    def work(index):
+        for round_number in range(3):
+            for program in programs[index::2] + programs[:2]:
+                run_eager(program, context, ctx)
+    _on_two_threads(work)
+
+
+def test_random_graphs_computed_on_two_threads_at_once():
+    """Two threads compute the same graphs at once, each call on new inputs
+    (a graph's replayable programs are handed out one call at a time)."""
+    ctx = jitnn.Context()
+    programs = [draw_program(seed) for seed in range(6)]
+    graphs = [build_graph(program, ctx) for program in programs]
+
+    def work(index):
+        for round_number in range(4):
+            for program, graph in zip(programs, graphs):
+                run_graph(program, ctx, graph, calls=(index + 2 * round_number,))
+    _on_two_threads(work)
 
 
 @pytest.mark.slow
