@@ -367,14 +367,19 @@ CONTEXTS = {
 }
 
 
-def run_eager(program: Program, context: str, ctx: jitnn.Context | None = None) -> None:
+def run_eager(program: Program, context: str, ctx: jitnn.Context | None = None,
+              between_steps=None) -> None:
     """The program as a framework calls it: op by op, reading as it goes (on
-    ``ctx``, else on a new context of kind ``context``)."""
+    ``ctx``, else on a new context of kind ``context``). ``between_steps(ctx,
+    tensors)``, if given, runs between every two steps with the live tensors
+    {id: Tensor}."""
     ctx = ctx or jitnn.Context(**CONTEXTS[context])
     numbers = _numbers_for(program, 0)
     want = expected_values(program, numbers)
     tensors = {i: ctx.tensor(a) for i, a in numbers.items()}
     for index, step in enumerate(program.steps):
+        if between_steps is not None and index:
+            between_steps(ctx, tensors)
         if step.kind == "op":
             tensors[step.out] = call(jitnn, step, [tensors[a] for a in step.args])
             assert tensors[step.out].shape == want[step.out].shape
