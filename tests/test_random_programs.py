@@ -12,9 +12,9 @@ handles of others (so their values may be fused away), and reads what is
 left at the end with ``read_all``.
 
 The same program runs on a context of each policy, on blocked contexts that
-flush every 3 ops, use a block of 16, or run on 1 thread with direct
-convolutions only, and as one graph through ``ctx.compute`` twice (the
-second call replays the plan on new inputs). Every read must match the
+flush every 3 ops, run on 1 thread with direct convolutions only or (in the
+slow run) use a block of 16, and as one graph through ``ctx.compute`` twice
+(the second call replays the plan on new inputs). Every read must match the
 float64 numpy references (the ops' own ``*_reference`` functions). Channel
 counts are drawn so that most tensors do not fill a block.
 
@@ -438,7 +438,12 @@ SEEDS = range(40)
 SLOW_SEEDS = range(40, 400)
 
 
-@pytest.mark.parametrize("context", CONTEXTS)
+#: the default run leaves out block 16: not this machine's block, it would compile
+#: every kernel again for it (a minute and a half on a cold cache); the slow run has it
+DEFAULT_CONTEXTS = [name for name in CONTEXTS if name != "blocked-block16"]
+
+
+@pytest.mark.parametrize("context", DEFAULT_CONTEXTS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_program_matches_reference(seed, context):
     run_eager(draw_program(seed), context)
