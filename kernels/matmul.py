@@ -62,7 +62,8 @@ registers before its store.
   :func:`matmul_small` is this path for one plain 2-D product, with the
   fewest arguments (per-call overhead is what matters there).
 * packed: everything else, and every product with a :class:`PackedB`.
-  One-row products use a one-row kernel on the packed panels
+  One-row products use a one-row kernel on the packed panels that reads A
+  in place and keeps its sums in registers through all of K
   (:func:`_row_kernel`).
 
 Both run in :func:`gemm_serial` (one thread, or too little work to pay for
@@ -519,49 +520,51 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
 
 
 @jit()
-def _row_kernel(kc, apanel, b_block, jp, count, out, j0, accumulate):
-    """One-row products on packed B: ``out[0, j0:j0 + count * NR] (+)=
-    a-row @ panels jp .. jp + count`` (``count <= 4``) of the packed K-block
-    ``b_block``. The row of A is ``apanel[p * MR]`` (row 0 of a packed A
-    panel). Four panels at once give 4 * NR / VEC independent accumulators
-    (8 on AVX2) where one 6 x 16 tile would waste five of its six rows."""
+def _row_kernel(a_row, packed, K, kc_max, n_pad, jp, count, out, j0):
+    """One-row products on a whole packed B: ``out[0, j0:j0 + count * NR] =
+    a_row @ panels jp .. jp + count`` (``count <= 4``) through all of K.
+
+    ``a_row``: the ``K`` values of the row of A, read in place (one row
+    needs no packing). ``packed``: one packed B (``K * n_pad`` floats, see the
+    module docstring): in K-block ``k0``, panel ``jp`` starts at ``k0 *
+    n_pad + jp * kc * NR``. The sums stay in registers across the K-blocks
+    and ``out`` is written once. Four panels at once give 4 * NR / VEC
+    independent accumulators (8 on AVX2) where one 6 x 16 tile would waste
+    five of its six rows."""
     N = out.shape[1]
-    size = kc * NR
     last = jp + count - 1  # missing panels repeat the last one (results dropped)
-    q0 = _span1(b_block, jp * size, size)
-    q1 = _span1(b_block, min(jp + 1, last) * size, size)
-    q2 = _span1(b_block, min(jp + 2, last) * size, size)
-    q3 = _span1(b_block, min(jp + 3, last) * size, size)
     acc = numba.carray(stack_empty(_ROW_TILE, np.float32), (4, NR))
     for q in range(4):
         for j in range(NR):
             acc[q, j] = _ZERO
-    for p in range(kc):
-        a_p = apanel[p * MR]
-        for j in range(NR):
-            acc[0, j] += a_p * q0[p * NR + j]
-            acc[1, j] += a_p * q1[p * NR + j]
-            acc[2, j] += a_p * q2[p * NR + j]
-            acc[3, j] += a_p * q3[p * NR + j]
+    for k0 in range(0, K, kc_max):
+        kc = min(kc_max, K - k0)
+        size = kc * NR
+        base = k0 * n_pad
+        q0 = _span1(packed, base + jp * size, size)
+        q1 = _span1(packed, base + min(jp + 1, last) * size, size)
+        q2 = _span1(packed, base + min(jp + 2, last) * size, size)
+        q3 = _span1(packed, base + min(jp + 3, last) * size, size)
+        a_k = _span1(a_row, k0, kc)
+        for p in range(kc):
+            a_p = a_k[p]
+            for j in range(NR):
+                acc[0, j] += a_p * q0[p * NR + j]
+                acc[1, j] += a_p * q1[p * NR + j]
+                acc[2, j] += a_p * q2[p * NR + j]
+                acc[3, j] += a_p * q3[p * NR + j]
     for q in range(4):
         if q < count:
             start = j0 + q * NR
             n = min(NR, N - start)
             row = _span(out, 0, start, n)
             if n == NR:
-                if accumulate:
-                    for j in range(NR):
-                        row[j] += acc[q, j]
-                else:
-                    for j in range(NR):
-                        row[j] = acc[q, j]
+                for j in range(NR):
+                    row[j] = acc[q, j]
             else:
                 for j in range(NR):
                     if j < n:
-                        if accumulate:
-                            row[j] += acc[q, j]
-                        else:
-                            row[j] = acc[q, j]
+                        row[j] = acc[q, j]
 
 
 @jit()
@@ -576,7 +579,7 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
     (the same for columns), so blocks differ by one panel at most.
     For each K-block the task packs its rows of A into a buffer that stays in
     this core's L2 while every B panel of the block streams past (Goto's loop
-    order).
+    order). A one-row product skips all that (:func:`_row_kernel`).
     """
     G, M, N = out.shape
     K = a.shape[1] if a_t else a.shape[2]
@@ -598,6 +601,18 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
     c_g = c[g if c.shape[0] > 1 else 0]
     r_g = residual[g if residual.shape[0] > 1 else 0]
     epilogue = _has_epilogue(alpha, beta, c_g, bias, r_g, act)
+    if M == 1:
+        # one row: A is read in place and each group of panels runs through
+        # all of K at once (no packing of A, one store per output)
+        a_row = a_g.reshape(K)
+        for jp in range(jp_begin, jp_end, 4):
+            count = min(4, jp_end - jp)
+            _row_kernel(a_row, pb, K, kc_max, n_pad, jp, count, out_g, jp * NR)
+            if epilogue:
+                j0 = jp * NR
+                _epilogue_rows(out_g, 0, j0, 1, min((jp + count) * NR, N) - j0, alpha, beta,
+                               c_g, bias, r_g, act, param0, param1)
+        return
     a_block = np.empty((ip_end - ip_begin) * MR * min(kc_max, K), np.float32)
 
     for k0 in range(0, K, kc_max):
@@ -610,17 +625,6 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
             _pack_a_panel(a_g, a_t, i0, min(MR, M - i0), k0, kc,
                           _span1(a_block, start, kc * MR))
         b_block = _span1(pb, k0 * n_pad, kc * n_pad)
-        if M == 1:
-            for jp in range(jp_begin, jp_end, 4):
-                count = min(4, jp_end - jp)
-                _row_kernel(kc, a_block, b_block, jp, count, out_g, jp * NR,
-                            not first)
-                if last and epilogue:
-                    j0 = jp * NR
-                    _epilogue_rows(out_g, ip_begin * MR, j0, M,
-                                   min((jp + count) * NR, N) - j0, alpha, beta, c_g,
-                                   bias, r_g, act, param0, param1)
-            continue
         _macro_kernel(kc, a_block, b_block, out_g, ip_begin, ip_end, jp_begin, jp_end,
                       not first, last and epilogue, alpha, beta, c_g, bias, r_g, act,
                       param0, param1)

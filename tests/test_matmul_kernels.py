@@ -411,8 +411,8 @@ def test_micro_kernels_use_packed_fma():
     block = np.ones(kc * mm._DIRECT_W, np.float32)
     direct = _fresh_asm(mm._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
                         block, out, 0, mm.NR, False)
-    row = _fresh_asm(mm._row_kernel, kc, np.ones(kc * mm.MR, np.float32),
-                     np.ones(4 * kc * mm.NR, np.float32), 0, 4, out[:1], 0, False)
+    row = _fresh_asm(mm._row_kernel, np.ones(kc, np.float32),
+                     np.ones(4 * kc * mm.NR, np.float32), kc, kc, 4 * mm.NR, 0, 4, out[:1], 0)
     for name, asm, want in (("packed", asm, tiles), ("direct", direct, tiles),
                             ("one-row", row, 4 * mm.NR // mm.VEC)):
         loops = _fma_loops(asm)
