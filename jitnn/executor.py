@@ -147,11 +147,17 @@ class Bindings:
         self.dynamic = dynamic
         self.stable: dict[int, np.ndarray] = {id(a): a for a in seeds.values()}
         self.views: dict[tuple[int, tuple], np.ndarray] = {}
+        self.last_views: list = [None] * steps     # per step: (stable array, its view)
         self.misses = [0] * steps
 
-    def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...]):
-        """``_out_from_slot``, the same view object at every run for a stable slot."""
+    def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
+                 index: int):
+        """``_out_from_slot``, the same view object at every run for a stable
+        slot; step ``index``'s last (array, view) is tried first."""
         array = slots.get(name)
+        last = self.last_views[index]
+        if last is not None and last[0] is array:
+            return last[1]
         if array is None or self.stable.get(id(array)) is not array:
             return _out_from_slot(slots, name, shape)
         key = (id(array), shape)
@@ -161,6 +167,8 @@ class Bindings:
             if view is not None:
                 self.views[key] = view
                 self.stable[id(view)] = view
+        if view is not None:
+            self.last_views[index] = (array, view)
         return view
 
     def bind(self, ctx: "Context", index: int, node: Node, data: np.ndarray) -> None:
@@ -199,9 +207,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             t0 = time.perf_counter()
             reorders = step.inner_reorders
             reorders.clear()
-            ctx._tracing(reorders)
             v = captured.value
             if step.kind == "reorder":
+                ctx._tracing(reorders)
                 blocked_buffer(ctx, v, step.reorder_block, v._axes)
                 reorders.clear()
             else:
@@ -211,15 +219,17 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 elif bindings is None:
                     out = _out_from_slot(slots, step.buffer, captured.shape)
                 else:
-                    out = bindings.out_view(slots, step.buffer, captured.shape)
+                    out = bindings.out_view(slots, step.buffer, captured.shape, index)
                 binding = bindings.steps[index] if bindings is not None else None
                 if binding and binding.valid(ctx, out):
+                    # one kernel call, which runs no reorder: nothing to trace
                     start_call = time.perf_counter()
                     ctx._run_bound(binding.kernel, binding.args)
                     bound_seconds += time.perf_counter() - start_call
                     bound_calls += 1
                     data = binding.out
                 else:
+                    ctx._tracing(reorders)
                     data = node.run(ctx, node, v, out)
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
