@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import jitnn
 from jitnn import cli
 from jitnn.bench import SUITES, harness, load
 
@@ -230,7 +231,11 @@ def test_chain_quick_policies_agree_and_overhead_is_reported(capsys, tmp_path):
     assert labels == {"seed chain (quick)", "bottleneck (quick)"}
     for row in data["rows"]:
         assert row["max_diff"] < 1e-3                        # the policies agree
-        assert row["blocked_reorders"] == 2 and row["plain_reorders"] == 6
+        # plain: a reorder into and out of each of the 3 convs, but for the
+        # input of a conv with fewer channels than a block, which it reads in
+        # place (the quick bottleneck's 8-channel middle, on 16-channel blocks)
+        narrow = 2 if row["kind"] == "bottleneck" and jitnn.Context().block > 8 else 0
+        assert row["blocked_reorders"] == 2 and row["plain_reorders"] == 6 - narrow
         assert row["blocked_launches"] == 3
         assert row["blocked"] > 0 and row["eager"] > 0 and row["plain"] > 0
         assert row["plain_over_blocked"] > 0 and 0 <= row["blocked_tax"] < 1

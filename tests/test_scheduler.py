@@ -370,12 +370,14 @@ def test_the_conv_algorithm_shows_in_explain_and_agrees(seed):
     kernel. Same numbers within Winograd's rounding."""
     _, a, ws, want = seed
     results = {}
-    for algorithm, filter_layout in (("auto", "winograd:36OI8i8o"), ("direct", "OIhw8i8o"),
-                                     ("winograd", "winograd:36OI8i8o")):
+    b = jitnn.Context().block                # the host's: 8 on AVX2, 16 on AVX-512
+    for algorithm, filter_layout in (("auto", f"winograd:36OI{b}i{b}o"),
+                                     ("direct", f"OIhw{b}i{b}o"),
+                                     ("winograd", f"winograd:36OI{b}i{b}o")):
         ctx = jitnn.Context(conv_algorithm=algorithm)
         h, _ = _seed_chain(ctx, ctx.tensor(np.asarray(a)), [ctx.tensor(np.asarray(w)) for w in ws])
         text = jitnn.explain(h)
-        assert f"nChw8c,{filter_layout} -> nChw8c" in text, text
+        assert f"nChw{b}c,{filter_layout} -> nChw{b}c" in text, text
         results[algorithm] = h.numpy()
         _close(results[algorithm], want)
     np.testing.assert_array_equal(results["auto"], results["winograd"])
@@ -396,9 +398,10 @@ def test_explain_before_and_after_the_run(seed):
     h, _ = _seed_chain(ctx, a, ws)
     before = jitnn.explain(h)
     assert h.pending                         # explaining never runs anything
-    for expected in ("policy blocked", "reorder nchw -> nChw8c", "conv2d + relu",
-                     "winograd:36OI8i8o", "peak memory", "not run yet",
-                     "read: reorder nChw8c -> nchw"):
+    b = ctx.block
+    for expected in ("policy blocked", f"reorder nchw -> nChw{b}c", "conv2d + relu",
+                     f"winograd:36OI{b}i{b}o", "peak memory", "not run yet",
+                     f"read: reorder nChw{b}c -> nchw"):
         assert expected in before, expected
     h.numpy()
     after = jitnn.explain(h)
