@@ -7,6 +7,18 @@ target (``notes/numba-kernels.md`` in the design documents):
 * **SLP vectorization on.** Register tiles are fully unrolled before the loop
   vectorizer runs, so only the SLP vectorizer turns them into AVX2 code
   (3.8 vs 82 GFLOP/s on the conv prototype). Numba turns it off by default.
+* **AVX-512 hosts: no gathers or scatters, 512-bit vectors**
+  (:data:`AVX512_TUNING`, added to the host's features for numba's CPU
+  target, unless ``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES`` is set). With
+  AVX-512's masked gathers and scatters legal, LLVM 22 vectorized the matmul
+  tile's loops with them, leaving the tile in memory: 3 GFLOP/s against
+  73-78 without them on 256-bit vectors and 80-130 on 512-bit ones (Xeon,
+  Emerald Rapids, 1 thread, 256-1024 square; OpenBLAS 95-150 in the same
+  runs). LLVM's default tuning for these CPUs keeps vectors at 256 bits,
+  which halves the FMA rate. numba makes its CPU target once per process,
+  at the first numba function: imported after one, jitnn cannot tune it,
+  and warns. The setting is numba's, so it applies to the process's other
+  numba functions too.
 * **fastmath = contract without reassoc.** ``contract`` allows FMA; ``reassoc``
   sometimes makes LLVM treat a tile's k loop as a reduction and emit gathers.
   We also leave out ``nnan`` and ``ninf`` so NaN and infinity propagate as IEEE
@@ -48,6 +60,7 @@ import warnings
 from pathlib import Path
 
 import llvmlite
+import llvmlite.binding as _llvm
 import numba
 import numpy as np
 from numba.np.ufunc import parallel as _numba_parallel
@@ -55,6 +68,38 @@ from numba.np.ufunc import parallel as _numba_parallel
 # --- code generation -------------------------------------------------------
 
 numba.config.SLP_VECTORIZE = 1
+
+#: LLVM tuning for AVX-512 hosts, added to the host's features (see the module
+#: docstring): no gathers or scatters, and 512-bit vectors where they fit
+AVX512_TUNING = "+prefer-no-gather,+prefer-no-scatter,-prefer-256-bit"
+#: the host's SIMD: True where kernels run on 16-lane zmm registers
+HOST_AVX512 = bool(_llvm.get_host_cpu_features().get("avx512f", False))
+
+
+def _tune_for_avx512() -> bool:
+    """Give numba's CPU target :data:`AVX512_TUNING` on an AVX-512 host, unless
+    the user chose the target (``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES``).
+    Returns whether the tuning is on. Too late, with a warning, when numba
+    compiled something before jitnn was imported (its target is made once)."""
+    if not HOST_AVX512 or numba.config.CPU_NAME is not None \
+            or numba.config.CPU_FEATURES is not None:
+        return False
+    from numba.core import registry
+    if "_toplevel_target_context" in vars(registry.cpu_target):
+        warnings.warn(
+            "jitnn: a numba function was made before jitnn was imported, so jitnn cannot "
+            "tune numba's target for AVX-512; matrix products may run much slower. "
+            "Import jitnn before compiling other numba functions, or set "
+            f"NUMBA_CPU_FEATURES to the host's features plus {AVX512_TUNING}.",
+            RuntimeWarning, stacklevel=3)
+        return False
+    numba.config.CPU_NAME = _llvm.get_host_cpu_name()
+    numba.config.CPU_FEATURES = _llvm.get_host_cpu_features().flatten() + "," + AVX512_TUNING
+    return True
+
+
+#: whether this process's kernels compile with :data:`AVX512_TUNING`
+AVX512_TUNED: bool = _tune_for_avx512()
 
 #: LLVM fast-math flags for every kernel: FMA contraction, no reassociation.
 FASTMATH: frozenset[str] = frozenset({"contract", "arcp", "nsz", "afn"})
@@ -80,6 +125,7 @@ def _settings_tag() -> str:
     settings = hashlib.sha256(flags.encode()).hexdigest()[:8]
     return (f"numba-{numba.__version__}_llvmlite-{llvmlite.__version__}"
             f"_slp{int(numba.config.SLP_VECTORIZE)}_fm-{settings}"
+            f"{'_avx512tuned' if AVX512_TUNED else ''}"
             f"{'_boundscheck' if numba.config.BOUNDSCHECK else ''}"
             f"_src-{sources.hexdigest()[:12]}")
 
