@@ -110,7 +110,7 @@ import numba
 import numpy as np
 from numba import literally, prange
 
-from ._config import jit, parallel_kernel
+from ._config import AVX512_TUNED, jit, parallel_kernel
 from .epilogue import CLAMP, GELU, NONE, RELU, activate_pixels
 from .layout import group_input_block_ranges, pack_filter
 from .register_tile import conv_tile, depthwise_tile, fma_tile
@@ -126,6 +126,8 @@ ALGORITHMS = ("auto", "direct", "winograd")
 _ZERO = np.float32(0.0)
 #: stack-array size: the largest tile (P * B * cb) over every block size
 _TILE_ELEMENTS = 96
+#: the same for the 1x1 tile (:func:`conv1x1_tile_shape`: 12 x 2 x 16)
+_GEMM_TILE_ELEMENTS = 384
 _MAX_LANES = 32
 _MAX_TILE_PIXELS = 16
 
@@ -558,7 +560,7 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
 @jit()
 def _fma_short_tile(pixels, P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px,
                     i_ob, resf, use_res, yf, yo, y_ob, clamp, lo, hi):
-    """``fma_tile`` over ``pixels`` (1 to P - 1, P <= 6) consecutive pixels:
+    """``fma_tile`` over ``pixels`` (1 to P - 1, P <= 12) consecutive pixels:
     the tile's pixel count must be a constant, so one call per count (only
     the counts below ``P``: a tile of more would not fit the registers)."""
     literally(P)
@@ -576,8 +578,26 @@ def _fma_short_tile(pixels, P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io
     elif P > 4 and pixels == 4:
         fma_tile(4, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
                  use_res, yf, yo, y_ob, 0, clamp, lo, hi)
-    elif P > 5:
+    elif P > 5 and pixels == 5:
         fma_tile(5, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 6 and pixels == 6:
+        fma_tile(6, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 7 and pixels == 7:
+        fma_tile(7, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 8 and pixels == 8:
+        fma_tile(8, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 9 and pixels == 9:
+        fma_tile(9, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 10 and pixels == 10:
+        fma_tile(10, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
+                 use_res, yf, yo, y_ob, 0, clamp, lo, hi)
+    elif P > 11 and pixels == 11:
+        fma_tile(11, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io, i_px, i_ob, resf,
                  use_res, yf, yo, y_ob, 0, clamp, lo, hi)
 
 
@@ -603,7 +623,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
     literally(B)
     (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
      x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
-    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+    acc = numba.carray(stack_empty(_GEMM_TILE_ELEMENTS, np.float32), _GEMM_TILE_ELEMENTS)
     HW = OH * OW
     y_ob = HW * cb
     w_ib = cb * cb                       # packed weights: (OB, CB, 1, 1, cb, cb)
@@ -1115,10 +1135,22 @@ def conv_driver(cb: int, ci: int, plain: bool = False):
 
 
 def conv1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:
-    """``(P, B)`` of the 1x1 tile for ``out_blocks`` output blocks: the direct
-    tile's, except 4 x 3 for cb 8 when the blocks come in threes and not in
-    pairs (O = 24: 2 + 1 blocks ran the single block's tile at 7 loads per 6
-    FMAs, a third of the conv; 4 x 3 is 7 loads per 12 FMAs in all 16 ymm)."""
+    """``(P, B)`` of the 1x1 tile (and of Winograd's products) for
+    ``out_blocks`` output blocks: the direct tile's, except
+
+    * 4 x 3 for cb 8 when the blocks come in threes and not in pairs (O = 24:
+      2 + 1 blocks ran the single block's tile at 7 loads per 6 FMAs, a third
+      of the conv; 4 x 3 is 7 loads per 12 FMAs in all 16 ymm);
+    * 12 x 2 for cb 16 on 512-bit registers (24 of the 32 zmm, 2 weight
+      vectors and a broadcast). The direct tile's 6 x 1 keeps 6 sums, too few
+      to cover the FMA latency on two ports: 1 thread, kernel alone (Xeon,
+      Emerald Rapids, ``/tmp/s32/tile.py``, against PyTorch in the same
+      rounds), ResNet-50's 1x1 convs 0.74-0.93x -> 0.91-1.25x PyTorch,
+      Winograd on 64 channels at 56 x 56 2.33x -> 3.02-3.08x, on 256 at
+      14 x 14 1.73-1.75x -> 1.81x (14 x 2 and 6 x 4 measured the same as
+      12 x 2, within the host's noise)."""
+    if cb == 16 and AVX512_TUNED:
+        return 12, 2
     if cb == 8 and out_blocks % 2 == 1 and out_blocks % 3 == 0:
         return 4, 3
     return conv_tile_shape(cb)
@@ -1554,7 +1586,7 @@ def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_chan
     tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
     CB, OB = _blocks(in_channels, block), _blocks(out_channels, block)
     _, tiles = winograd.chunk_rows(batch, CB, OB, tile_rows, tile_cols, block,
-                                   conv_tile_shape(block)[0])
+                                   conv1x1_tile_shape(block, OB)[0])
     scratch = 4 * winograd.scratch_floats(CB, OB, tiles, block)
     if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
         return "winograd"
@@ -1609,7 +1641,7 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     if conv2d_algorithm(packed.path, packed.kernel, (sh, sw), (dh, dw), packed.groups, C, O,
                         N, OH, OW, cb, algorithm) == "winograd":
         CB = _blocks(C, cb)
-        P, B = conv_tile_shape(cb)
+        P, B = conv1x1_tile_shape(cb, OB)
         tile_rows, tile_cols = winograd.tile_counts(OH, OW)
         chunk, padded_tiles = winograd.chunk_rows(N, CB, OB, tile_rows, tile_cols, cb, P)
         geom = (N, CB, H, W, OB, OH, OW, pt, pl, O, tile_rows, tile_cols, padded_tiles, chunk)

@@ -850,6 +850,19 @@ def test_1x1_gemm_path(block, case):
              residual=True, residual_in_place=True, seed=o)
 
 
+@pytest.mark.parametrize("pixels", range(1, 26))
+def test_1x1_every_partial_tile(pixels):
+    """Images of 1 to 25 pixels: every count of a partial last tile (1 to P - 1,
+    in place and copied; P is 12 for block 16 on AVX-512 hosts), whole
+    and partial output blocks (O = 32 and 24 at block 16), and more tiles."""
+    block = 16
+    for o in (32, 24):
+        run_case(1, 20, o, 1, pixels, (1, 1), block=block, activation=(CLAMP, 0.25, 6.0),
+                 residual=True, seed=pixels)
+        run_case(2, 16, o, 1, pixels, (1, 1), block=block, residual=True, seed=o)
+    run_case(1, 16, 32, 3, 2 * pixels + 1, (1, 1), (3, 2), block=block, seed=pixels)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", [1, 32])
 @pytest.mark.parametrize("case", GEMM_1X1[:2] + GEMM_1X1[-1:],
