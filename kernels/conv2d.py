@@ -125,9 +125,8 @@ ALGORITHMS = ("auto", "direct", "winograd")
 
 _ZERO = np.float32(0.0)
 #: stack-array size: the largest tile (P * B * cb) over every block size
-_TILE_ELEMENTS = 96
-#: the same for the 1x1 tile (:func:`conv1x1_tile_shape`: 12 x 2 x 16)
-_GEMM_TILE_ELEMENTS = 384
+#: (12 x 2 x 16 with 512-bit registers)
+_TILE_ELEMENTS = 384
 _MAX_LANES = 32
 _MAX_TILE_PIXELS = 16
 
@@ -139,13 +138,29 @@ def conv_tile_shape(cb: int) -> tuple[int, int]:
 
     ``P * B * cb / 8`` ymm accumulators must leave room for B weight vectors
     and one broadcast in 16 registers: cb 8 -> 6 x 2 (12 + 2 + 1), cb 16 ->
-    6 x 1 (12 + 2 + 1), cb 32 -> 3 x 1 (12 + 4 + 1); cb 4 uses 12 xmm.
+    6 x 1 (12 + 2 + 1), cb 32 -> 3 x 1 (12 + 4 + 1); cb 4 uses 12 xmm. With
+    512-bit registers (:data:`._config.AVX512_TUNED`), cb 16 -> 12 x 2 in
+    the 32 zmm (24 + 2 + 1), as :func:`conv1x1_tile_shape`.
     """
     if cb >= 32:
         return 3, 1
     if cb >= 16:
-        return 6, 1
+        return (12, 2) if cb == 16 and AVX512_TUNED else (6, 1)
     return 6, 2
+
+
+def direct_tile_shape(cb: int, plain: bool) -> tuple[int, int]:
+    """``(P, B)`` of the direct driver: :func:`conv_tile_shape`, but 6 x 1
+    for a plain input (the first layer) on 16-channel blocks. Its tile has
+    few steps (a 3x3 or 7x7 window over 3 channels), and with 12 x 2 on
+    512-bit registers ResNet-50's 7x7/2 first conv ran at 0.28-0.33x
+    PyTorch against 0.41-0.43x (1 thread, /tmp/s32/direct.py). The other
+    direct convs gained from 12 x 2: the stride-2 3x3 convs of ResNet-50
+    0.44-0.65x -> 0.63-0.82x PyTorch, 3x3 on 512 channels at 7 x 7
+    0.52-0.55x -> 0.63-0.80x."""
+    if plain and cb == 16:
+        return 6, 1
+    return conv_tile_shape(cb)
 
 
 def depthwise_tile_pixels(cb: int) -> int:
@@ -155,7 +170,7 @@ def depthwise_tile_pixels(cb: int) -> int:
     gain little, while the widths of real networks (224 / 2**k: 112, 56, 28,
     14, 7) are multiples of 7: tiles of 12 wasted up to 40 % of a 14-wide
     row and could not tile a 7-wide one at all."""
-    return max(1, min(7, _TILE_ELEMENTS // cb))
+    return max(1, min(7, 96 // cb))
 
 
 @jit()
@@ -500,7 +515,7 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
     block (cb, or C for a ``plain`` input). cb, ci, P, B and plain are
     compile-time constants captured in the closure, so the numba cache keeps
     one entry per (cb, ci, plain)."""
-    P, B = conv_tile_shape(cb)
+    P, B = direct_tile_shape(cb, plain)
 
     def conv_driver(xf, wf, bias, resf, yf, geom, ib_begin, ib_end, chunk, og_inner,
                     group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1):
@@ -623,7 +638,7 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
     literally(B)
     (N, CB, H, W, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O,
      x_n, x_ib, x_row, x_px, x_lane, r0, r1, c0, c1) = geom
-    acc = numba.carray(stack_empty(_GEMM_TILE_ELEMENTS, np.float32), _GEMM_TILE_ELEMENTS)
+    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
     HW = OH * OW
     y_ob = HW * cb
     w_ib = cb * cb                       # packed weights: (OB, CB, 1, 1, cb, cb)
@@ -1149,8 +1164,6 @@ def conv1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:
       Winograd on 64 channels at 56 x 56 2.33x -> 3.02-3.08x, on 256 at
       14 x 14 1.73-1.75x -> 1.81x (14 x 2 and 6 x 4 measured the same as
       12 x 2, within the host's noise)."""
-    if cb == 16 and AVX512_TUNED:
-        return 12, 2
     if cb == 8 and out_blocks % 2 == 1 and out_blocks % 3 == 0:
         return 4, 3
     return conv_tile_shape(cb)
@@ -1715,6 +1728,7 @@ def _plan_conv2d(x, packed: PackedConv2dFilter, out, strides, dilations, padding
     # Pixels per task, whole tiles: about one output row; at least 16 tiles
     # when a task has one group, so it reuses that group's weights (loaded
     # into L2 once) over many tiles.
+    P, B = direct_tile_shape(cb, packed.path == "first_layer")
     chunk = P * max(-(-OW // P), 1 if og_inner else 16)
     # a first-layer tile has few steps (9 over 3 channels for a 3x3 kernel):
     # setting up its pixels again for every group cost more than keeping a

@@ -80,7 +80,7 @@ from .stack import stack_empty
 
 _ZERO = np.float32(0.0)
 #: stack-array size: the largest tile (P * B * cb) over every block size
-_TILE_ELEMENTS = 96
+_TILE_ELEMENTS = 384     # conv2d's: the largest tile, 12 x 2 x 16
 _MAX_TILE_PIXELS = 16
 
 
