@@ -1578,6 +1578,15 @@ def _checked_args(launch: _Conv2dLaunch, x, out, bias, residual) -> tuple:
 #: twice the transformed filter: see ``winograd.chunk_rows``) at most this
 #: many bytes under "auto"; past it (thousands of channels) the direct path runs
 _WINOGRAD_SCRATCH_BYTES = 256 << 20
+#: with 512-bit registers (16-channel blocks), "auto" runs a batch of fewer
+#: 4 x 4 output tiles than this direct: each transformed filter element (4x
+#: the direct filter's bytes) then serves too few tiles. 512 channels at 7 x 7
+#: (4 tiles), 1 thread: direct 1.90 ms, Winograd 2.14 ms in a loop, 3.7-4.1
+#: ms in ResNet-50, its 38 MB filter from memory; with 8 tiles (batch 2)
+#: Winograd 1.30x faster in a loop, 16 tiles (256 at 14 x 14) 1.66x
+#: (/tmp/s32/wd.py). Measured on a Xeon (Emerald Rapids) only; on AVX2
+#: (8-channel blocks) Winograd was faster at every ResNet-50 3x3 shape.
+_WINOGRAD_MIN_TILES = 8
 
 
 def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_channels: int,
@@ -1590,13 +1599,16 @@ def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_chan
     ``algorithm="direct"`` never uses it, ``"winograd"`` wherever it
     applies, and ``"auto"`` where it applies and pays: 8 or more input and
     output channels (measured 1.5-3x faster than direct from there, 1 and
-    2 threads, every ResNet-50 3x3 shape), within the scratch limit."""
+    2 threads, every ResNet-50 3x3 shape), within the scratch limit; with
+    512-bit registers, also :data:`_WINOGRAD_MIN_TILES` output tiles."""
     if algorithm == "direct" or path != "direct" or tuple(kernel) != (3, 3) or \
             tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or groups != 1:
         return path
     if algorithm == "winograd":
         return "winograd"
     tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
+    if AVX512_TUNED and block == 16 and batch * tile_rows * tile_cols < _WINOGRAD_MIN_TILES:
+        return path
     CB, OB = _blocks(in_channels, block), _blocks(out_channels, block)
     _, tiles = winograd.chunk_rows(batch, CB, OB, tile_rows, tile_cols, block,
                                    conv1x1_tile_shape(block, OB)[0])

@@ -756,6 +756,14 @@ def test_winograd_applies_to_3x3_stride_1_only():
     assert choose(**dict(base, in_channels=2048, out_channels=2048, out_h=224,
                          out_w=224)) == "direct"
     assert choose(**base, algorithm="direct") == "direct"
+    # 512 channels at 7 x 7 is 4 output tiles: on 16-channel blocks with
+    # 512-bit registers, "auto" runs a batch of 1 direct and of 2 Winograd
+    late = dict(base, in_channels=512, out_channels=512, out_h=7, out_w=7)
+    few_tiles = "direct" if K.AVX512_TUNED else "winograd"
+    assert choose(**dict(late, block=16)) == few_tiles
+    assert choose(**dict(late, block=16, batch=2)) == "winograd"
+    assert choose(**dict(late, block=8)) == "winograd"
+    assert choose(**dict(late, block=16), algorithm="winograd") == "winograd"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         run_case(algorithm="fast")
 
