@@ -155,12 +155,18 @@ def exact(number: float) -> tuple:
 
 class Token:
     """A sig that is equal only to itself: one per validated op signature
-    (a key holding it keeps it alive, so no other token takes its identity)."""
+    (a key holding it keeps it alive, so no other token takes its identity).
 
-    __slots__ = ("what",)
+    ``memo``: the memo of the last single-op flush of a node with this
+    signature (scheduler's ``_single_op_plan``), which an eager conv then
+    finds again instead of planning its launch (~10 us); the op's run
+    function checks it before use, as a reused plan's."""
+
+    __slots__ = ("what", "memo")
 
     def __init__(self, what: str):
         self.what = what
+        self.memo: object = None
 
     def __repr__(self) -> str:
         return f"Token({self.what})"

@@ -547,6 +547,11 @@ def _single_op_plan(ctx: "Context", v: Value) -> Plan:
     plan = Plan(ctx.policy, [v], [step], {id(v)}, recorded_ops=1,
                 peak_bytes=step.bytes_out)
     plan.log.append("single op with computed inputs: nothing to fuse or place")
+    if node.memo is None and type(node.sig) is plan_cache.Token:
+        # what the last single-op flush of this signature memoized (an eager
+        # or plain program calls the same ops again with new nodes)
+        node.memo = node.sig.memo
+        plan.memo_homes.append((node.sig, node))
     if node.attrs.get("blocked_inputs"):
         plan = insert_reorders(plan)
     return plan

@@ -401,3 +401,31 @@ def test_two_threads_repeat_one_chain_on_one_context():
         thread.join()
     assert not errors
     assert ctx._plans.hits >= 10
+
+
+@pytest.mark.parametrize("policy", ["eager", "plain", "blocked"])
+def test_a_single_op_conv_finds_its_launch_again(monkeypatch, policy):
+    """Each eager call makes a new node; its signature keeps the memo of the
+    last single-op run, so the same conv on the same filter plans its launch
+    once. Another filter of the same shape, bias, or thread count plans
+    again (the memo is checked), and every result is right."""
+    import importlib
+    conv_op = importlib.import_module("jitnn.ops.conv2d")
+    plans = []
+    original = conv_op._plan_run
+    monkeypatch.setattr(conv_op, "_plan_run", lambda *a: plans.append(1) or original(*a))
+    ctx = jitnn.Context(policy=policy)
+    w1, w2 = (ctx.tensor(_random((9, 5, 3, 3), seed, 0.3)) for seed in (1, 2))
+    b1, b2 = (ctx.tensor(_random((9,), seed)) for seed in (3, 4))
+    for call in range(3):
+        x = _random((2, 5, 6, 7), 10 + call)
+        got = jitnn.conv2d(ctx.tensor(x), w1, b1, padding=1, activation="relu").numpy()
+        _close(got, np.maximum(conv2d_reference(x, np.asarray(w1), np.asarray(b1), padding=1),
+                               0))
+    assert len(plans) == 1
+    for call, (w, b) in enumerate([(w2, b1), (w2, b1), (w1, b2), (w2, b2), (w1, b1)]):
+        x = _random((2, 5, 6, 7), 20 + call)
+        got = jitnn.conv2d(ctx.tensor(x), w, b, padding=1, activation="relu").numpy()
+        _close(got, np.maximum(conv2d_reference(x, np.asarray(w), np.asarray(b), padding=1),
+                               0))
+    assert len(plans) == 5                   # (w2, b1) the second time found it
