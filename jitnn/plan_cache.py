@@ -159,7 +159,7 @@ class Token:
 
     ``memo``: the memo of the last single-op flush of a node with this
     signature (scheduler's ``_single_op_plan``), which an eager conv then
-    finds again instead of planning its launch (~10 us); the op's run
+    finds again instead of planning its launch (~7 us); the op's run
     function checks it before use, as a reused plan's."""
 
     __slots__ = ("what", "memo")

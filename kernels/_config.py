@@ -73,7 +73,8 @@ numba.config.SLP_VECTORIZE = 1
 #: docstring): no gathers or scatters, and 512-bit vectors where they fit
 AVX512_TUNING = "+prefer-no-gather,+prefer-no-scatter,-prefer-256-bit"
 #: the host's SIMD: True where kernels run on 16-lane zmm registers
-HOST_AVX512 = bool(_llvm.get_host_cpu_features().get("avx512f", False))
+_HOST_FEATURES = _llvm.get_host_cpu_features()
+HOST_AVX512 = bool(_HOST_FEATURES.get("avx512f", False))
 
 
 def _tune_for_avx512() -> bool:
@@ -94,7 +95,7 @@ def _tune_for_avx512() -> bool:
             RuntimeWarning, stacklevel=3)
         return False
     numba.config.CPU_NAME = _llvm.get_host_cpu_name()
-    numba.config.CPU_FEATURES = _llvm.get_host_cpu_features().flatten() + "," + AVX512_TUNING
+    numba.config.CPU_FEATURES = _HOST_FEATURES.flatten() + "," + AVX512_TUNING
     return True
 
 

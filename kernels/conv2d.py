@@ -127,6 +127,8 @@ _ZERO = np.float32(0.0)
 #: stack-array size: the largest tile (P * B * cb) over every block size
 #: (12 x 2 x 16 with 512-bit registers)
 _TILE_ELEMENTS = 384
+#: the depthwise tile's budget (its pixels: :func:`depthwise_tile_pixels`)
+_DEPTHWISE_TILE_ELEMENTS = 96
 _MAX_LANES = 32
 _MAX_TILE_PIXELS = 16
 
@@ -170,7 +172,7 @@ def depthwise_tile_pixels(cb: int) -> int:
     gain little, while the widths of real networks (224 / 2**k: 112, 56, 28,
     14, 7) are multiples of 7: tiles of 12 wasted up to 40 % of a 14-wide
     row and could not tile a 7-wide one at all."""
-    return max(1, min(7, 96 // cb))
+    return max(1, min(7, _DEPTHWISE_TILE_ELEMENTS // cb))
 
 
 @jit()

@@ -72,16 +72,13 @@ import numpy as np
 from numba import literally, prange
 
 from ._config import jit, parallel_kernel
-from .conv2d import (BLOCK_SIZES, _border_pixel, _epilogue_args,
-                     aligned_empty, conv_tile_shape)
+from .conv2d import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, BLOCK_SIZES, _border_pixel,
+                     _epilogue_args, aligned_empty, conv_tile_shape)
 from .epilogue import NONE, activate_pixels
 from .layout import group_input_block_ranges, pack_filter
 from .stack import stack_empty
 
 _ZERO = np.float32(0.0)
-#: stack-array size: the largest tile (P * B * cb) over every block size
-_TILE_ELEMENTS = 384     # conv2d's: the largest tile, 12 x 2 x 16
-_MAX_TILE_PIXELS = 16
 
 
 # --- the tile loop -----------------------------------------------------------

@@ -77,23 +77,20 @@ others; with the counters the other threads take over its work.
 
 import os
 
-import llvmlite.binding as _llvm
 import numba
 import numpy as np
 from numba import prange
 
-from ._config import jit
+from ._config import HOST_AVX512, jit
 from .epilogue import ACTIVATIONS, CLAMP, GELU, LEAKY_RELU, NONE, RELU, activate
 from .stack import atomic_add, element_pointer, prefetch_write, stack_empty
 
 # --- register tile and cache blocks ---------------------------------------
 
-_AVX512 = bool(_llvm.get_host_cpu_features().get("avx512f", False))
-
 #: float32 lanes in one SIMD register (8 on AVX2, 16 on AVX-512)
-VEC = 16 if _AVX512 else 8
+VEC = 16 if HOST_AVX512 else 8
 #: vector registers the ISA has (ymm0-15 on AVX2, zmm0-31 on AVX-512)
-_REGISTERS = 32 if _AVX512 else 16
+_REGISTERS = 32 if HOST_AVX512 else 16
 #: micro-tile columns: two vectors per row, so each A broadcast feeds two FMAs
 NR = 2 * VEC
 _NR_VECTORS = NR // VEC
