@@ -40,16 +40,22 @@ target (``notes/numba-kernels.md`` in the design documents):
   changes generated code but is not in numba's own cache key: numba and
   llvmlite versions, the SLP and bounds-check flags, the fastmath set, and a hash of the kernel
   sources (numba keys a cached function only on its own file, not on helpers
-  it calls in other files). ``JITNN_CACHE_DIR`` overrides the location; when
-  no directory is writable, kernels compile without a cache and one warning
-  says so. Clear the cache by deleting :data:`CACHE_DIR` (``jitnn info``
-  prints it).
+  it calls in other files). ``JITNN_CACHE_DIR`` overrides the location. A
+  read-only directory that already holds this tag's kernels (a shared
+  install) is used as it is: kernels it lacks compile and are not saved (one
+  warning). When no directory is writable or populated, kernels compile
+  without a cache and one warning says so. A damaged cache file (truncated,
+  garbage) is ignored (deleted, if the cache is writable) and its kernel
+  compiled again, with one warning per process, instead of an unpickling
+  error in every process. Clear the cache
+  by deleting :data:`CACHE_DIR` (``jitnn info`` prints it).
 
 This module must not import the jitnn runtime: ``kernels`` is a leaf.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -63,6 +69,7 @@ import llvmlite
 import llvmlite.binding as _llvm
 import numba
 import numpy as np
+from numba.core import caching as _caching
 from numba.np.ufunc import parallel as _numba_parallel
 
 # --- code generation -------------------------------------------------------
@@ -140,22 +147,45 @@ def _cache_root_candidates() -> list[Path]:
     return [base / "jitnn", Path(tempfile.gettempdir()) / f"jitnn-cache-{os.getuid()}"]
 
 
-def _writable_cache_dir() -> Path | None:
+def _is_writable(path: Path) -> bool:
+    """numba's own test (``_CacheLocator.ensure_cache_path``): make the
+    directory and a temporary file in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError:
+        return False
+    return True
+
+
+def _holds_kernels(path: Path) -> bool:
+    """Whether ``path`` (a tagged directory) already holds compiled kernels."""
+    try:
+        return any(path.rglob("*.nbi"))
+    except OSError:
+        return False
+
+
+def _find_cache_dir() -> tuple[Path | None, bool]:
+    """The first candidate that is writable, or read-only but already holds
+    this tag's kernels (a shared install: loading needs no writes), and
+    whether it is writable."""
     tag = _settings_tag()
     for root in _cache_root_candidates():
         path = root / tag
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=path).close()
-        except OSError:
-            continue
-        return path
-    return None
+        if _is_writable(path):
+            return path, True
+        if _holds_kernels(path):
+            return path, False
+    return None, False
 
 
 #: The directory that holds this process's compiled kernels, or None when no
-#: writable directory was found (kernels then compile in every process).
-CACHE_DIR: Path | None = _writable_cache_dir()
+#: writable or populated directory was found (kernels then compile in every
+#: process); :data:`CACHE_WRITABLE` says whether new compiles are saved there.
+CACHE_DIR: Path | None
+CACHE_WRITABLE: bool
+CACHE_DIR, CACHE_WRITABLE = _find_cache_dir()
 if CACHE_DIR is None:
     warnings.warn(
         "jitnn: no writable kernel cache directory (tried "
@@ -172,7 +202,93 @@ def cache_size_bytes() -> int:
     return sum(p.stat().st_size for p in CACHE_DIR.rglob("*") if p.is_file())
 
 
-_decorate_lock = threading.Lock()
+# numba's cache classes, changed for jitnn's kernels only (the user's numba
+# functions keep numba's own): the directory is CACHE_DIR, possibly
+# read-only, and a damaged file is dropped instead of raised.
+
+_warned: set[str] = set()   # kinds of cache warning given in this process
+
+
+def _warn_once(kind: str, message: str) -> None:
+    # loads and saves run under numba's compiler lock: no lock needed here
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class _KernelCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._CacheLocator):
+    """numba's layout for a user-given cache directory, under :data:`CACHE_DIR`.
+    numba's locators refuse a directory they cannot write; this one also
+    serves a read-only one for loading."""
+
+    def __init__(self, py_func, py_file: str):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = str(CACHE_DIR / self.get_suitable_cache_subpath(py_file))
+
+    def get_cache_path(self) -> str:
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func, py_file: str) -> "_KernelCacheLocator":
+        return cls(py_func, py_file)
+
+
+class _KernelCacheImpl(_caching.CompileResultCacheImpl):
+    _locator_classes = [_KernelCacheLocator]
+
+
+class _KernelCacheFile(_caching.IndexDataCacheFile):
+    """numba's index (.nbi) and data (.nbc) files. A damaged one made
+    unpickling fail in every later process; it is now dropped, so its kernel
+    compiles again and the save replaces it. (Read errors stay numba's: a
+    missing file is an empty entry.)"""
+
+    def _load_index(self) -> dict:
+        try:
+            return super()._load_index()
+        except OSError:
+            raise
+        except Exception as error:   # unpickling damaged bytes can raise almost anything
+            self._drop(self._index_path, error)
+            return {}
+
+    def _load_data(self, name: str):
+        try:
+            return super()._load_data(name)
+        except OSError:
+            raise
+        except Exception as error:
+            self._drop(self._data_path(name), error)
+            return None
+
+    @staticmethod
+    def _drop(path: str, error: Exception) -> None:
+        if CACHE_WRITABLE:   # a shared read-only cache is left as it is
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        _warn_once("damaged", f"jitnn: ignored the damaged kernel-cache file {path} "
+                   f"({type(error).__name__}: {error}); its kernel is compiled again. "
+                   "Other damaged files are dropped without a warning.")
+
+
+class _KernelCache(_caching.FunctionCache):
+    """numba's per-function cache with the classes above; on a read-only
+    :data:`CACHE_DIR` new compiles are not saved."""
+
+    _impl_class = _KernelCacheImpl
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
+                                            self._impl.locator.get_source_stamp())
+
+    def save_overload(self, sig, data) -> None:
+        if CACHE_WRITABLE:
+            super().save_overload(sig, data)
+        else:
+            _warn_once("read-only", f"jitnn: the kernel cache {CACHE_DIR} is read-only; "
+                       "kernels missing from it are compiled in every process.")
 
 
 def jit(parallel: bool = False, cache: bool = True):
@@ -183,20 +299,13 @@ def jit(parallel: bool = False, cache: bool = True):
     functions: numba's cache would otherwise confuse them.
     """
     def decorate(function):
-        options = dict(fastmath=set(FASTMATH), nogil=True, parallel=parallel,
-                       error_model="numpy")
-        if not (cache and CACHE_DIR is not None):
-            return numba.njit(**options)(function)
-        # numba's locator reads config.CACHE_DIR when the dispatcher is made;
-        # point it at our tagged directory for that moment only, so the
-        # user's own numba functions keep their cache where they had it.
-        with _decorate_lock:
-            saved = numba.config.CACHE_DIR
-            numba.config.CACHE_DIR = str(CACHE_DIR)
-            try:
-                return numba.njit(cache=True, **options)(function)
-            finally:
-                numba.config.CACHE_DIR = saved
+        dispatcher = numba.njit(fastmath=set(FASTMATH), nogil=True, parallel=parallel,
+                                error_model="numpy")(function)
+        if cache and CACHE_DIR is not None and not numba.config.DISABLE_JIT:
+            # what numba's enable_caching() does, with jitnn's cache class
+            # (numba.njit(cache=True) would use numba's, in config.CACHE_DIR)
+            dispatcher._cache = _KernelCache(function)
+        return dispatcher
     return decorate
 
 

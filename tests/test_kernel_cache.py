@@ -1,0 +1,123 @@
+"""The kernel cache survives damaged files and serves a read-only install
+(kernels/_config.py: _KernelCache and _find_cache_dir)."""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Two layout kernels (quick to compile), each called directly, so each loads
+# its own cache entry: ``layout._nchw_to_blocked*`` and ``layout.blocked_to_nchw*``
+# (their parallel compile, or the serial one on one thread). PRELUDE runs
+# first (the read-only simulation below).
+_PROBE = """
+import json, warnings, numpy as np
+PRELUDE
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from jitnn.kernels import _config, layout
+    x = np.arange(24, dtype=np.float32).reshape(1, 3, 2, 4)
+    blocked = np.empty((1, 1, 2, 4, 8), np.float32)
+    layout.nchw_to_blocked(x, blocked)
+    back = np.empty_like(x)
+    layout.blocked_to_nchw(blocked, back)
+compiles = [d for k in (layout._nchw_to_blocked, layout.blocked_to_nchw)
+            for d in (k.parallel, k.serial)]
+print(json.dumps({
+    "dir": str(_config.CACHE_DIR), "writable": getattr(_config, "CACHE_WRITABLE", None),
+    "hits": sum(sum(d.stats.cache_hits.values()) for d in compiles),
+    "misses": sum(sum(d.stats.cache_misses.values()) for d in compiles),
+    "warnings": [str(w.message) for w in caught], "ok": bool((back == x).all())}))
+"""
+
+# Root writes through permission bits, so there the read-only run makes the
+# directory look read-only to the test jitnn and numba use (a temporary file
+# in it) by failing that call; the file listing then shows nothing is written.
+_SIMULATE_READ_ONLY = """
+import tempfile
+_temporary_file = tempfile.TemporaryFile
+def _read_only(*args, dir=None, **kwargs):
+    if dir is not None and str(dir).startswith(ROOT):
+        raise PermissionError(13, "read-only (simulated)", str(dir))
+    return _temporary_file(*args, dir=dir, **kwargs)
+tempfile.TemporaryFile = _read_only
+"""
+
+
+def _probe(cache_root: Path, prelude: str = "") -> dict:
+    code = _PROBE.replace("PRELUDE", prelude)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "JITNN_CACHE_DIR": str(cache_root)},
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory) -> Path:
+    """A cache root that holds the probe's kernels (one cold run)."""
+    root = tmp_path_factory.mktemp("populated")
+    first = _probe(root)
+    assert first["ok"] and first["writable"] is not False and not first["warnings"]
+    return root
+
+
+def _copy(populated: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "cache"
+    shutil.copytree(populated, root)
+    return root
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_damaged_entry_is_dropped_and_compiled_again_with_one_warning(populated, tmp_path):
+    root = _copy(populated, tmp_path)
+    [index] = root.rglob("layout._nchw_to_blocked*.nbi")
+    [data] = root.rglob("layout.blocked_to_nchw*.nbc")
+    for damaged in (index, data):
+        with open(damaged, "r+b") as f:
+            f.truncate(damaged.stat().st_size // 2)
+
+    repaired = _probe(root)
+    assert repaired["ok"] and repaired["misses"] == 2
+    [warning] = repaired["warnings"]
+    assert "damaged kernel-cache file" in warning
+    assert os.path.basename(index) in warning or os.path.basename(data) in warning
+
+    # the recompiled kernels replaced both files
+    after = _probe(root)
+    assert after["ok"] and after["hits"] == 2 and after["misses"] == 0
+    assert not after["warnings"]
+
+
+def test_a_read_only_populated_cache_is_used(populated, tmp_path):
+    root = _copy(populated, tmp_path)
+    before = _files(root)
+    paths = [root, *root.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        [tagged] = [p for p in root.iterdir() if p.is_dir()]
+        try:
+            tempfile.TemporaryFile(dir=tagged).close()
+            prelude = _SIMULATE_READ_ONLY.replace("ROOT", repr(str(root)))   # root
+        except OSError:
+            prelude = ""
+        result = _probe(root, prelude)
+    finally:
+        for path in paths:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+    assert result["ok"]
+    assert result["dir"] == str(tagged) and result["writable"] is False
+    assert result["hits"] == 2 and result["misses"] == 0 and not result["warnings"]
+    assert _files(root) == before
