@@ -18,7 +18,7 @@ missing).
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -45,28 +45,86 @@ def require_onnx():
     return onnx
 
 
-def _model_proto(path_or_model):
+def _model_proto(path_or_model) -> tuple[Any, str | None]:
+    """The ``onnx.ModelProto`` and how errors name where it came from (the
+    path, "the given bytes"; None for a ModelProto). A file that protobuf
+    cannot parse (truncated, corrupt, not ONNX) raises a :class:`JitnnValueError`
+    naming it instead of protobuf's ``DecodeError``."""
     onnx = require_onnx()
+    from google.protobuf.message import DecodeError
+
     if isinstance(path_or_model, onnx.ModelProto):
-        return path_or_model
+        return path_or_model, None
     if isinstance(path_or_model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(path_or_model))
-    if isinstance(path_or_model, (str, os.PathLike)):
-        return onnx.load(os.fspath(path_or_model))
-    raise JitnnTypeError(f"onnx: expected a path, bytes or an onnx.ModelProto, got "
-                         f"{type(path_or_model).__name__}")
+        source = f"the given bytes ({len(path_or_model)} bytes)"
+    elif isinstance(path_or_model, (str, os.PathLike)):
+        source = repr(os.fspath(path_or_model))
+    else:
+        raise JitnnTypeError(f"onnx: expected a path, bytes or an onnx.ModelProto, got "
+                             f"{type(path_or_model).__name__}")
+    try:
+        if isinstance(path_or_model, (bytes, bytearray)):
+            model = onnx.load_from_string(bytes(path_or_model))
+        else:
+            model = onnx.load(os.fspath(path_or_model))
+    except DecodeError as error:
+        raise JitnnValueError(f"onnx: cannot read {source}: it is not an ONNX model, or it is "
+                              f"truncated or corrupt (protobuf: {error})") from None
+    # an empty file parses as an empty ModelProto, a truncated one rarely does
+    if not model.HasField("graph"):
+        raise JitnnValueError(f"onnx: cannot read {source}: it has no graph (an empty or "
+                              "truncated file, or not an ONNX model)")
+    return model, source
 
 
 def _elem_type(value_info) -> int:
     return value_info.type.tensor_type.elem_type
 
 
-def _declared_shape(value_info) -> list:
+def _declared_shape(value_info) -> list | None:
+    """The declared dims of a graph input: an int for a static dim, the
+    dim_param (str) or None for a free one; None when the rank is unknown."""
     shape = value_info.type.tensor_type
     if not shape.HasField("shape"):
-        return []
+        return None
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
             for d in shape.shape.dim]
+
+
+def _format_dims(dims) -> str:
+    """Declared dims for an error: ``(N, 3, ?)`` (? for a dim with no value or name)."""
+    text = ", ".join("?" if d is None or d == 0 else str(d) for d in dims)
+    return f"({text},)" if len(dims) == 1 else f"({text})"
+
+
+def _check_inputs(graph, inputs: Mapping[str, Any]) -> None:
+    """Refuse what ``run`` would otherwise ignore or guess around: names that
+    are not inputs of ``graph`` (an ``onnx.GraphProto``) and arrays whose shape
+    contradicts a static declared dim (a dim_param, 0 or missing dim matches
+    anything, and so does an input declared without a shape)."""
+    declared = {info.name: info for info in graph.input}
+    unknown = sorted(name for name in inputs if name not in declared)
+    if unknown:
+        defaults = {t.name for t in graph.initializer}
+        names = sorted(name for name in declared if name not in defaults)
+        with_default = sorted(name for name in declared if name in defaults)
+        raise JitnnTypeError(
+            f"onnx: unknown input{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))} (the model's inputs: {names}"
+            + (f"; with a default (an initializer): {with_default}" if with_default else "")
+            + ")")
+    for name, value in inputs.items():
+        dims = _declared_shape(declared[name])
+        array = np.asarray(value)
+        # object arrays (a TensorProto for bfloat16 data...) have no shape to
+        # compare: the conversion refuses their dtype with a clearer message
+        if dims is None or array.dtype == object:
+            continue
+        got = array.shape
+        if len(got) != len(dims) or any(isinstance(d, int) and d > 0 and d != g
+                                        for d, g in zip(dims, got)):
+            raise JitnnValueError(f"onnx: input {name!r} has shape {got}, but the model "
+                                  f"declares {_format_dims(dims)}")
 
 
 class OnnxModel:
@@ -76,12 +134,15 @@ class OnnxModel:
     ``inputs``: ``{name: shape}`` of the float32 run-time inputs (the graph's);
     ``outputs``: the ONNX output names in order; ``constant_outputs``: outputs
     known at load time (folded, in their ONNX dtype); ``jitnn_ops``: how many
-    jitnn ops the graph has.
+    jitnn ops the graph has; ``load_time_inputs``: the ONNX inputs whose values
+    ``prepare`` fixed (``constants``, initializer defaults), which ``run``
+    refuses.
     """
 
     def __init__(self, ctx, graph, inputs, outputs, constant_outputs, output_dtypes,
-                 jitnn_ops: int, opset: int):
+                 jitnn_ops: int, opset: int, load_time_inputs: Iterable[str] = ()):
         self.ctx = ctx
+        self.load_time_inputs = frozenset(load_time_inputs)
         self.graph = graph
         self.inputs = inputs
         self.outputs = outputs
@@ -108,6 +169,16 @@ class OnnxModel:
         if missing:
             raise JitnnTypeError(f"onnx: missing input {missing[0]!r} (the model's inputs: "
                                  f"{sorted(self.inputs)})")
+        # an input run() would ignore is a mistake: a typo, or a value that
+        # prepare already folded into the graph
+        unknown = sorted(name for name in inputs if name not in self.inputs)
+        if unknown:
+            folded = [name for name in unknown if name in self.load_time_inputs]
+            raise JitnnTypeError(
+                f"onnx: unknown input{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))} (the model's inputs: {sorted(self.inputs)}"
+                + (f"; fixed when the model was prepared: {folded}, prepare it again to change "
+                   "them" if folded else "") + ")")
         feed = {}
         for name in self.inputs:
             value = inputs[name]
@@ -139,26 +210,45 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
     dimension and 1 for the others);
     ``constants``: ``{name: array}`` values for non-float inputs (integer index
     or shape tensors), which are folded at load time like initializers.
-    Raises :class:`UnsupportedError` naming the op, the node and its opset for
-    what jitnn cannot run.
+    ``input_shapes`` may override static dims too (a batch-1 export run at
+    batch 8); :func:`run`, which takes the shapes from its arrays, refuses
+    that. Raises :class:`UnsupportedError` naming the op, the node and its
+    opset for what jitnn cannot run, and :class:`~jitnn.JitnnValueError` for
+    a broken model (an undefined input, a cycle, a value written twice, ...).
     """
+    model, source = _model_proto(path_or_model)
+    return _prepare(model, source, ctx, input_shapes=input_shapes, constants=constants,
+                    batch=batch)
+
+
+def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] | None,
+             constants: Mapping[str, Any] | None, batch: int) -> OnnxModel:
+    """:func:`prepare` of a parsed model; ``source`` names its file in errors."""
     from ..context import default_context
     from ..graph import GraphBuilder
-    from ._convert import FOLD, MULTI_OUTPUT, OPS, SHAPE_ONLY, Const, Converter, onnx_dtype
+    from ._convert import (FOLD, MULTI_OUTPUT, OPS, SHAPE_ONLY, Const, Converter, onnx_dtype,
+                           ordered_nodes)
 
     onnx = require_onnx()
     from onnx import numpy_helper
 
-    model = _model_proto(path_or_model)
     ctx = ctx or default_context()
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None:
-        raise UnsupportedError("onnx: the model imports no default-domain (ai.onnx) opset")
+        raise UnsupportedError(f"onnx: the model{f' in {source}' if source else ''} imports no "
+                               "default-domain (ai.onnx) opset")
     if opset < MIN_OPSET:
         raise UnsupportedError(f"onnx: opset {opset} is older than jitnn supports "
                                f"({MIN_OPSET} and newer; convert it with "
                                "onnx.version_converter)")
     graph = model.graph
+    order = ordered_nodes(graph)          # refuses a broken graph before any work
+    input_names = {info.name for info in graph.input}
+    for option, given in (("input_shapes", input_shapes), ("constants", constants)):
+        unknown = sorted(name for name in given or {} if name not in input_names)
+        if unknown:
+            raise JitnnValueError(f"onnx: {option} names {', '.join(map(repr, unknown))}, not "
+                                  f"an input of the model (its inputs: {sorted(input_names)})")
     builder = GraphBuilder(ctx)
     cv = Converter(builder, opset)
     values: dict[str, Any] = {}
@@ -186,21 +276,20 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
             shape = tuple(int(d) for d in input_shapes[name])
         else:
             shape = tuple(d if isinstance(d, int) and d > 0 else (batch if i == 0 else 1)
-                          for i, d in enumerate(_declared_shape(info)))
+                          for i, d in enumerate(_declared_shape(info) or []))
         values[name] = builder.input(name, shape)
         run_inputs[name] = shape
 
-    for node in graph.node:
-        cv.node = node
+    for index in order:
+        node = graph.node[index]
+        cv.node, cv.index = node, index
         if node.domain not in ("", "ai.onnx"):
             raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
                                    f"domain {node.domain!r}) is not supported by jitnn: only "
                                    "the default ONNX domain is")
         attrs = {a.name: _attribute(onnx, a) for a in node.attribute}
+        # every name is defined: ordered_nodes checked, and ordered the writers first
         inputs = [values[name] if name else None for name in node.input]
-        for name, value in zip(node.input, inputs):
-            if name and name not in values:
-                raise JitnnValueError(f"onnx: {cv.where()}: input {name!r} is not defined")
         present = [v for v in inputs if v is not None]
         outputs_wanted = len([o for o in node.output])
         op_type = node.op_type
@@ -250,7 +339,8 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
         outputs[info.name] = value
     jitnn_graph = builder.build(outputs) if outputs else None
     return OnnxModel(ctx, jitnn_graph, run_inputs, [o.name for o in graph.output],
-                     constant_outputs, output_dtypes, cv.jitnn_ops, opset)
+                     constant_outputs, output_dtypes, cv.jitnn_ops, opset,
+                     load_time_inputs=input_names - set(run_inputs))
 
 
 def _attribute(onnx, attribute):
@@ -281,10 +371,14 @@ def load(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = No
 def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndarray]:
     """Run a model once on ``inputs`` ({name: array}): ``{output name: numpy
     array}``. Float inputs must be float32; integer/bool inputs are taken as
-    load-time constants (index or shape tensors)."""
+    load-time constants (index or shape tensors). A name that is not an input
+    of the model, or an array whose shape contradicts a static dim the model
+    declares, raises a :class:`~jitnn.JitnnError`."""
     if not isinstance(inputs, Mapping):
         raise JitnnTypeError(f"onnx.run: inputs must be a dict {{name: array}}, got "
                              f"{type(inputs).__name__}")
+    proto, source = _model_proto(path_or_model)
+    _check_inputs(proto.graph, inputs)
     shapes, constants, feed = {}, {}, {}
     for name, value in inputs.items():
         array = np.asarray(value)
@@ -293,7 +387,7 @@ def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndar
         else:
             shapes[name] = array.shape
             feed[name] = value
-    model = prepare(path_or_model, ctx, input_shapes=shapes, constants=constants)
+    model = _prepare(proto, source, ctx, input_shapes=shapes, constants=constants, batch=1)
     return model.run(feed)
 
 

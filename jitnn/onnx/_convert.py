@@ -56,6 +56,7 @@ class Converter:
         self.b = builder
         self.opset = opset
         self.node = None
+        self.index = 0                            # self.node's position in graph.node
         self._operands: dict[int, Operand] = {}   # id(Const) -> its builder constant
         self._keep: list[Const] = []              # keep the Consts alive (id keys)
         self.jitnn_ops = 0                        # ops added to the builder
@@ -71,6 +72,10 @@ class Converter:
 
     def unsupported(self, why: str) -> UnsupportedError:
         return UnsupportedError(f"onnx: {self.where()}: {why}")
+
+    def invalid(self, why: str) -> JitnnValueError:
+        """A broken model (not one jitnn cannot run): ``onnx: node 'conv_3' (Conv): why``."""
+        return JitnnValueError(f"onnx: {node_label(self.node, self.index)}: {why}")
 
     # --- values ------------------------------------------------------------------
 
@@ -111,6 +116,109 @@ class Converter:
                 and value.array.dtype.kind in "fiub":
             return float(value.array.reshape(-1)[0])
         return self.operand(value)
+
+
+def node_label(node, index: int) -> str:
+    """How validation errors name a node: ``node 'conv_3' (Conv)``; an unnamed
+    node by its position in ``graph.node``: ``node #3 (Conv)``."""
+    if node.name:
+        return f"node {node.name!r} ({node.op_type})"
+    return f"node #{index} ({node.op_type})"
+
+
+def ordered_nodes(graph) -> list[int]:
+    """The positions of ``graph.node`` in an order that runs every node after
+    the writers of its inputs, after checking that the graph is well formed.
+
+    ONNX requires nodes in topological order, but some tools write them
+    unsorted; sorting here costs little and the order of a sorted graph is
+    kept as it is (depth first, in file order). Raises a
+    :class:`JitnnValueError` naming the node, its op and the value for: a
+    value written twice, an output named like a graph input or initializer,
+    an input that nothing defines, and a cycle.
+    """
+    nodes = graph.node
+    # what a node may read without a writer; a graph input may also have an
+    # initializer of its name (old exports): the initializer is its default
+    given: dict[str, str] = {t.name: "an initializer" for t in graph.initializer}
+    given.update((i.name, "a graph input") for i in graph.input)
+    writer: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        for name in node.output:
+            if not name:              # "": an optional output the model does not want
+                continue
+            if name in given:
+                raise JitnnValueError(
+                    f"onnx: {node_label(node, index)}: output {name!r} has the name of "
+                    f"{given[name]} (every value is written once)")
+            if name in writer:
+                first = writer[name]
+                other = "this node" if first == index else node_label(nodes[first], first)
+                raise JitnnValueError(
+                    f"onnx: {node_label(node, index)}: output {name!r} is also written by "
+                    f"{other} (every value is written once)")
+            writer[name] = index
+    for index, node in enumerate(nodes):
+        for name in node.input:      # "" is an optional input left out: legal
+            if name and name not in given and name not in writer:
+                raise JitnnValueError(
+                    f"onnx: {node_label(node, index)}: input {name!r} is not defined (no node "
+                    "writes it, and no graph input or initializer has that name)")
+
+    def producers(index: int) -> list[int]:
+        return [writer[name] for name in nodes[index].input if name in writer]
+
+    # iterative depth-first search (deep graphs would exceed Python's recursion
+    # limit): a node is appended once all its producers are
+    order: list[int] = []
+    state: dict[int, str] = {}       # "open" while on the stack, then "done"
+    for root in range(len(nodes)):
+        if root in state:
+            continue
+        state[root] = "open"
+        stack = [(root, iter(producers(root)))]
+        while stack:
+            index, pending = stack[-1]
+            for producer in pending:
+                if state.get(producer) == "done":
+                    continue
+                if state.get(producer) == "open":
+                    path = [i for i, _ in stack]
+                    raise _cycle_error(nodes, writer, path[path.index(producer):])
+                state[producer] = "open"
+                stack.append((producer, iter(producers(producer))))
+                break
+            else:
+                stack.pop()
+                state[index] = "done"
+                order.append(index)
+    return order
+
+
+def _cycle_error(nodes, writer: dict[str, int], cycle: list[int]) -> JitnnValueError:
+    """The error for ``cycle`` (positions; each node reads an output of the next,
+    the last one an output of the first), spelt out value by value."""
+    steps = []
+    for k, index in enumerate(cycle):
+        source = cycle[(k + 1) % len(cycle)]
+        value = next(name for name in nodes[index].input if writer.get(name) == source)
+        steps.append(f"{node_label(nodes[index], index)} reads {value!r} from")
+    start = node_label(nodes[cycle[0]], cycle[0])
+    return JitnnValueError(f"onnx: {start}: the nodes form a cycle, so none of them can run "
+                           f"first: {' '.join(steps)} {start}")
+
+
+def check_kernel_shape(cv: Converter, attrs: dict, w) -> None:
+    """A ``kernel_shape`` (optional for Conv and ConvTranspose) must repeat the
+    weights' spatial dims: jitnn takes the kernel from the weights, so a
+    contradicting one is a broken model, not a choice to make silently."""
+    if "kernel_shape" not in attrs:
+        return
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    spatial = shape_of(w)[2:]
+    if tuple(kernel) != spatial:
+        raise cv.invalid(f"kernel_shape {kernel} does not match the weights' spatial dims "
+                         f"{spatial}")
 
 
 def shape_of(value) -> tuple[int, ...]:
@@ -218,6 +326,7 @@ def op_conv(cv: Converter, inputs, attrs):
     rank = spatial_rank_check(cv, x)
     if rank_of(w) != rank:
         raise cv.unsupported(f"filter rank {rank_of(w)} for input rank {rank}")
+    check_kernel_shape(cv, attrs, w)
     nd = rank - 2
     kernel = list(shape_of(w)[2:])
     strides = list(attrs.get("strides", [1] * nd))
@@ -236,6 +345,7 @@ def op_conv_transpose(cv: Converter, inputs, attrs):
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     rank = spatial_rank_check(cv, x)
+    check_kernel_shape(cv, attrs, w)
     nd = rank - 2
     spatial = list(shape_of(x)[2:])
     kernel = list(shape_of(w)[2:])
@@ -518,15 +628,32 @@ def op_flatten(cv: Converter, inputs, attrs):
 
 
 def reshape_target(cv: Converter, x, inputs, attrs) -> tuple[int, ...]:
+    """The output shape of a Reshape of ``x``: 0 copies the input's dim (unless
+    ``allowzero``), one -1 is inferred; anything else is a broken model."""
     if cv.opset < 5:
-        shape = list(attrs["shape"])
+        shape = [int(d) for d in attrs["shape"]]
     else:
         shape = ints(need_const(cv, inputs[1], "the shape input"))
-    if not attrs.get("allowzero", 0):
-        shape = [shape_of(x)[i] if d == 0 else d for i, d in enumerate(shape)]
+    asked = list(shape)                      # as the model wrote it, for the errors
+    in_shape = shape_of(x)
+    if shape.count(-1) > 1:
+        raise cv.invalid(f"shape {asked} has more than one -1 (only one dim can be inferred)")
+    if any(d < -1 for d in shape):
+        raise cv.invalid(f"shape {asked} has a negative dim other than -1")
+    if attrs.get("allowzero", 0):
+        if 0 in shape and -1 in shape:       # the spec forbids it: the -1 is ambiguous
+            raise cv.invalid(f"shape {asked} has both 0 and -1 with allowzero=1")
+    else:
+        if any(d == 0 for d in shape[len(in_shape):]):
+            raise cv.invalid(f"shape {asked} copies (with 0) a dim that the input, of shape "
+                             f"{in_shape}, does not have")
+        shape = [in_shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    size = math.prod(in_shape)
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
-        shape[shape.index(-1)] = math.prod(shape_of(x)) // known if known else 0
+        shape[shape.index(-1)] = size // known if known else 0
+    if math.prod(shape) != size:
+        raise cv.invalid(f"cannot reshape {in_shape} ({size} values) to {asked}")
     return tuple(shape)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import JitnnTypeError
+from . import _check_inputs, _model_proto, require_onnx
 from . import prepare as _prepare
-from . import require_onnx
 
 require_onnx()
 
@@ -61,7 +62,12 @@ class JitnnRep(BackendRep):
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(self.input_names):   # zip would drop the extra ones
+                raise JitnnTypeError(f"onnx: {len(inputs)} inputs given, the model has "
+                                     f"{len(self.input_names)}: {self.input_names}")
             feed = {name: np.asarray(value) for name, value in zip(self.input_names, inputs)}
+        _check_inputs(self.model.graph, feed)
         model = self.converted(feed)
         result = model.run({n: a for n, a in feed.items() if n in model.inputs})
         return tuple(result[name] for name in self.output_names)
@@ -79,8 +85,8 @@ class JitnnBackend(Backend):
         onnx = require_onnx()
         if not cls.supports_device(device):
             raise ValueError(f"jitnn runs on the CPU only, not {device!r}")
-        if isinstance(model, (str, bytes)):
-            model = onnx.load(model) if isinstance(model, str) else onnx.load_from_string(model)
+        if not isinstance(model, onnx.ModelProto):   # a path or bytes: read errors name it
+            model, _ = _model_proto(model)
         return JitnnRep(model, kwargs.get("ctx"))
 
     @classmethod
