@@ -10,7 +10,7 @@ from . import _memory
 _memory.tune_allocator()
 
 from .context import POLICIES, Context, Stats, default_context, host_block, read_all
-from .errors import JitnnError, JitnnTypeError, JitnnValueError
+from .errors import JitnnError, JitnnExecutionError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor
 from .scheduler import explain
 from .graph import Graph, GraphBuilder, Operand
@@ -29,7 +29,7 @@ __all__ = [
     "leaky_relu", "hard_swish", "gelu", "max_pool2d", "average_pool2d", "global_average_pool2d",
     "batch_normalization", "softmax", "reshape", "flatten", "transpose", "concat",
     "lrn", "gather", "slice",
-    "JitnnError", "JitnnTypeError", "JitnnValueError",
+    "JitnnError", "JitnnExecutionError", "JitnnTypeError", "JitnnValueError",
     "default_context", "host_block", "read_all", "reorder", "tensor", "__version__",
     "explain", "POLICIES", "Graph", "GraphBuilder", "Operand",
     "show_layout",

@@ -24,7 +24,7 @@ import numba.core.event
 import numpy as np
 
 from . import layouts
-from .errors import JitnnTypeError, JitnnValueError
+from .errors import JitnnExecutionError, JitnnTypeError, JitnnValueError
 from .kernels import _config, conv2d as conv_kernels, layout as layout_kernels
 from .plan_cache import PlanCache
 
@@ -388,7 +388,18 @@ class Context:
             over = (len(self._pending) > self.max_pending_ops
                     or self._pending_bytes > self.max_pending_bytes)
         if over:
+            self._auto_flush()
+
+    def _auto_flush(self) -> None:
+        """A flush that the pending bound asked for, from the call that
+        recorded one op too many. If running the pending work fails, that
+        call is innocent: the error is not raised here. The values that were
+        not computed stay pending (off the queue) and their own read runs
+        them again and raises, naming the op that failed."""
+        try:
             self.flush()
+        except JitnnExecutionError:
+            pass
 
     def flush(self) -> None:
         """Compute every pending result the caller still holds (and what they need)."""

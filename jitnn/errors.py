@@ -19,3 +19,13 @@ class JitnnTypeError(JitnnError, TypeError):
 
 class JitnnValueError(JitnnError, ValueError):
     """An argument of the right kind but a wrong value: shape, option, layout."""
+
+
+class JitnnExecutionError(JitnnError, RuntimeError):
+    """An op that validation accepted failed when its kernel ran (at a flush).
+
+    That is a jitnn bug: validation at the call should have refused the
+    input. The message names the op and its output; the kernel's own error is
+    the ``__cause__``. Raised from the read (or eager call) that needed the
+    op, never from an unrelated call whose auto-flush ran it.
+    """

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .context import add_kernel_seconds, kernel_seconds
+from .errors import JitnnExecutionError
 from .ops._common import blocked_buffer
 from .scheduler import STRUCTURED, Plan, Step, physical_shape
 from .tensor import Node, Value
@@ -71,12 +72,26 @@ def _release(dead_values) -> None:
         dead._derived.clear()
 
 
+def run_node(ctx: "Context", node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
+    """``node.run``; a failure is re-raised naming the op (and the ops fused
+    into it) and its output, whatever the kernel's own message said."""
+    try:
+        return node.run(ctx, node, value, out)
+    except JitnnExecutionError:
+        raise                              # an inner op's failure, already named
+    except Exception as error:
+        raise JitnnExecutionError(
+            f"{node.label}: failed when run (output shape {value.shape}, inputs "
+            f"{[tuple(i.shape) for i in node.inputs]}): {type(error).__name__}: {error}"
+        ) from error
+
+
 def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> int:
     """Run an op step; returns how many ops it fused (counted per flush)."""
     v = step.value
     node = step.node
     out = _out_from_slot(slots, step.buffer, physical_shape(v)) if step.buffer else None
-    data = node.run(ctx, node, v, out)
+    data = run_node(ctx, node, v, out)
     v._data = data
     v._node = None            # drops the references to its inputs
     v._plan = plan
@@ -230,7 +245,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     data = binding.out
                 else:
                     ctx._tracing(reorders)
-                    data = node.run(ctx, node, v, out)
+                    data = run_node(ctx, node, v, out)
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
                 v._data = data

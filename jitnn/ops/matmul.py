@@ -16,6 +16,8 @@ later call: pass the same weight Tensor to benefit.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import layouts
@@ -43,7 +45,16 @@ def gemm_reference(a, b, c=None, *, alpha=1.0, beta=1.0, a_transpose=False,
 
 
 def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
+    """``b`` packed once into the kernel's panels: one matrix (its last two
+    dimensions; leading dimensions of size 1, as in ``(1, 1, K, N)``, and a
+    1-D column vector are viewed away), the packing kept on ``b``."""
     values = plain_buffer(b)     # outside b's lock (see Value._derive)
+    if values.ndim == 1:                     # numpy's 1-D right operand: (K,) is (K, 1)
+        values = values.reshape(-1, 1)
+    elif values.ndim > 2:
+        # every caller packs one matrix (a batch of b is read as it is)
+        assert math.prod(values.shape[:-2]) == 1, values.shape
+        values = values.reshape(values.shape[-2:])
 
     def pack():
         packed = ctx._side_work(
