@@ -283,10 +283,13 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
     launch, packed = memo.launch(), memo.packed()
     bias = None if memo.bias is None else memo.bias()
     reads = []
-    for value in (a["x"], a["residual"]):
+    for role, value in (("x", a["x"]), ("residual", a["residual"])):
         if value is None:
             continue
-        read_in_place = (value is a["x"] and a["first_layer"]) or (
+        # a first-layer conv reads its x plain; everything else, blocked. (By
+        # role, not by Value: a residual that is the conv's own plain x is
+        # reordered to blocked at each run, so it cannot be bound.)
+        read_in_place = (role == "x" and a["first_layer"]) or (
             layouts.block_of(value.layout) == a["block"] and value._axes == a["axes"])
         if value._data is None or not read_in_place:
             return None
