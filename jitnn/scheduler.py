@@ -446,8 +446,11 @@ def plan_buffers(plan: Plan) -> Plan:
             peak = max(peak, live)
             continue
         v = step.value
-        dying = [s for s in step.node.inputs
-                 if id(s) in produced and id(s) not in plan.kept and last_use.get(id(s)) == i]
+        # (each once: a node may read one value twice, x * sigmoid(x), and a
+        # slot freed twice would be handed to two live values at once)
+        dying = list({id(s): s for s in step.node.inputs
+                      if id(s) in produced and id(s) not in plan.kept
+                      and last_use.get(id(s)) == i}.values())
         step.frees = tuple(dying)
         size = step.bytes_out
         # in place over a dying input when the kernel allows it (kept or not)
