@@ -78,12 +78,15 @@ class _Recorded:
 
 
 def _substitute(value: Any, lookup: Callable[[Any], Any], kind: type = Operand) -> Any:
-    """``value`` with every instance of ``kind`` in it, also inside lists and
-    tuples, replaced by ``lookup(instance)``."""
+    """``value`` with every instance of ``kind`` in it, also inside lists,
+    tuples and dicts (an op's keyword options: WebNN passes a conv's bias
+    operand in its options), replaced by ``lookup(instance)``."""
     if isinstance(value, kind):
         return lookup(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_substitute(v, lookup, kind) for v in value)
+    if isinstance(value, dict):
+        return {key: _substitute(v, lookup, kind) for key, v in value.items()}
     return value
 
 
