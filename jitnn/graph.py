@@ -292,15 +292,12 @@ class Graph:
                 if value.context is not ctx:
                     raise JitnnTypeError(f"{op}: input {name!r} belongs to another context")
                 item: Tensor | np.ndarray = value
+            elif borrow_outside is not None and _borrowable(value, borrow_outside):
+                item = value
             else:
-                dtype = getattr(value, "dtype", None)
-                if dtype is not None and np.dtype(dtype) != FLOAT32:
-                    raise JitnnTypeError(
-                        f"{op}: input {name!r} has dtype {dtype}, expected float32")
-                if borrow_outside is not None and _borrowable(value, borrow_outside):
-                    item = value
-                else:
-                    item = as_float32_copy(value)
+                # another dtype (float64, ints, bools) converts by value, as
+                # jitnn.tensor does; a non-numeric one is refused, naming the input
+                item = as_float32_copy(value, op=f"{op}: input {name!r}")
             if item.shape != expected:
                 raise JitnnTypeError(
                     f"{op}: input {name!r} has shape {item.shape}, expected {expected}")

@@ -81,12 +81,25 @@ def test_compute_writes_into_the_callers_arrays(conv_graph):
     ({}, "missing input 'x'"),
     ({"x": np.zeros((2, 5, 7, 6), np.float32), "z": np.zeros(1)}, "unknown input 'z'"),
     ({"x": np.zeros((2, 5, 7, 7), np.float32)}, r"input 'x' has shape \(2, 5, 7, 7\), expected"),
-    ({"x": np.zeros((2, 5, 7, 6), np.float64)}, "input 'x' has dtype float64, expected float32"),
+    ({"x": np.zeros((2, 5, 7, 6), np.complex64)}, "input 'x': expected real numbers"),
+    ({"x": np.zeros((2, 5, 7, 6), "U3")}, "input 'x': expected real numbers"),
 ])
 def test_dispatch_validates_at_once(conv_graph, inputs, message):
     ctx, graph, _ = conv_graph
     with pytest.raises(TypeError, match=message):
         ctx.dispatch(graph, inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64, np.uint8, np.bool_])
+def test_inputs_of_another_dtype_are_converted(conv_graph, dtype):
+    # compute and dispatch copy them to float32 by value, as jitnn.tensor does
+    ctx, graph, w = conv_graph
+    x = (np.arange(2 * 5 * 7 * 6).reshape(2, 5, 7, 6) % 3).astype(dtype)
+    want_y, want_pooled = _want(x.astype(np.float32), w)
+    outs = {"y": np.empty((2, 8, 7, 6), np.float32), "pooled": np.empty((2, 8, 1, 1), np.float32)}
+    ctx.compute(graph, {"x": x}, outs)
+    _close(outs["y"], want_y)
+    _close(ctx.dispatch(graph, {"x": x})["pooled"].numpy(), want_pooled)
 
 
 def test_compute_validates_outputs(conv_graph):
@@ -315,8 +328,8 @@ def test_compute_keeps_nothing_of_the_callers_inputs_between_calls():
     bad = {**second, "x": np.zeros((1, 12, 10, 11), np.float32)}
     with pytest.raises(TypeError, match=r"input 'x' has shape \(1, 12, 10, 11\), expected"):
         ctx.compute(graph, bad, _nan_outputs(graph))
-    with pytest.raises(TypeError, match="input 'z' has dtype float64, expected float32"):
-        ctx.compute(graph, {**second, "z": second["z"].astype(np.float64)}, _nan_outputs(graph))
+    with pytest.raises(TypeError, match="input 'z': expected real numbers"):
+        ctx.compute(graph, {**second, "z": second["z"].astype(np.complex64)}, _nan_outputs(graph))
     with pytest.raises(TypeError, match="missing input 'z'"):
         ctx.compute(graph, {"x": second["x"]}, _nan_outputs(graph))
     with pytest.raises(jitnn.JitnnValueError, match="another context"):
