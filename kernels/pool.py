@@ -17,7 +17,9 @@ output row ``oh`` reads input row ``oh * sh - top + kh * dh`` (columns alike).
 The caller gives the output size, so it may use ceil rounding
 (:func:`pool_output_size` computes both roundings); then the last window can
 reach past the explicit padding. No padded copy of the input is made: each
-window is clipped to the input.
+window is clipped to the input. Every window must hold at least one tap
+inside the input (else ValueError): a window of padding alone has no max
+and no average, and writing some value there would invent data.
 
 * max: the maximum over the taps inside the input (padding never wins, as if
   it were -inf).
@@ -26,8 +28,6 @@ window is clipped to the input.
   inside the explicitly padded input ``[-top, H + bottom) x [-left, W + right)``
   (``count_include_pad=True``); taps past the explicit padding (ceil rounding)
   never count, as in ONNX and PyTorch.
-* a window with no tap inside the input (only possible with output sizes
-  beyond :func:`pool_output_size`'s) gives 0.
 
 How it is fast. The tap ranges and divisors of every output row and column
 are computed once per call (``rows``, ``cols`` tables), so the kernel never
@@ -122,8 +122,7 @@ def _make_pool_rows(G: int):
                     ow += _TILE
                     continue
                 # one pixel, its window clipped to the input (border, tail)
-                kw0, kw1 = cols[0, ow], cols[1, ow]
-                empty = kh0 >= kh1 or kw0 >= kw1
+                kw0, kw1 = cols[0, ow], cols[1, ow]     # never empty: _pool2d checks
                 divisor = np.float32(1.0 if is_max else rows[2, oh] * cols[2, ow])
                 for g in range(0, cb, G):
                     for lane in range(G):
@@ -140,7 +139,7 @@ def _make_pool_rows(G: int):
                                 for lane in range(G):
                                     acc[0, lane] += xf[np.uint64(p + lane)]
                     for lane in range(G):
-                        outf[np.uint64(o + g + lane)] = _ZERO if empty else acc[0, lane] / divisor
+                        outf[np.uint64(o + g + lane)] = acc[0, lane] / divisor
                 ow += 1
 
     pool_rows.__name__ = pool_rows.__qualname__ = f"pool_rows_g{G}"
@@ -182,7 +181,8 @@ def pool_output_size(size, kernel, stride=1, dilation=1, pad_begin=0, pad_end=0,
     or with ``ceil`` instead of ``floor`` for ``rounding="ceil"``. With ceil
     rounding, ONNX and PyTorch drop a last window that would start inside the
     end padding (``(out - 1) * stride >= size + pad_begin``);
-    ``ceil_drops_window_in_padding=False`` keeps it (the plain ceil formula).
+    ``ceil_drops_window_in_padding=False`` keeps it (the plain ceil formula:
+    that window holds no input element, and the kernels refuse it).
     May return a value < 1 for impossible geometry: the caller reports it.
     """
     if rounding not in ("floor", "ceil"):
@@ -221,6 +221,16 @@ def _tap_table(out_size, size, kernel, stride, dilation, pad_begin, pad_end,
         table[1, o] = end
         table[2, o] = padded if count_include_pad else end - first
     return table
+
+
+@jit()
+def _first_empty(table):
+    """The first output position of a :func:`_tap_table` whose window has no
+    tap inside the input (an empty tap range), or -1."""
+    for o in range(table.shape[1]):
+        if table[0, o] == table[1, o]:
+            return o
+    return -1
 
 
 def _pair(value, name):
@@ -274,6 +284,13 @@ def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_p
     OH, OW = out.shape[2], out.shape[3]
     rows = _tap_table(OH, H, KH, sh, dh, pt, pb, count_include_pad)
     cols = _tap_table(OW, W, KW, sw, dw, pl, pr, count_include_pad)
+    for axis, table in (("row", rows), ("column", cols)):
+        empty = _first_empty(table)
+        if empty >= 0:
+            raise ValueError(f"pool: every window must hold an input element, but the window "
+                             f"of output {axis} {empty} lies wholly in the padding or past it "
+                             f"(x {x.shape}, out {out.shape}, kernel {(KH, KW)}, strides "
+                             f"{(sh, sw)}, dilations {(dh, dw)}, padding {(pt, pb, pl, pr)})")
     interior = np.flatnonzero((cols[0] == 0) & (cols[1] == KW))   # a contiguous range
     c0, c1 = (int(interior[0]), int(interior[-1]) + 1) if interior.size else (0, 0)
     geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, int(is_max), c0, c1)
@@ -389,7 +406,7 @@ def pool2d_reference(x, kind, out_size, kernel, strides=1, dilations=1, padding=
     output size ``out_size = (OH, OW)``, in float64, by looping over windows:
     a tap counts if it lies inside the input; for ``count_include_pad`` the
     average divides by the taps inside ``[-top, H + bottom) x [-left, W + right)``.
-    Windows with no tap inside the input give 0."""
+    A window with no tap inside the input is a ValueError (as in the kernels)."""
     x = np.asarray(x, np.float64)
     N, C, H, W = x.shape
     KH, KW = _pair(kernel, "kernel")
@@ -405,7 +422,7 @@ def pool2d_reference(x, kind, out_size, kernel, strides=1, dilations=1, padding=
             inside_h = [i for i in ihs if 0 <= i < H]
             inside_w = [i for i in iws if 0 <= i < W]
             if not inside_h or not inside_w:
-                continue
+                raise ValueError(f"pool: the window of output ({oh}, {ow}) holds no input")
             window = x[:, :, inside_h][:, :, :, inside_w]
             if kind == "max":
                 out[:, :, oh, ow] = window.max(axis=(2, 3))

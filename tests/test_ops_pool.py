@@ -160,18 +160,17 @@ def test_webnn_output_sizes():
             pool(y, (3, 6))
 
 
-def test_webnn_ceil_keeps_a_window_that_starts_in_the_padding():
-    """WebNN's spec formula (webnn issue 935): 5x5, window 3, stride 3, padding
-    1, ceil -> 3x3; the last row and column of windows hold only padding and
-    give 0. ONNX and PyTorch would give 2x2."""
+def test_ceil_drops_a_window_that_starts_in_the_padding():
+    """webnn issue 935's case: 5x5, window 3, stride 3, padding 1, ceil. The
+    plain ceil formula gives 3x3, whose last row and column of windows hold
+    only padding; like PyTorch and ONNX, jitnn drops them: 2x2."""
     x = _random((1, 2, 5, 5), 36) + 10.0
     for kind in ("plain", "nChw8c"):
         for op in ("max_pool2d", "average_pool2d"):
             got = _run(op, make(x, kind), window_dimensions=3, strides=3, padding=1,
                        rounding_type="ceil").numpy()
-            assert got.shape == (1, 2, 3, 3)
-            assert np.all(got[:, :, 2, :] == 0) and np.all(got[:, :, :, 2] == 0)
-            assert np.all(got[:, :, :2, :2] > 5)
+            assert got.shape == (1, 2, 2, 2)
+            assert np.all(got > 5)
             assert_close(got, _want(op, x, window_dimensions=3, strides=3, padding=1,
                                     rounding_type="ceil"), rtol=1e-5)
 
@@ -206,9 +205,12 @@ def test_against_pytorch(size, kernel, stride, pad, dilation):
                                            padding=pad, output_sizes=want.shape[2:],
                                            count_include_pad=include)
                 assert_close(got.numpy(), want, rtol=1e-5)
-    webnn = jitnn.max_pool2d(x, 2, strides=2, padding=1, rounding_type="ceil")
-    if (size, kernel, stride, pad) == (5, 2, 2, 1):
-        assert webnn.shape[2] == 4                    # WebNN keeps the window ONNX drops
+        # rounding_type alone gives PyTorch's size (ceil drops a window that
+        # would start in the end padding)
+        rounding = "ceil" if ceil else "floor"
+        got = jitnn.max_pool2d(x, kernel, strides=stride, padding=pad, dilations=dilation,
+                               rounding_type=rounding)
+        assert got.shape == want.shape
 
 
 def test_pool_errors():
@@ -237,3 +239,164 @@ def test_pool_errors():
         jitnn.global_average_pool2d(np.ones((2, 3), np.float32))
     with pytest.raises(jitnn.JitnnValueError, match=r"global_average_pool2d: empty dimension"):
         jitnn.global_average_pool2d(np.ones((2, 3, 0, 4), np.float32))
+
+
+# --- ceil rounding and windows with no input element ----------------------------------
+#
+# The plain ceil formula once added a last window that starts in the end
+# padding (or past the input): it holds no input element and came out 0.
+
+def _torch_output_size(size, window, stride, dilation, pad_begin, pad_end, ceil):
+    """PyTorch's pooling_output_size (aten/src/ATen/native/Pool.h), written out."""
+    out = (size + pad_begin + pad_end - dilation * (window - 1) - 1
+           + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + pad_begin:
+        out -= 1                        # the last window must start inside the input
+    return out
+
+
+def _pool_float64(op, x, window, strides, dilations, padding, ceil, count_include_pad):
+    """An independent float64 reference (NCHW), one window at a time: the max or
+    the mean of the window's input elements (count_include_pad: the sum over
+    the taps inside the explicitly padded input)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = window, strides, dilations
+    top, bottom, left, right = padding
+    oh = _torch_output_size(h, kh, sh, dh, top, bottom, ceil)
+    ow = _torch_output_size(w, kw, sw, dw, left, right, ceil)
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        rows = [i * sh - top + k * dh for k in range(kh)]
+        for j in range(ow):
+            cols = [j * sw - left + k * dw for k in range(kw)]
+            inside_rows = [r for r in rows if 0 <= r < h]
+            inside_cols = [q for q in cols if 0 <= q < w]
+            assert inside_rows and inside_cols, "a test geometry with an empty window"
+            values = x[:, :, inside_rows][:, :, :, inside_cols].astype(np.float64)
+            if op == "max_pool2d":
+                out[:, :, i, j] = values.max(axis=(2, 3))
+                continue
+            if count_include_pad:
+                count = (sum(-top <= r < h + bottom for r in rows)
+                         * sum(-left <= q < w + right for q in cols))
+            else:
+                count = len(inside_rows) * len(inside_cols)
+            out[:, :, i, j] = values.sum(axis=(2, 3)) / count
+    return out
+
+
+# (window, strides, dilations, padding [t, b, l, r], ceil): strides larger than
+# the window, ceil with and without padding (several drop a last window)
+CEIL_GEOMETRIES = [
+    ((1, 1), (1, 3), (1, 1), (0, 0, 0, 0), True),       # the report's example
+    ((2, 2), (3, 3), (1, 1), (0, 0, 0, 0), True),
+    ((2, 3), (3, 4), (1, 1), (1, 0, 0, 2), True),
+    ((3, 3), (3, 3), (1, 1), (1, 1, 1, 1), True),       # webnn issue 935
+    ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
+    ((3, 2), (4, 3), (1, 2), (1, 1, 1, 0), True),       # dilated
+    ((2, 2), (3, 4), (1, 1), (1, 1, 1, 1), False),      # floor, strides > window
+    ((1, 2), (2, 5), (1, 1), (0, 0, 1, 1), False),
+]
+
+
+def _pool_case(op, kind, x, geometry, count_include_pad):
+    window, strides, dilations, padding, ceil = geometry
+    options = dict(window_dimensions=window, strides=strides, dilations=dilations,
+                   padding=padding, rounding_type="ceil" if ceil else "floor")
+    if op == "average_pool2d":
+        options["count_include_pad"] = count_include_pad
+    if kind == "nhwc":
+        got = getattr(jitnn, op)(np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+                                 layout="nhwc", **options).numpy().transpose(0, 3, 1, 2)
+    else:
+        got = getattr(jitnn, op)(make(x, kind), **options).numpy()
+    return got, _pool_float64(op, x, window, strides, dilations, padding, ceil,
+                              count_include_pad)
+
+
+@pytest.mark.parametrize("kind", ["plain", "nChw8c", "block16", "nhwc"])
+@pytest.mark.parametrize("channels", [1, 3, 7, 17])
+@pytest.mark.parametrize("op,count_include_pad", [("max_pool2d", False),
+                                                  ("average_pool2d", False),
+                                                  ("average_pool2d", True)])
+def test_ceil_and_large_strides_against_float64(op, count_include_pad, channels, kind):
+    """Every window of every geometry holds input: the output size follows
+    PyTorch's rule and each value the float64 reference's. The input is
+    negative, so a 0 written for an empty window could not pass as a max."""
+    for shape in ((2, channels, 7, 11), (3, channels, 5, 8)):
+        x = -np.abs(_random(shape, channels)) - 0.5
+        for geometry in CEIL_GEOMETRIES:
+            got, want = _pool_case(op, kind, x, geometry, count_include_pad)
+            assert got.shape == want.shape, (shape, geometry)
+            assert np.all(got < 0), (shape, geometry)
+            assert_close(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("channels", [1, 3, 7, 17])
+def test_max_pool_ceil_writes_no_zero(kind, channels):
+    """The report: max_pool2d(-x, 1, strides=(1, 3), rounding_type="ceil") once
+    gave a fourth output column of 0 for W = 8 (a window at column 9)."""
+    x = np.abs(_random((2, channels, 5, 8), 40)) + 1.0
+    got = jitnn.max_pool2d(make(-x, kind), 1, strides=(1, 3), rounding_type="ceil")
+    assert got.shape == (2, channels, 5, 3)
+    np.testing.assert_array_equal(got.numpy(), -x[:, :, :, ::3])
+    got = jitnn.average_pool2d(make(-x, kind), 1, strides=(1, 3), rounding_type="ceil")
+    np.testing.assert_array_equal(got.numpy(), -x[:, :, :, ::3])
+
+
+def test_output_sizes_of_the_plain_ceil_formula_are_refused():
+    """WebNN's outputSizes: the floor or the ceil size. The plain ceil size
+    (one window more, starting past the input) is neither."""
+    x = -np.abs(_random((2, 3, 5, 8), 41)) - 1.0
+    got = jitnn.max_pool2d(x, 1, strides=(1, 3), output_sizes=(5, 3))
+    np.testing.assert_array_equal(got.numpy(), x[:, :, :, ::3])
+    for op in ("max_pool2d", "average_pool2d"):
+        with pytest.raises(jitnn.JitnnValueError,
+                           match=rf"{op}: output_sizes must be the floor \[5, 3\] or ceil "
+                                 r"\[5, 3\] output size on each axis, got \[5, 4\]"):
+            getattr(jitnn, op)(x, 1, strides=(1, 3), output_sizes=(5, 4))
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
+def test_windows_with_no_input_are_refused(op):
+    """A window wholly in the padding has no max and no average: the geometry
+    is refused at the call, naming the op and the window."""
+    x = jitnn.tensor(_random((2, 3, 6, 6), 42))
+    pool = getattr(jitnn, op)
+    expected = rf"{op}: every window must hold at least one input element, but all taps of "
+    cases = [
+        # padding >= window: the first window lies in the begin padding
+        (dict(window_dimensions=2, padding=2), "the window of output row 0 fall in the padding"),
+        # end padding >= window: windows past the input, with floor rounding too
+        (dict(window_dimensions=3, padding=(0, 0, 0, 3)), "output column 6 fall"),
+        (dict(window_dimensions=2, strides=2, padding=(0, 3, 0, 0), rounding_type="ceil"),
+         "output row 3 fall"),
+        # dilated taps that skip the whole input (padding 1 < window 2)
+        (dict(window_dimensions=2, dilations=(1, 7), padding=(0, 0, 1, 1)), "output column 0"),
+    ]
+    for options, window in cases:
+        if op == "average_pool2d":
+            options["count_include_pad"] = True
+        with pytest.raises(jitnn.JitnnValueError, match=expected + ".*" + window):
+            pool(x, **options)
+    # the largest padding that leaves every window an input element works
+    got = pool(x, 3, padding=2).numpy()
+    want = _pool_float64(op, x.numpy(), (3, 3), (1, 1), (1, 1), (2, 2, 2, 2), False, False)
+    assert_close(got, want, rtol=1e-5)
+
+
+def test_graph_builder_infers_the_ceil_size_and_refuses_empty_windows():
+    """GraphBuilder infers shapes by running the same op on placeholders."""
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 3, 5, 8))
+    y = b.max_pool2d(x, 1, strides=(1, 3), rounding_type="ceil")
+    assert y.shape == (2, 3, 5, 3)
+    with pytest.raises(jitnn.JitnnValueError, match=r"max_pool2d: every window must hold"):
+        b.max_pool2d(x, 2, padding=2)
+    graph = b.build({"y": y})
+    data = np.abs(_random((2, 3, 5, 8), 43)) + 1.0
+    out = np.empty((2, 3, 5, 3), np.float32)
+    ctx.compute(graph, {"x": -data}, {"y": out})
+    np.testing.assert_array_equal(out, -data[:, :, :, ::3])

@@ -93,14 +93,17 @@ def test_pool_other_block_sizes(kind, cb):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_windows_partly_and_wholly_outside(kind):
-    """An output larger than pool_output_size's: the last windows reach past the
-    padding (partly outside) and then lie wholly outside (they give 0)."""
+    """Ceil rounding: the last windows reach past the padding (partly outside);
+    one more output row or column would lie wholly outside: refused."""
     x = _random((2, 9, 5, 6), seed=3)
     geometry = ((3, 3), (2, 2), (1, 1), (1, 0, 0, 1), "ceil")
     oh, ow = _output_size(x.shape, geometry)
-    out, reference = _run(kind, x, 8, geometry, out_size=(oh + 2, ow + 2))
-    assert np.all(reference[:, :, -1, :] == 0) and np.all(reference[:, :, :, -1] == 0)
+    assert (oh - 1) * 2 - 1 + 3 > 5 + 0       # the last window rows end past the padding
+    out, reference = _run(kind, x, 8, geometry)
     _check(out, reference, 9)
+    for size in ((oh + 1, ow), (oh, ow + 1)):
+        with pytest.raises(ValueError, match="every window must hold an input element"):
+            _run(kind, x, 8, geometry, out_size=size)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -192,3 +195,54 @@ def test_errors():
         P.average_pool2d(x, np.empty((1, 2, 3, 3, 4), np.float32), 2, 2, padding=(1, 2, 3))
     with pytest.raises(ValueError, match="float32"):
         P.global_average_pool2d(x.astype(np.float64), np.empty((1, 2, 1, 1, 4)))
+
+
+# --- ceil rounding and windows with no input element ----------------------------------
+
+def test_pool_output_size_ceil_drops_a_window_past_the_input():
+    """Strides larger than the window: plain ceil adds a window that starts
+    past the input (it would hold nothing); the default drops it."""
+    assert P.pool_output_size(8, 1, 3, rounding="ceil") == 3        # not 4 (a window at 9)
+    assert P.pool_output_size(8, 1, 3, rounding="ceil",
+                              ceil_drops_window_in_padding=False) == 4
+    assert P.pool_output_size(5, 1, 3, rounding="ceil") == 2
+    assert P.pool_output_size(5, 3, 3, 1, 1, 1, rounding="ceil") == 2  # webnn issue 935
+    assert P.pool_output_size(11, 3, 3, 1, 1, 1, rounding="ceil") == 4
+    assert P.pool_output_size(7, 3, 2, 1, 1, 1, rounding="ceil") == 4   # last starts inside
+
+
+# strides larger than the window, ceil with and without padding
+CEIL_GEOMETRIES = [
+    ((1, 1), (1, 3), (1, 1), (0, 0, 0, 0), "ceil"),
+    ((2, 2), (3, 3), (1, 1), (0, 0, 0, 0), "ceil"),
+    ((2, 3), (3, 4), (1, 1), (1, 0, 0, 2), "ceil"),
+    ((3, 3), (3, 3), (1, 1), (1, 1, 1, 1), "ceil"),
+    ((3, 2), (4, 3), (1, 2), (1, 1, 1, 0), "ceil"),
+    ((2, 2), (3, 4), (1, 1), (1, 1, 1, 1), "floor"),
+]
+
+
+@pytest.mark.parametrize("cb", (1, 8, 16))
+@pytest.mark.parametrize("channels", (1, 3, 7, 17))
+@pytest.mark.parametrize("kind", KINDS)
+def test_ceil_and_large_strides(kind, channels, cb):
+    """Negative inputs (a 0 for an empty window would be the max) on odd sizes,
+    N = 2, against the float64 reference."""
+    for shape in ((2, channels, 7, 11), (2, channels, 5, 8)):
+        x = -np.abs(_random(shape, seed=channels)) - 0.5
+        for geometry in CEIL_GEOMETRIES:
+            out, reference = _run(kind, x, cb, geometry)
+            assert np.all(reference < 0)
+            _check(out, reference, channels)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_windows_with_no_input_are_refused(kind):
+    """Padding >= the window: the first window holds only padding. The kernel
+    refuses it rather than write a value that is not in the window."""
+    x = _random((2, 3, 6, 6), seed=7)
+    for geometry in [((2, 2), (1, 1), (1, 1), (2, 0, 0, 0), "floor"),
+                     ((2, 2), (2, 2), (1, 1), (0, 0, 0, 3), "ceil"),
+                     ((2, 2), (1, 1), (1, 7), (0, 0, 1, 1), "floor")]:   # taps skip the input
+        with pytest.raises(ValueError, match=r"pool: every window must hold an input element"):
+            _run(kind, x, 8, geometry)

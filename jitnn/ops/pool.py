@@ -7,14 +7,19 @@ NHWC is one block of C channels (``(N, 1, H, W, C)``), both layouts the kernels
 read.
 
 Output size (WebNN): ``floor((in + pad_begin + pad_end - ((k - 1) * d + 1)) / s) + 1``,
-or with ``ceil`` for ``rounding_type="ceil"``. That is the plain ceil formula of
-the WebNN spec: unlike ONNX and PyTorch it keeps a last window that starts in
-the end padding. To get ONNX's size, pass it as ``output_sizes`` (WebNN accepts
-the floor or the ceil size per axis). A window with no element of the input
-gives 0 (as TFLite does; the WebNN spec leaves it open, webnn issue 935).
-Padding never takes part in a max; the average divides by the number of
-window elements inside the input, or with ``count_include_pad=True`` inside the
-explicitly padded input (ONNX; elements past the explicit padding never count).
+or with ``ceil`` for ``rounding_type="ceil"``, minus a last window that would
+start in the end padding (``(out - 1) * s >= in + pad_begin``), as PyTorch,
+ONNX and the WebNN conformance tests do: the plain ceil formula would add a
+window with no input element in it (webnn issue 935 leaves its value open).
+``output_sizes`` may give the floor or the ceil size per axis (WebNN).
+
+Every window must hold at least one element of the input: a geometry where
+one lies wholly in the padding (padding >= the window, or dilated taps that
+skip the input) is refused with a JitnnValueError, since such a window has no
+max and no average. Padding never takes part in a max; the average divides by
+the number of window elements inside the input, or with
+``count_include_pad=True`` inside the explicitly padded input (ONNX; elements
+past the explicit padding never count).
 """
 
 from __future__ import annotations
@@ -37,12 +42,35 @@ ROUNDING_TYPES = ("floor", "ceil")
 
 def pool2d_output_size(size: int, window: int, stride: int, dilation: int, pad_begin: int,
                        pad_end: int, rounding_type: str = "floor") -> int:
-    """WebNN: ``round((size + pad_begin + pad_end - ((window - 1) * dilation + 1)) / stride) + 1``
-    with ``round`` floor or ceil (may be < 1: the window does not fit)."""
-    span = size + pad_begin + pad_end - ((window - 1) * dilation + 1)
-    if span < 0:
-        return span // stride + 1
-    return (span // stride if rounding_type == "floor" else -(-span // stride)) + 1
+    """``round((size + pad_begin + pad_end - ((window - 1) * dilation + 1)) / stride) + 1``
+    with ``round`` floor or ceil; ceil drops a last window that would start in
+    the end padding (PyTorch, ONNX). May be < 1: the window does not fit."""
+    return pool_kernels.pool_output_size(size, window, stride, dilation, pad_begin, pad_end,
+                                         rounding_type)
+
+
+def _empty_window(size: int, window: int, stride: int, dilation: int, pad_begin: int,
+                  out: int) -> int | None:
+    """The first of the ``out`` output positions along an axis whose window
+    holds no input element, or None.
+
+    Window ``o`` starts at ``a = o * stride - pad_begin`` and reads ``a + k *
+    dilation`` (``k < window``): it holds an input element iff ``a`` lies in
+    one of the intervals ``[-k * dilation, size - k * dilation)``. The starts
+    grow with ``o``, so in each gap between those intervals (in ascending
+    order) only the first start at or after the gap's beginning can fall in
+    it: O(window) steps, however large ``out`` is."""
+    if -pad_begin < -(window - 1) * dilation:           # before the lowest interval
+        return 0
+    # Between intervals k and k - 1 (the taps skip the input: only when
+    # dilation > size; otherwise the intervals touch), then past the input.
+    gaps = [(size - k * dilation, -(k - 1) * dilation)
+            for k in range(window - 1, 0, -1)] if dilation > size else []
+    for low, high in gaps + [(size, None)]:
+        o = max(0, -(-(low + pad_begin) // stride))     # the first start >= low
+        if o < out and (high is None or o * stride - pad_begin < high):
+            return o
+    return None
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -82,12 +110,13 @@ def _pool_reference(kind: str, x, window_dimensions, strides, dilations, padding
             in_padding.append(padded[window])
     values, in_input, in_padding = np.stack(values), np.stack(in_input), np.stack(in_padding)
     count = in_input.sum(axis=0)                        # (oh, ow) input taps per window
+    if not count.all():
+        raise ValueError(f"{kind}: a window holds no input element (the op refuses this geometry)")
     if kind == "max_pool2d":
         out = np.where(in_input[:, None, None], values, -np.inf).max(axis=0)
     else:
         divisor = in_padding.sum(axis=0) if count_include_pad else count
-        out = (values * in_input[:, None, None]).sum(axis=0) / np.maximum(divisor, 1)
-    out = np.where(count > 0, out, 0.0)                 # no input in the window: 0
+        out = (values * in_input[:, None, None]).sum(axis=0) / divisor
     return out.transpose(0, 2, 3, 1) if layout == "nhwc" else out
 
 
@@ -198,6 +227,15 @@ def _pool2d(op: str, x, window_dimensions, strides, dilations, padding, rounding
     if oh < 1 or ow < 1:
         raise JitnnValueError(f"{op}: the output would be {oh}x{ow}: the window does not fit "
                               f"({geometry})")
+    # A window of padding alone has no max and no average (the kernels would
+    # have to invent a value): refuse the geometry.
+    for axis, empty in (("row", _empty_window(h, kh, sh, dh, pad[0], oh)),
+                        ("column", _empty_window(w, kw, sw, dw, pad[2], ow))):
+        if empty is not None:
+            raise JitnnValueError(
+                f"{op}: every window must hold at least one input element, but all taps of "
+                f"the window of output {axis} {empty} fall in the padding ({geometry}, "
+                f"output {oh}x{ow})")
     if op == "max_pool2d":
         def run(x5: np.ndarray, out5: np.ndarray) -> None:
             pool_kernels.max_pool2d(x5, out5, (kh, kw), (sh, sw), (dh, dw), pad)
