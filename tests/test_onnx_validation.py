@@ -275,3 +275,27 @@ def test_symbolic_unknown_and_zero_dims_match_anything():
     with pytest.raises(jitnn.JitnnValueError, match=r"has shape \(5, 4\), but the model declares "
                                                     r"\(N, 3\)"):
         jitnn.onnx.run(model, {"x": _x(5, 4)})
+
+
+# --- attributes -------------------------------------------------------------------
+
+@pytest.mark.parametrize("node,shape", [
+    (helper.make_node("MaxPool", ["x"], ["y"], name="pool_1"), [1, 3, 8, 8]),
+    (helper.make_node("Concat", ["x", "x"], ["y"], name="concat_1"), [2, 3]),
+    (helper.make_node("Cast", ["x"], ["y"], name="cast_1"), [2, 3]),
+])
+def test_a_missing_required_attribute_names_the_node(node, shape):
+    model = _model([node], {"x": shape}, ["y"])
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=rf"onnx: node '{node.name}' \({node.op_type}\): the required "
+                             r"attribute '\w+' is missing"):
+        jitnn.onnx.prepare(model)
+
+
+def test_a_fold_numpy_refuses_names_the_node():
+    # Concat of two constants whose shapes do not fit: folded at load time
+    nodes = [helper.make_node("Concat", ["a", "b"], ["c"], name="concat_1", axis=0),
+             helper.make_node("Add", ["x", "c"], ["y"], name="add_1")]
+    model = _model(nodes, {"x": [2, 3]}, ["y"], {"a": _x(1, 3), "b": _x(1, 4)})
+    with pytest.raises(jitnn.JitnnValueError, match=r"onnx: node 'concat_1' \(Concat\)"):
+        jitnn.onnx.prepare(model)

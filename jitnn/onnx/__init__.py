@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnError, JitnnTypeError, JitnnValueError
 from ._convert import SUPPORTED_OPS, UnsupportedError
 
 __all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
@@ -201,6 +201,18 @@ class OnnxModel:
         return result
 
 
+class _Attributes(dict):
+    """A node's attributes; a required one that is missing raises a
+    JitnnValueError naming the node, instead of a bare KeyError."""
+
+    def __init__(self, cv, items: dict):
+        super().__init__(items)
+        self._cv = cv
+
+    def __missing__(self, name: str):
+        raise self._cv.invalid(f"the required attribute {name!r} is missing")
+
+
 def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = None,
             constants: Mapping[str, Any] | None = None, batch: int = 1) -> OnnxModel:
     """Convert an ONNX model (a path, bytes or ``onnx.ModelProto``) for ``ctx``.
@@ -287,7 +299,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
             raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
                                    f"domain {node.domain!r}) is not supported by jitnn: only "
                                    "the default ONNX domain is")
-        attrs = {a.name: _attribute(onnx, a) for a in node.attribute}
+        attrs = _Attributes(cv, {a.name: _attribute(onnx, a) for a in node.attribute})
         # every name is defined: ordered_nodes checked, and ordered the writers first
         inputs = [values[name] if name else None for name in node.input]
         present = [v for v in inputs if v is not None]
@@ -297,8 +309,14 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
                                 or op_type in SHAPE_ONLY):
             arrays = [None if v is None else (v.array if isinstance(v, Const) else
                                                np.empty(v.shape, np.float32)) for v in inputs]
-            results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
-                                                                   outputs_wanted)]
+            try:
+                results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
+                                                                       outputs_wanted)]
+            except (JitnnError, ImportError):
+                raise
+            except (ValueError, TypeError, IndexError) as error:
+                # numpy refusing a fold's inputs: a broken model, named by its node
+                raise cv.invalid(f"cannot compute it at load time: {error}") from error
         elif op_type in OPS:
             handler = OPS[op_type]
             if op_type in MULTI_OUTPUT:
