@@ -3,4 +3,19 @@
 Plain functions on numpy arrays, destination-passing (they write into an
 ``out`` array the caller allocated), with no import of the jitnn runtime.
 ``_config`` holds the numba settings every kernel module applies first.
+
+Modules:
+
+* ``conv2d/``: 2-D convolution (its ``__init__`` is the API; planning,
+  direct, 1x1, depthwise and Winograd paths, register tiles);
+* ``conv_transpose2d``: transposed convolution;
+* ``matmul/``: matrix products (its ``__init__`` is the checked API;
+  blocking, packing, tiles, drivers);
+* ``layout`` (with ``layout_nhwc``, ``layout_simd``, ``layout_tuning``):
+  activation reorders between plain and blocked tensors;
+* ``filter_packing``: filters into the blocked layout the convolutions read;
+* ``eltwise`` (and its numpy spec, ``eltwise_reference``), ``pool``,
+  ``concat``: elementwise ops, pooling, channel concatenation;
+* ``epilogue``, ``simd``, ``stack``: activations and intrinsics they share;
+* ``buffers``: 64-byte aligned allocation (``aligned_empty``).
 """

@@ -82,6 +82,11 @@ AVX512_TUNING = "+prefer-no-gather,+prefer-no-scatter,-prefer-256-bit"
 #: the host's SIMD: True where kernels run on 16-lane zmm registers
 _HOST_FEATURES = _llvm.get_host_cpu_features()
 HOST_AVX512 = bool(_HOST_FEATURES.get("avx512f", False))
+HOST_AVX2 = bool(_HOST_FEATURES.get("avx2", False))
+#: the host's SIMD level, as ``jitnn info`` names it
+HOST_SIMD = "AVX-512" if HOST_AVX512 else "AVX2" if HOST_AVX2 else "no AVX2"
+#: float32 channels per block on this host: one vector register's worth
+HOST_BLOCK = 16 if HOST_AVX512 else 8 if HOST_AVX2 else 4
 
 
 def _tune_for_avx512() -> bool:
@@ -126,8 +131,9 @@ _KERNEL_DIR = Path(__file__).resolve().parent
 def _settings_tag() -> str:
     """Directory name that changes whenever generated code could change."""
     sources = hashlib.sha256()
-    for path in sorted(_KERNEL_DIR.glob("*.py")):
-        sources.update(path.name.encode())
+    # every kernel source, subpackages (conv2d/, matmul/) included
+    for path in sorted(_KERNEL_DIR.rglob("*.py")):
+        sources.update(path.relative_to(_KERNEL_DIR).as_posix().encode())
         sources.update(path.read_bytes())
     flags = ",".join(sorted(FASTMATH))
     settings = hashlib.sha256(flags.encode()).hexdigest()[:8]

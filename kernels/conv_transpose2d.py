@@ -31,7 +31,7 @@ C = in_channels, O = out_channels):
   taps ``(kh, kw)`` in row-major order; ``[ob, ib, t, i, o]`` is the weight
   from input channel ``ib * cb + i`` to output channel ``ob * cb + o`` at tap
   ``t``; zero between channels of different groups and in padding lanes.
-  With stride 1 it is conv2d's direct layout (``layout.pack_filter`` of the
+  With stride 1 it is conv2d's direct layout (``filter_packing.pack_filter`` of the
   filter seen as ``oihw``), with no spatial flip: the kernel gathers each tap
   where it lands. The packing depends on strides and dilations (which taps
   form a phase), not on padding or the input size. Phase-major, a tile's
@@ -58,7 +58,7 @@ after it, padding lanes stored as zero) is conv2d's.
 Parallel over (batch x phase x output-block groups x chunks of about one
 row of a phase grid's pixels). Groups use the block-diagonal packed filter
 and read only the input blocks of their groups
-(``layout.group_input_block_ranges``); a depthwise-like filter
+(``filter_packing.group_input_block_ranges``); a depthwise-like filter
 (``groups == C``) therefore runs ``cb`` times the necessary FMAs.
 """
 
@@ -72,10 +72,12 @@ import numpy as np
 from numba import literally, prange
 
 from ._config import jit, parallel_kernel
-from .conv2d import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, BLOCK_SIZES, _border_pixel,
-                     _epilogue_args, aligned_empty, conv_tile_shape)
+from .buffers import aligned_empty
+from .conv2d.geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, BLOCK_SIZES, _border_pixel,
+                              conv_tile_shape)
+from .conv2d.plan import _epilogue_args
 from .epilogue import NONE, activate_pixels
-from .layout import group_input_block_ranges, pack_filter
+from .filter_packing import group_input_block_ranges, pack_filter
 from .stack import stack_empty
 
 _ZERO = np.float32(0.0)

@@ -56,6 +56,8 @@ engine compiles once (about 10 s, then cached) for every block size and op.
 Parallel over contiguous ranges of (N x channel blocks x chunks of a channel
 block's plane), one range per thread; small tensors run serially (a parallel
 region costs a few microseconds).
+
+The spec, numpy references of every function here, is :mod:`.eltwise_reference`.
 """
 
 from __future__ import annotations
@@ -68,8 +70,7 @@ from numba.extending import intrinsic
 
 from ._config import jit, numba_threads
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
-                       SIGMOID, TANH, activate, activation_reference, nan_maximum,
-                       nan_minimum)
+                       SIGMOID, TANH, activate, nan_maximum, nan_minimum)
 
 #: binary op codes
 ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM = range(6)
@@ -585,68 +586,3 @@ def batch_normalization(x, a, b, out, channels, activation=NONE, param0=0.0, par
     ``a, b``: ``(C,)`` or ``(C_phys,)`` from :func:`batch_norm_fold`."""
     steps = [affine_step(a, b)]
     return eltwise_chain(x, _with_activation(steps, activation, param0, param1), out, channels)
-
-
-# --- the spec: numpy references on plain NCHW (float64) ---------------------------
-
-def unary_reference(x, activation, param0=0.0, param1=0.0):
-    """``act(x)`` in float64."""
-    return activation_reference(x, _activation_code(activation), param0, param1)
-
-
-def binary_reference(op, a, b):
-    """``a op b`` with numpy broadcasting, in float64."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    code = _op_code(op)
-    if code == ADD:
-        return a + b
-    if code == SUB:
-        return a - b
-    if code == MUL:
-        return a * b
-    if code == DIV:
-        return a / b
-    if code == MAXIMUM:
-        return np.maximum(a, b)
-    return np.minimum(a, b)
-
-
-def batch_normalization_reference(x, mean, variance, scale=None, bias=None, epsilon=1e-5):
-    """``(x - mean) / sqrt(variance + epsilon) * scale + bias`` over axis 1 of NCHW ``x``."""
-    x = np.asarray(x, np.float64)
-    per_channel = (1, -1) + (1,) * (x.ndim - 2)
-
-    def column(v, default):
-        v = np.full(x.shape[1], default) if v is None else np.asarray(v, np.float64)
-        return v.reshape(per_channel)
-
-    return ((x - column(mean, 0.0)) / np.sqrt(column(variance, 1.0) + epsilon)
-            * column(scale, 1.0) + column(bias, 0.0))
-
-
-def _plain_operand(v, x):
-    """A chain operand in plain form, shaped to broadcast against NCHW ``x``."""
-    v = np.asarray(v, np.float64)
-    if v.ndim == 1 and x.ndim >= 2:          # per-channel
-        return v.reshape((1, -1) + (1,) * (x.ndim - 2))
-    if v.ndim == 2 and x.ndim > 2:           # per-(n, c)
-        return v.reshape(v.shape + (1,) * (x.ndim - 2))
-    return v                                 # same shape, or a scalar
-
-
-def eltwise_chain_reference(x, steps):
-    """The steps of :func:`eltwise_chain` composed with numpy, on plain NCHW
-    ``x`` with plain operands (NCHW tensor, ``(C,)``, ``(N, C)``, scalar)."""
-    t = np.asarray(x, np.float64)
-    for step in steps:
-        if step[0] == "activation":
-            t = activation_reference(t, step[1], step[2], step[3])
-        elif step[0] == "binary":
-            _, op, operand, reverse = step
-            y = _plain_operand(operand, t)
-            t = binary_reference(op, y, t) if reverse else binary_reference(op, t, y)
-        elif step[0] == "affine":
-            t = t * _plain_operand(step[1], t) + _plain_operand(step[2], t)
-        else:
-            raise ValueError(f"eltwise: unknown step {step!r}")
-    return t

@@ -1,4 +1,4 @@
-"""conv2d kernels (kernels/conv2d.py) against the float64 numpy reference.
+"""conv2d kernels (kernels/conv2d/) against the float64 numpy reference.
 
 Each case packs a random filter, runs ``conv2d_forward`` on blocked input (or
 plain nchw for the first-layer path) into an output filled with NaN, converts
@@ -18,6 +18,7 @@ import pytest
 
 from tests.conv_reference import conv2d_reference
 from jitnn.kernels import _config, conv2d as K
+from jitnn.kernels.conv2d import conv1x1, depthwise, direct, plan as conv_plan, winograd
 from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
@@ -149,7 +150,7 @@ def test_padding_both_ways(monkeypatch, case, pad_copy):
     """Padded convolutions agree whether the wrapper pads the whole input
     once (pad_blocked, every pixel interior) or runs border tiles on per-tile
     patches: forced both ways, whatever share the border has."""
-    monkeypatch.setattr(K, "_PAD_COPY_SHARE", 0.0 if pad_copy else 2.0)
+    monkeypatch.setattr(conv_plan, "_PAD_COPY_SHARE", 0.0 if pad_copy else 2.0)
     n, c, o, h, w, kernel, strides, dilations, padding, groups = case
     run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block=8,
              activation=(RELU, 0.0, 0.0), residual=True, seed=c * 10 + o)
@@ -184,7 +185,7 @@ DEPTHWISE = [
 ]
 
 # Padded depthwise convs whose tasks pad their own input rows on the stack
-# (kernels.conv2d._DW_PATCH_ELEMENTS): several row chunks per plane, chunks
+# (kernels.conv2d.depthwise._DW_PATCH_ELEMENTS): several row chunks per plane, chunks
 # limited by the buffer, stride 2; and one too wide for the buffer (the whole
 # input is padded once instead).
 DEPTHWISE_STACK_PADDED = [
@@ -530,8 +531,7 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
 
 # --- generated code -----------------------------------------------------------
 
-def _fresh_asm(monkeypatch, name, run, module=K, driver_tables=(
-        "_conv_drivers", "_depthwise_drivers", "_conv1x1_drivers")):
+def _fresh_asm(monkeypatch, name, run, module=direct, driver_tables=("_conv_drivers",)):
     """Compile kernel ``name`` and its drivers in this process (the cache
     keeps no assembly) by running ``run`` with fresh dispatchers; return the
     assembly of every specialization of the kernel and of every driver.
@@ -621,7 +621,7 @@ def _check_packed_fma(asms, min_fma=12):
 @pytest.mark.parametrize("kind", ["direct", "first_layer"])
 def test_conv_tiles_use_packed_fma(monkeypatch, kind):
     if kind == "direct" and _config.HOST_AVX512:
-        # Session 32, a Xeon (Emerald Rapids): the block-8 direct driver's
+        # On an AVX-512 Xeon (Emerald Rapids): the block-8 direct driver's
         # loops that this check takes for the tile's show ymm stores to the
         # stack, with numba's own target too (no AVX-512 tuning); the 12 x 2
         # block-16 tile's show stores of pointers. Not yet traced to the
@@ -636,7 +636,6 @@ def test_conv_tiles_use_packed_fma(monkeypatch, kind):
 @pytest.mark.slow
 @needs_release_build
 def test_winograd_products_use_packed_fma(monkeypatch):
-    from jitnn.kernels import winograd
     asms = _fresh_asm(monkeypatch, "_products", lambda: run_case(
         1, 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), algorithm="winograd",
         expect_path="winograd"), module=winograd, driver_tables=("_drivers",))
@@ -647,7 +646,8 @@ def test_winograd_products_use_packed_fma(monkeypatch):
 @needs_release_build
 def test_depthwise_rows_use_packed_fma(monkeypatch):
     asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
-        1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16))
+        1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16), module=depthwise,
+        driver_tables=("_depthwise_drivers",))
     _check_packed_fma(asms)
 
 
@@ -767,7 +767,7 @@ def test_winograd_applies_to_3x3_stride_1_only():
     # 512 channels at 7 x 7 is 4 output tiles: on 16-channel blocks with
     # 512-bit registers, "auto" runs a batch of 1 direct and of 2 Winograd
     late = dict(base, in_channels=512, out_channels=512, out_h=7, out_w=7)
-    few_tiles = "direct" if K.AVX512_TUNED else "winograd"
+    few_tiles = "direct" if _config.AVX512_TUNED else "winograd"
     assert choose(**dict(late, block=16)) == few_tiles
     assert choose(**dict(late, block=16, batch=2)) == "winograd"
     assert choose(**dict(late, block=8)) == "winograd"
@@ -781,7 +781,6 @@ def test_winograd_in_chunks_of_tile_rows(monkeypatch, rows_per_chunk, block):
     """The three phases chunk by chunk of tile rows: 3 images of 4 x 3 tiles
     in chunks of one row, of two (ending with each image), of five (chunks
     that hold rows of two images, a short last chunk)."""
-    from jitnn.kernels import winograd
     asked = []
 
     def forced(N, CB, OB, TH, TW, cb, P):
@@ -794,7 +793,6 @@ def test_winograd_in_chunks_of_tile_rows(monkeypatch, rows_per_chunk, block):
 
 
 def test_winograd_chunks_hold_a_few_mb_or_twice_the_transformed_filter():
-    from jitnn.kernels import winograd
     P = K.conv_tile_shape(8)[0]
     for (N, C, size), rows in (((1, 64, 56), 14),      # one chunk: 3.6 MB
                                ((1, 64, 112), 7),      # 4 chunks of 7 rows
@@ -811,7 +809,6 @@ def test_winograd_buffer_rows_and_positions_are_an_odd_number_of_lines_apart(cb)
     """Strides in v and m: never less than the data, always an odd number of
     64-byte lines (so the 36 positions of a tile fall in different L1 sets),
     and the scratch holds both buffers."""
-    from jitnn.kernels import winograd
     for blocks_in, blocks_out, tiles in ((8, 8, 198), (8, 8, 144), (2, 1, 12), (64, 64, 6),
                                          (3, 5, 1), (1, 1, 7)):
         row, v_position, m_position = winograd.buffer_strides(blocks_in, blocks_out, tiles, cb)
@@ -824,7 +821,6 @@ def test_winograd_buffer_rows_and_positions_are_an_odd_number_of_lines_apart(cb)
 
 
 def test_transform_formulas_match_the_matrices():
-    from jitnn.kernels import winograd
     d = np.random.default_rng(3).standard_normal((6, 5))
     np.testing.assert_allclose(winograd.input_transform_1d(list(d)), winograd.BT @ d,
                                rtol=1e-12, atol=1e-12)
@@ -897,12 +893,12 @@ def test_1x1_gemm_blocking(threads):
                                 (1, 144, 24, 3136, 8)]:
         CB, OB = -(-C // cb), -(-O // cb)
         P, B = K.conv1x1_tile_shape(cb, OB)
-        chunk, kcb, gsets = K._gemm_blocking(N, CB, OB, pixels, cb, threads, P, B)
+        chunk, kcb, gsets = conv_plan._gemm_blocking(N, CB, OB, pixels, cb, threads, P, B)
         assert chunk % P == 0 and chunk >= P and 1 <= kcb <= CB
         assert 1 <= gsets <= max(1, -(-OB // B))
-        assert kcb * cb * cb * B * 4 <= K._L1_SLIVER_BYTES or kcb == 1
+        assert kcb * cb * cb * B * 4 <= conv_plan._L1_SLIVER_BYTES or kcb == 1
     # one image of few pixels on 2 threads: the groups are split
-    assert K._gemm_blocking(1, 256, 64, 49, 8, 2, 6, 2)[2] == 2
+    assert conv_plan._gemm_blocking(1, 256, 64, 49, 8, 2, 6, 2)[2] == 2
 
 
 def test_1x1_gemm_split_groups_and_threads():
@@ -921,8 +917,9 @@ def test_1x1_gemm_split_groups_and_threads():
 def test_conv1x1_tiles_use_packed_fma(monkeypatch):
     # 81 pixels: whole tiles and a short one; O = 24: the 4 x 3 tile
     asms = _fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: (
-        run_case(1, 32, 16, 9, 9, (1, 1)), run_case(1, 32, 24, 9, 9, (1, 1))))
-    # the driver's copy is checked with the drivers of the other paths
+        run_case(1, 32, 16, 9, 9, (1, 1)), run_case(1, 32, 24, 9, 9, (1, 1))),
+        module=conv1x1, driver_tables=("_conv1x1_drivers",))
+    # the driver's copy is checked with the kernel's
     _check_packed_fma(asms)
 
 

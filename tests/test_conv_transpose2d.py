@@ -391,7 +391,7 @@ def test_tiles_use_packed_fma(monkeypatch):
     from tests.test_conv2d_kernels import _check_packed_fma
 
     if HOST_AVX512:
-        # Session 32, a Xeon (Emerald Rapids): no loop of 12 packed FMAs is
+        # On an AVX-512 Xeon (Emerald Rapids): no loop of 12 packed FMAs is
         # found in the block-8 driver, with numba's own target too (no
         # AVX-512 tuning). Not yet traced (wider FMAs, or a split loop).
         pytest.xfail("the block-8 tile's loop is not found on AVX-512 hosts")

@@ -12,6 +12,7 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import eltwise as E
+from jitnn.kernels import eltwise_reference as R
 from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
 
 BLOCKS = (4, 8, 16)
@@ -61,14 +62,14 @@ def test_unary_blocked(activation, channels, cb):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_unary(_blocked(x, cb), out, channels, activation, p0, p1)
-    _check(out, E.unary_reference(x, activation, p0, p1), channels)
+    _check(out, R.unary_reference(x, activation, p0, p1), channels)
 
 
 def test_unary_in_place_and_sigmoid_padding():
     x = _random((3, 5, 9, 11), seed=1)
     xb = _blocked(x, 8)
     E.eltwise_unary(xb, xb, 5, "sigmoid")          # sigmoid(0) = 0.5 must not reach padding
-    _check(xb, E.unary_reference(x, "sigmoid"), 5)
+    _check(xb, R.unary_reference(x, "sigmoid"), 5)
 
 
 @pytest.mark.parametrize("activation", ["relu", "clamp", "gelu"])
@@ -78,7 +79,7 @@ def test_unary_plain(activation, shape):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(x)
     E.eltwise_unary_plain(x, out, activation, p0, p1)
-    np.testing.assert_allclose(out, E.unary_reference(x, activation, p0, p1),
+    np.testing.assert_allclose(out, R.unary_reference(x, activation, p0, p1),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -127,8 +128,8 @@ def test_binary_blocked(op, kind, channels, cb):
             y_ref = y_ref.reshape(1, -1, 1, 1)
         elif kind.startswith("nc"):
             y_ref = y_ref.reshape(*y_ref.shape, 1, 1)
-        expected = (E.binary_reference(op, y_ref, x) if reverse
-                    else E.binary_reference(op, x, y_ref))
+        expected = (R.binary_reference(op, y_ref, x) if reverse
+                    else R.binary_reference(op, x, y_ref))
         _check(out, expected, channels)
 
 
@@ -140,7 +141,7 @@ def test_binary_with_fused_activation(activation):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_binary(_blocked(x, cb), v, out, channels, "add", activation, p0, p1)
-    expected = E.unary_reference(x + v.reshape(1, -1, 1, 1).astype(np.float64), activation,
+    expected = R.unary_reference(x + v.reshape(1, -1, 1, 1).astype(np.float64), activation,
                                  p0, p1)
     _check(out, expected, channels)
 
@@ -171,7 +172,7 @@ def test_binary_plain(shape):
     for op in OPS:
         out = _nan_like(x)
         E.eltwise_binary_plain(x, y, out, op, "leaky_relu", 0.2)
-        expected = E.unary_reference(E.binary_reference(op, x, y), "leaky_relu", 0.2)
+        expected = R.unary_reference(R.binary_reference(op, x, y), "leaky_relu", 0.2)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
     out = _nan_like(x)
     E.eltwise_binary_plain(x, 2.5, out, "sub", reverse=True)
@@ -197,11 +198,11 @@ def test_batch_normalization(channels, cb):
     variance = rng.uniform(0.1, 2.0, channels).astype(np.float32)
     a, b = E.batch_norm_fold(mean, variance, scale, bias, epsilon=1e-3)
     assert a.dtype == b.dtype == np.float32 and a.shape == b.shape == (channels,)
-    reference = E.batch_normalization_reference(x, mean, variance, scale, bias, 1e-3)
+    reference = R.batch_normalization_reference(x, mean, variance, scale, bias, 1e-3)
     for activation, (p0, p1) in [("none", (0, 0)), ("relu", (0, 0)), ("clamp", (0.5, 6))]:
         out = _nan_like(_blocked(x, cb))
         E.batch_normalization(_blocked(x, cb), a, b, out, channels, activation, p0, p1)
-        _check(out, E.unary_reference(reference, activation, p0, p1), channels,
+        _check(out, R.unary_reference(reference, activation, p0, p1), channels,
                rtol=1e-5, atol=1e-5)
 
 
@@ -213,13 +214,13 @@ def test_batch_norm_fold_defaults_and_conv_folding():
     a, b = E.batch_norm_fold(mean, variance)
     x = rng.standard_normal((1, 4, 3, 3))
     np.testing.assert_allclose(x * a.reshape(1, 4, 1, 1) + b.reshape(1, 4, 1, 1),
-                               E.batch_normalization_reference(x, mean, variance), rtol=1e-5,
+                               R.batch_normalization_reference(x, mean, variance), rtol=1e-5,
                                atol=1e-6)
     w, conv_bias = rng.standard_normal((4, 4)), rng.standard_normal(4)   # 1x1 conv
     conv = np.einsum("oc,nchw->nohw", w, x) + conv_bias.reshape(1, 4, 1, 1)
     folded = (np.einsum("oc,nchw->nohw", w * a[:, None], x)
               + (conv_bias * a + b).reshape(1, 4, 1, 1))
-    np.testing.assert_allclose(folded, E.batch_normalization_reference(conv, mean, variance),
+    np.testing.assert_allclose(folded, R.batch_normalization_reference(conv, mean, variance),
                                rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="one length"):
         E.batch_norm_fold(mean, variance[:3])
@@ -265,7 +266,7 @@ def test_chain_against_composed_references(channels, cb):
         steps, reference = _chain_case(rng, x, cb, seed=trial * 50)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, E.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+        _check(out, R.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cb", (1, 32))
@@ -277,7 +278,7 @@ def test_chain_other_block_sizes(cb):
         steps, reference = _chain_case(rng, x, cb, seed=channels)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, E.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+        _check(out, R.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
 
 
 def test_chain_bottleneck_tail_in_place():
@@ -289,7 +290,7 @@ def test_chain_bottleneck_tail_in_place():
     steps = [E.affine_step(a, b), E.binary_step("add", resb), E.activation_step("relu")]
     E.eltwise_chain(_blocked(x, cb), steps, resb, channels)
     reference = [E.affine_step(a, b), E.binary_step("add", res), E.activation_step("relu")]
-    _check(resb, E.eltwise_chain_reference(x, reference), channels)
+    _check(resb, R.eltwise_chain_reference(x, reference), channels)
 
 
 def test_chain_four_tensor_operands_and_empty_chain():
@@ -300,7 +301,7 @@ def test_chain_four_tensor_operands_and_empty_chain():
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
     reference = [E.binary_step(op, y) for op, y in zip(OPS, ys)]
-    _check(out, E.eltwise_chain_reference(x, reference), channels)
+    _check(out, R.eltwise_chain_reference(x, reference), channels)
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), [], out, channels)          # a copy
     _check(out, x, channels, rtol=0, atol=0)
@@ -322,7 +323,7 @@ def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
     assert len(calls) == (0 if threads == 1 else 1)
     reference = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
-    _check(out, E.eltwise_chain_reference(x, reference), channels)
+    _check(out, R.eltwise_chain_reference(x, reference), channels)
 
 
 # --- validation ------------------------------------------------------------------------

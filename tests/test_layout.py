@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from jitnn import layouts
-from jitnn.kernels import layout as kernels
+from jitnn.kernels import layout as kernels, layout_nhwc
 
 BLOCKS = layouts.BLOCK_SIZES
 CHANNELS = (1, 3, 7, 8, 9, 17, 64)
@@ -127,7 +127,7 @@ def test_reorders_on_multi_task_and_partial_shapes(block, shape, threads):
     np.testing.assert_array_equal(back, nhwc)
 
 
-# Past kernels.layout._STREAM_BYTES (8 MiB) the nhwc kernels switch to short
+# Past kernels.layout_tuning._STREAM_BYTES (8 MiB) the nhwc kernels switch to short
 # tiles and nChw8c -> nchw to 8-plane pair transposes: a partial block and odd
 # sizes there too.
 @pytest.mark.parametrize("block", BLOCKS)
@@ -271,7 +271,8 @@ def test_parallel_reorders_with_streaming_stores(offset, shape):
 @pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
                                   "_blocked_to_nhwc", "pack_filter"])
 def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, record_calls):
-    calls = record_calls(getattr(kernels, name), "serial", "parallel")
+    calls = record_calls(getattr(layout_nhwc if "nhwc" in name else kernels, name), "serial",
+                         "parallel")
     x = _random((1, 9, 5, 7))
     blocked = np.empty(layouts.blocked_shape(x.shape, 8), np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))

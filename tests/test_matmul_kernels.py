@@ -1,4 +1,4 @@
-"""The matmul kernels (kernels/matmul.py) against a float64 numpy reference.
+"""The matmul kernels (kernels/matmul/) against a float64 numpy reference.
 
 Every path is forced in turn (direct, serial packed, parallel packed) by
 lowering the size thresholds, so small shapes exercise the edge handling of
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from jitnn.kernels import matmul as mm
+from jitnn.kernels.matmul import blocking, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                                     SIGMOID, TANH, activation_reference)
@@ -123,10 +124,10 @@ def test_packing_runs_and_thread_splits(threads, monkeypatch):
     monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
     rng = np.random.default_rng(11)
     K = mm.KC + 37
-    shapes = [(3, 5), (mm.MR - 1, 3 * mm.NR + 1), (13, mm.NR * mm._PACK_RUN),
-              (mm.MR * 7 + 1, mm.NR * (mm._PACK_RUN + 1) + 3),
-              (61, mm.NR * (mm._PACK_GROUP + mm._PACK_RUN - 1) + 9),
-              (1, mm.NR * (2 * mm._PACK_GROUP + 1))]
+    shapes = [(3, 5), (mm.MR - 1, 3 * mm.NR + 1), (13, mm.NR * packing._PACK_RUN),
+              (mm.MR * 7 + 1, mm.NR * (packing._PACK_RUN + 1) + 3),
+              (61, mm.NR * (packing._PACK_GROUP + packing._PACK_RUN - 1) + 9),
+              (1, mm.NR * (2 * packing._PACK_GROUP + 1))]
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
@@ -405,14 +406,14 @@ def test_micro_kernels_use_packed_fma():
     out = np.zeros((2 * mm.MR, 2 * mm.NR), np.float32)
     tiles = mm.MR * mm.NR // mm.VEC
     f32 = np.float32
-    asm = _fresh_asm(mm._macro_kernel, kc, np.ones(2 * kc * mm.MR, f32),
+    asm = _fresh_asm(matmul_tiles._macro_kernel, kc, np.ones(2 * kc * mm.MR, f32),
                      np.ones(2 * kc * mm.NR, f32), out, 0, 2, 0, 2, True, True, f32(1),
                      f32(1), np.ones((1, 1), f32), np.ones(2 * mm.NR, f32),
                      np.zeros((0, 0), f32), RELU, f32(0), f32(0))
-    block = np.ones(kc * mm._DIRECT_W, np.float32)
-    direct = _fresh_asm(mm._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
+    block = np.ones(kc * blocking._DIRECT_W, np.float32)
+    direct = _fresh_asm(matmul_tiles._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
                         block, out, 0, mm.NR, False)
-    row = _fresh_asm(mm._row_kernel, np.ones(kc, np.float32),
+    row = _fresh_asm(matmul_tiles._row_kernel, np.ones(kc, np.float32),
                      np.ones(4 * kc * mm.NR, np.float32), kc, kc, 4 * mm.NR, 0, 4, out[:1], 0)
     for name, asm, want in (("packed", asm, tiles), ("direct", direct, tiles),
                             ("one-row", row, 4 * mm.NR // mm.VEC)):

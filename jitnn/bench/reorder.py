@@ -86,7 +86,7 @@ def _reorder_set(shape):
 
     from jitnn import layouts
     from jitnn.kernels import layout as kernels
-    from jitnn.kernels.conv2d import aligned_empty
+    from jitnn.kernels.buffers import aligned_empty
 
     n, c, h, w = shape
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -163,7 +163,7 @@ def filter_rows(run: Run):
     import numpy as np
 
     from jitnn.kernels import layout as kernels
-    from jitnn.kernels.conv2d import aligned_empty
+    from jitnn.kernels.buffers import aligned_empty
 
     for shape in FILTERS[:1] if run.quick else FILTERS:
         o, i, kh, kw = shape

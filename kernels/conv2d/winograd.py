@@ -59,16 +59,19 @@ as in Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks")::
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import literally, prange, types
 from numba.extending import intrinsic
 
-from ._config import jit, parallel_kernel
-from .epilogue import activate_pixels
+from .._config import jit, parallel_kernel
+from ..epilogue import activate_pixels
+from ..stack import stack_empty
+from .geometry import Epilogue
 from .register_tile import fma_tile
-from .stack import stack_empty
 
 #: output pixels per tile side, input pixels per patch side, positions
 TILE = 4
@@ -95,6 +98,26 @@ AT = np.array([[1, 1, 1, 1, 1, 0],
                [0, 1, -1, 2, -2, 0],
                [0, 1, 1, 4, 4, 0],
                [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+
+
+class WinogradGeometry(NamedTuple):
+    """A convolution as the Winograd driver sees it (built by
+    :func:`.plan._plan_conv2d`, passed as a plain tuple: see
+    :mod:`.geometry`). The first ten fields as in :class:`.geometry.ConvGeometry`."""
+    N: int
+    CB: int
+    H: int
+    W: int
+    OB: int
+    OH: int
+    OW: int
+    pt: int
+    pl: int
+    O: int
+    TH: int         # tile rows per image
+    TW: int         # tile columns
+    T_pad: int      # tiles of the largest chunk, rounded up to whole register tiles
+    G: int          # tile rows per chunk (of all images' rows)
 
 
 def transform_filter(packed_direct: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -305,9 +328,11 @@ def _input_row(xf, vf, geom, g0, g, g1, tiles_pad, ib, cb):
     ``n * TH + th``), input block ``ib``, into chunk ``[g0, g1)``: the columns
     of each 6 x 6 patch (read in place, or from a zero-padded copy at the
     borders), then the rows, each row's 6 results to 6 positions of ``v``.
-    The chunk's last row also zeroes its padding tiles, up to ``tiles_pad``."""
+    The chunk's last row also zeroes its padding tiles, up to ``tiles_pad``.
+    ``geom``: a :class:`WinogradGeometry`."""
     literally(cb)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    CB, H, W, OB, pt, pl = geom.CB, geom.H, geom.W, geom.OB, geom.pt, geom.pl
+    TH, TW, T_pad = geom.TH, geom.TW, geom.T_pad
     n, th = g // TH, g % TH
     patch = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
@@ -364,7 +389,7 @@ def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
     literally(cb)
     literally(P)
     literally(B)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    CB, OB, T_pad = geom.CB, geom.OB, geom.T_pad
     # v and m: (CB or OB, T_pad, cb) per position, rows v_block floats apart
     v_block, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
     v_base = xi * v_position
@@ -398,14 +423,17 @@ def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
 # --- output transform ----------------------------------------------------------------
 
 @jit()
-def _output_row(mf, bias, resf, yf, geom, g0, g, ob, has_res, clamp, lo, hi, post, act,
-                p0, p1, cb):
+def _output_row(mf, bias, resf, yf, geom, g0, g, ob, epilogue, cb):
     """``Y = At M A`` for the tiles of tile row ``g`` (``n * TH + th``) in
     the chunk that starts at row ``g0``, output block ``ob``, plus bias (and
-    residual), clamped or activated, padding lanes zero; only the pixels
-    inside the output are stored."""
+    residual), clamped or activated (``epilogue``: a
+    :class:`.geometry.Epilogue`), padding lanes zero; only the pixels inside
+    the output are stored."""
     literally(cb)
-    (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    CB, OB, OH, OW, O = geom.CB, geom.OB, geom.OH, geom.OW, geom.O
+    TH, TW, T_pad = geom.TH, geom.TW, geom.T_pad
+    has_res, clamp, lo, hi = epilogue.has_res, epilogue.clamp, epilogue.lo, epilogue.hi
+    post, act, p0, p1 = epilogue.post, epilogue.act, epilogue.p0, epilogue.p1
     n, th = g // TH, g % TH
     half = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
     result = numba.carray(stack_empty(_PATCH_ELEMENTS, np.float32), _PATCH_ELEMENTS)
@@ -491,9 +519,11 @@ def _make_winograd_driver(cb: int, P: int, B: int):
     """The parallel Winograd driver for block ``cb`` and product tiles of P
     tiles x B output blocks."""
 
-    def winograd_driver(xf, uf, bias, resf, yf, geom, kcb, has_res, clamp, lo, hi, post, act,
-                        p0, p1, scratch):
-        (N, CB, H, W, OB, OH, OW, pt, pl, O, TH, TW, T_pad, G) = geom
+    def winograd_driver(xf, uf, bias, resf, yf, geometry, kcb, has_res, clamp, lo, hi, post,
+                        act, p0, p1, scratch):
+        geom = WinogradGeometry(*geometry)
+        N, CB, OB, TH, TW, T_pad, G = (geom.N, geom.CB, geom.OB, geom.TH, geom.TW, geom.T_pad,
+                                       geom.G)
         _, v_position, m_position = buffer_strides(CB, OB, T_pad, cb)
         vf = scratch[:POSITIONS * v_position]
         mf = scratch[POSITIONS * v_position:POSITIONS * (v_position + m_position)]
@@ -509,7 +539,7 @@ def _make_winograd_driver(cb: int, P: int, B: int):
                 _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B)
             for task in prange(OB * rows):
                 _output_row(mf, bias, resf, yf, geom, g0, g0 + task % rows, task // rows,
-                            has_res, clamp, lo, hi, post, act, p0, p1, cb)
+                            Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb)
 
     winograd_driver.__qualname__ = f"winograd_driver_cb{cb}_{P}x{B}"
     return parallel_kernel(winograd_driver)
@@ -564,4 +594,3 @@ def chunk_rows(N: int, CB: int, OB: int, TH: int, TW: int, cb: int, P: int) -> t
 
 def padded_tiles(tiles: int, P: int) -> int:
     return -(-tiles // P) * P
-

@@ -11,10 +11,11 @@ FMAs: with the 16 to 64 input channels of MobileNetV2's 1x1 convs, a third
 to two thirds of the time. Here the accumulators are SSA values from the
 first load to the last store, so they live in ymm registers throughout.
 
-Three numba intrinsics, called from the kernels in conv2d.py. All offsets are
-flat element indices into C-contiguous arrays (float32 data, int64 offset
-tables), and there is no bounds check: the caller keeps every access in
-bounds. ``P``, ``B`` and ``cb`` are compile-time constants (literals).
+Three numba intrinsics, called from the conv2d kernels (direct.py,
+conv1x1.py, depthwise.py, winograd.py). All offsets are flat element indices
+into C-contiguous arrays (float32 data, int64 offset tables), and there is
+no bounds check: the caller keeps every access in bounds. ``P``, ``B`` and
+``cb`` are compile-time constants (literals).
 
 ``fma_tile`` (the 1x1 conv: pixels adjacent, input blocks a stride apart)::
 

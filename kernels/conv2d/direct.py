@@ -1,0 +1,360 @@
+"""The direct convolution: any kernel, strides, dilations, padding and
+groups, on a blocked input or (the first layer) a plain one.
+
+Buffers (float32, flat views of C-contiguous arrays; ``ci`` input lanes per
+block: ``cb`` blocked, ``C`` plain):
+
+* input, blocked: ``x: (N, CB, H, W, cb)``; plain: ``x: (N, C, H, W)``
+* packed filter: ``w: (OB, CB, KH, KW, ci, cb)`` (``OIhw{ci}i{cb}o``; a plain
+  input's is ``(OB, 1, KH, KW, C, cb)``); output block ``ob`` reads input
+  blocks ``[ib_begin[ob], ib_end[ob])`` (groups: the blocks of its groups)
+* bias ``(OB * cb,)``; output ``y`` and residual: ``(N, OB, OH, OW, cb)``
+* border patch, per task: ``buf: (CB, KH, KW, P, ci)``, tap ``(kh, kw)`` of
+  tile pixel ``p``, zero where the tap falls in the padding
+
+A tile is P output pixels x B output blocks (:func:`.geometry.direct_tile_shape`).
+Output pixels are split in two regions. Interior pixels (rows [r0, r1),
+columns [c0, c1) of :class:`.geometry.ConvGeometry`) see every kernel tap
+inside the input; they are numbered row-major over that rectangle, and a
+tile takes P consecutive ones (it may wrap to the next row, so no work is
+lost on row ends) and reads the input directly. Border pixels (the rest:
+rows above and below, then columns left and right) go through the same loop
+on a zero-padded copy of their taps.
+
+That per-tile copy holds every input block's taps (for 512 channels and
+3x3, 110 KiB per tile: more than L1), so when borders are a large share of
+the output (small images: 26 % of 14x14, 49 % of 7x7) the wrapper instead
+pads the whole input once (:func:`.padding.pad_blocked`, a few hundred KiB)
+and every pixel becomes interior: 3x3 on 256 channels at 14x14 went from 67
+to 84 GFLOP/s, 512 channels at 7x7 from 55 to 75.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import literally, prange
+
+from .._config import jit, parallel_kernel
+from ..epilogue import activate_pixels
+from ..stack import stack_empty
+from .geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, _ZERO, ConvGeometry, Epilogue,
+                       _border_pixel, direct_tile_shape)
+from .register_tile import conv_tile
+
+
+@jit()
+def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
+    """Copy what a border tile reads from input blocks ``ib0 .. ib1-1`` into
+    ``buf``: ``buf[((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci + i]`` is
+    lane ``i`` of tap ``(kh, kw)`` of pixel ``p`` (input row ``ihs[p] + kh*dh``,
+    column ``iws[p] + kw*dw``), zero where the tap falls in the padding."""
+    literally(ci)
+    literally(P)
+    H, W, KH, KW, dh, dw = geom.H, geom.W, geom.KH, geom.KW, geom.dh, geom.dw
+    x_n, x_ib, x_row, x_px, x_lane = geom.x_n, geom.x_ib, geom.x_row, geom.x_px, geom.x_lane
+    for ib in range(ib0, ib1):
+        xbase = n * x_n + ib * x_ib
+        for kh in range(KH):
+            for p in range(P):
+                ih = ihs[p] + kh * dh
+                row_ok = ih >= 0 and ih < H
+                for kw in range(KW):
+                    iw = iws[p] + kw * dw
+                    d = ((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci
+                    if row_ok and iw >= 0 and iw < W:
+                        s = xbase + ih * x_row + iw * x_px
+                        if x_lane == 1:              # blocked: one vector move
+                            for i in range(ci):
+                                buf[np.uint64(d + i)] = xf[np.uint64(s + i)]
+                        else:
+                            for i in range(ci):
+                                buf[np.uint64(d + i)] = xf[np.uint64(s + i * x_lane)]
+                    else:
+                        for i in range(ci):
+                            buf[np.uint64(d + i)] = _ZERO
+
+
+@jit()
+def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1,
+                k_start, k_end, interior, groups_outside, epilogue, cb, ci, P, B, plain):
+    """Output pixels ``k_start .. k_end-1`` of image ``n``, of the interior
+    (``interior``) or border region, for output-block groups ``og0 .. og1-1``
+    (group ``og`` is blocks ``og*B .. og*B+B-1``), tile by tile: P pixels x B
+    blocks. ``geom``: a :class:`.geometry.ConvGeometry`; ``epilogue``: an
+    :class:`.geometry.Epilogue`; ``buf``: the border patch (module docstring).
+
+    ``plain``: the input is plain nchw, its ``ci`` channels a plane apart
+    (blocked: ``ci = cb`` adjacent lanes), so each (tap, channel) pair gets
+    its own input offset.
+
+    ``groups_outside``: every tile of one group, then the next group (the
+    group's weights stay in L1 when they fit); otherwise every group of one
+    tile, then the next tile (the tile's input stays in L1).
+
+    One call runs many tiles: every call of a numba function with array
+    arguments costs atomic reference-count updates, shared between threads.
+    """
+    literally(cb)
+    literally(ci)
+    literally(P)
+    literally(B)
+    literally(plain)
+    CB, OB, OH, OW, O = geom.CB, geom.OB, geom.OH, geom.OW, geom.O
+    KH, KW, sh, sw, dh, dw, pt, pl = (geom.KH, geom.KW, geom.sh, geom.sw, geom.dh, geom.dw,
+                                      geom.pt, geom.pl)
+    x_n, x_ib, x_row, x_px, x_lane = geom.x_n, geom.x_ib, geom.x_row, geom.x_px, geom.x_lane
+    r0, r1, c0, c1 = geom.r0, geom.r1, geom.c0, geom.c1
+    has_res, clamp, lo, hi = epilogue.has_res, epilogue.clamp, epilogue.lo, epilogue.hi
+    post, act, p0, p1 = epilogue.post, epilogue.act, epilogue.p0, epilogue.p1
+    # per pixel of a tile: output offset (block 0), kernel window origin, and
+    # the input offset it reads from (xb, kept in registers)
+    yos = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    ihs = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    iws = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    xb = numba.carray(stack_empty(_MAX_TILE_PIXELS, np.int64), _MAX_TILE_PIXELS)
+    acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
+
+    y_ob = OH * OW * cb                  # between output blocks
+    # packed weight strides: (OB, CB, KH, KW, ci, cb)
+    w_ib = KH * KW * ci * cb
+    w_ob = CB * w_ib
+    # input blocks any group of this call reads (ranges grow with ob)
+    u0 = ib_begin[og0 * B]
+    u1 = ib_end[min(og1 * B, OB) - 1]
+    if interior:
+        src = xf
+        s_ib, s_kh, s_kw, s_lane = x_ib, dh * x_row, dw * x_px, x_lane
+    else:
+        src = buf                        # patch of blocks u0 .. u1-1
+        s_ib, s_kh, s_kw, s_lane = KH * KW * P * ci, KW * P * ci, P * ci, 1
+    # input offset of each tap (kh, kw) of an input block; of a plain input,
+    # of each of its channels i: entry (kh * KW + kw) * ci + i
+    taps = KH * KW
+    entries = ci if plain else 1
+    tap_x = np.empty(taps * entries, np.int64)
+    for kh in range(KH):
+        for kw in range(KW):
+            for i in range(entries):
+                tap_x[(kh * KW + kw) * entries + i] = kh * s_kh + kw * s_kw + i * s_lane
+
+    ntiles = (k_end - k_start + P - 1) // P
+    ngroups = og1 - og0
+    current = -1
+    nvalid = 0
+    p_lo = 0
+    for step in range(ntiles * ngroups):
+        if groups_outside:
+            tile = step % ntiles
+            og = og0 + step // ntiles
+        else:
+            tile = step // ngroups
+            og = og0 + step % ngroups
+        if tile != current:
+            current = tile
+            k0 = k_start + tile * P
+            nvalid = min(P, k_end - k0)
+            p_lo = 0
+            if interior and nvalid < P and k_end >= P:
+                # the partial last tile moved back to end at k_end (49 pixels
+                # of a 7x7 image: 8 tiles and one of a single pixel): it
+                # recomputes pixels before it, maybe another task's, and
+                # stores only its own (what it reads there is never used)
+                p_lo = P - nvalid
+                nvalid = P
+                k0 = k_end - P
+            # the tile's pixels; those past nvalid repeat the last one
+            if interior:
+                width = c1 - c0
+                row = k0 // width
+                oh = r0 + row
+                ow = c0 + k0 - row * width
+            for p in range(P):
+                if not interior:
+                    oh, ow = _border_pixel(k0 + min(p, nvalid - 1), OH, OW, r0, r1, c0, c1)
+                ihs[p] = oh * sh - pt
+                iws[p] = ow * sw - pl
+                yos[p] = ((n * OB * OH + oh) * OW + ow) * cb
+                if interior and p + 1 < nvalid:
+                    ow += 1
+                    if ow == c1:
+                        ow = c0
+                        oh += 1
+            if interior:
+                for p in range(P):
+                    xb[p] = n * x_n + ihs[p] * x_row + iws[p] * x_px
+            else:
+                _fill_patch(buf, xf, geom, n, u0, u1, ihs, iws, ci, P)
+                for p in range(P):
+                    xb[p] = p * ci - u0 * s_ib
+
+        ob0 = og * B
+        last = min(B, OB - ob0) - 1  # blocks past the last one re-read it
+        if nvalid == P and O >= (ob0 + last + 1) * cb and (
+                last == B - 1 or (last == 0 and not plain)):
+            # the common case: whole output blocks (B, or a group of one at
+            # the end), accumulators in registers throughout (a plain input's
+            # tile of one block: LLVM loads all its 3 x 6 broadcasts first
+            # and spills them; it runs below)
+            ib = ib_begin[ob0]
+            steps = (ib_end[ob0 + last] - ib) * taps
+            if last == B - 1:
+                conv_tile(P, B, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+            elif not plain:
+                conv_tile(P, 1, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+            if post:
+                for p in range(p_lo, P):
+                    for b in range(last + 1):
+                        activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
+            continue
+        # partial tiles: the same steps in numba, accumulators on the stack
+        # accumulators start from bias (+ residual)
+        for p in range(P):
+            for b in range(B):
+                bo = (ob0 + min(b, last)) * cb
+                yo = yos[p] + (ob0 + min(b, last)) * y_ob
+                for o in range(cb):
+                    v = bias[np.uint64(bo + o)]
+                    r = resf[np.uint64(yo + o)]     # resf is yf without a residual
+                    if has_res:
+                        v += r
+                    acc[(p * B + b) * cb + o] = v
+
+        # The partial-tile loop (the full tiles run register_tile.conv_tile):
+        # per input lane, B weight vectors and P broadcasts.
+        if not plain:
+            # blocked input: one flat loop over (input block, tap), the order
+            # of the packed weights; a single loop level keeps LLVM from
+            # spilling the pixel pointers around inner loops (40 % on 1x1)
+            ib = ib_begin[ob0]
+            wo = ob0 * w_ob + ib * w_ib
+            xib = ib * s_ib
+            t = 0
+            for step in range((ib_end[ob0 + last] - ib) * taps):
+                xd = xib + tap_x[np.uint64(t)]
+                for i in range(ci):
+                    xi = xd + i              # blocked: lanes are adjacent
+                    wi = wo + i * cb
+                    for p in range(P):
+                        xv = src[np.uint64(xb[p] + xi)]
+                        for b in range(B):
+                            wb = wi + min(b, last) * w_ob
+                            for o in range(cb):
+                                acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
+                wo += ci * cb
+                t += 1
+                if t == taps:
+                    t = 0
+                    xib += s_ib
+        else:
+            # plain input, few lanes (ci = C): the flat loop lets LLVM keep
+            # the fully unrolled lane loop's accumulators in memory; nest it
+            # (and compute the offsets: loading them from tap_x does too)
+            for kh in range(KH):
+                for kw in range(KW):
+                    toff = kh * s_kh + kw * s_kw
+                    wo = ob0 * w_ob + (kh * KW + kw) * ci * cb
+                    for i in range(ci):
+                        xi = toff + i * s_lane
+                        wi = wo + i * cb
+                        for p in range(P):
+                            xv = src[np.uint64(xb[p] + xi)]
+                            for b in range(B):
+                                wb = wi + min(b, last) * w_ob
+                                for o in range(cb):
+                                    acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
+
+        # the store: relu/clamp in registers, padding lanes zero
+        if p_lo == 0 and nvalid == P and last == B - 1 and O >= (ob0 + B) * cb:
+            # a whole tile of real lanes: stores without per-lane masks
+            # (the masked form below stores lane by lane: 25 % slower on 1x1)
+            for p in range(P):
+                for b in range(B):
+                    yo = yos[p] + (ob0 + b) * y_ob
+                    for o in range(cb):
+                        v = acc[(p * B + b) * cb + o]
+                        if clamp:
+                            v = min(max(v, lo), hi)
+                        yf[np.uint64(yo + o)] = v
+        else:
+            for p in range(P):
+                if p_lo <= p < nvalid:
+                    for b in range(B):
+                        if b <= last:
+                            lim = O - (ob0 + b) * cb
+                            yo = yos[p] + (ob0 + b) * y_ob
+                            for o in range(cb):
+                                v = acc[(p * B + b) * cb + o]
+                                if clamp:
+                                    v = min(max(v, lo), hi)
+                                yf[np.uint64(yo + o)] = v if o < lim else _ZERO
+        if post:
+            for p in range(p_lo, nvalid):
+                for b in range(last + 1):
+                    lanes = min(cb, O - (ob0 + b) * cb)
+                    activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
+                                     act, p0, p1)
+
+
+def _make_conv_driver(cb: int, ci: int, plain: bool):
+    """The parallel driver for block ``cb`` reading ``ci`` lanes per input
+    block (cb, or C for a ``plain`` input). cb, ci, P, B and plain are
+    compile-time constants captured in the closure, so the numba cache keeps
+    one entry per (cb, ci, plain)."""
+    P, B = direct_tile_shape(cb, plain)
+
+    def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, chunk, og_inner,
+                    group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1):
+        geom = ConvGeometry(*geometry)
+        N, CB, OB, OH, OW, KH, KW = (geom.N, geom.CB, geom.OB, geom.OH, geom.OW, geom.KH,
+                                     geom.KW)
+        r0, r1, c0, c1 = geom.r0, geom.r1, geom.c0, geom.c1
+        OG = (OB + B - 1) // B
+        inner = (r1 - r0) * (c1 - c0)
+        border = OH * OW - inner
+        inner_chunks = (inner + chunk - 1) // chunk
+        nchunks = inner_chunks + (border + chunk - 1) // chunk
+        # og_inner (all weights fit in L2): a task takes a chunk of pixels for
+        # every output-block group, tile by tile, so the tile's input stays in
+        # L1 across the groups; otherwise a task takes one group's chunk and
+        # consecutive tasks share that group's weights.
+        per_task = OG if og_inner else 1
+        tasks_per_image = (OG // per_task) * nchunks
+        for task in prange(N * tasks_per_image):
+            n = task // tasks_per_image
+            c = task % nchunks
+            og0 = ((task // nchunks) % (OG // per_task)) * per_task
+            interior = c < inner_chunks
+            if interior:
+                start = c * chunk
+                end = min(inner, start + chunk)
+            else:
+                start = (c - inner_chunks) * chunk
+                end = min(border, start + chunk)
+            buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
+            # border tiles fill a patch per tile: keep them tile-major
+            _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0,
+                        og0 + per_task, start, end, interior, interior and group_fits_l1,
+                        Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, ci, P, B,
+                        plain)
+
+    conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
+    return parallel_kernel(conv_driver)
+
+
+_conv_drivers: dict = {}
+
+
+def conv_driver(cb: int, ci: int, plain: bool = False):
+    """The compiled direct driver for block ``cb`` and ``ci`` lanes per input
+    block, of a blocked or ``plain`` input (made once). It also runs the 1x1
+    convolutions that :mod:`.conv1x1` does not (padding, groups)."""
+    key = (cb, ci, plain)
+    driver = _conv_drivers.get(key)
+    if driver is None:
+        driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci, plain))
+    return driver

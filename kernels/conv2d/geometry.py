@@ -1,0 +1,231 @@
+"""What every conv2d path shares: the geometry records, tile shapes and the
+output-size and interior rules.
+
+Records. The planner describes a convolution to a driver by one record per
+path, built in one place, :func:`.plan._plan_conv2d` (the direct and 1x1
+ones by :func:`.plan.direct_geometry`):
+
+* :class:`ConvGeometry`: direct, 1x1 and first-layer drivers;
+* :class:`DepthwiseGeometry`: the depthwise driver;
+* :class:`.winograd.WinogradGeometry`: the Winograd driver;
+
+and the epilogue by :class:`Epilogue`. A launch passes a geometry to its
+driver as a plain tuple in the record's field order (``tuple(record)``):
+numba's dispatcher types a plain tuple of ints in C, a namedtuple in Python
+(a 25-field geometry: 0.6 against 1.8 us per call). The compiled code makes
+the record again (``ConvGeometry(*geometry)``: the same struct of ints, no
+instructions) and reads fields by name. The tiles' loops compile to the
+same instructions as with the positional tuples the drivers took before
+(compared instruction by instruction). The depthwise rows take the plain
+tuple and make the record themselves: the padded rows' literal zero padding
+then stays a compile-time constant.
+
+Buffers, as in the package docstring: ``x: (N, CB, H, W, cb)`` (plain input:
+``(N, C, H, W)``), ``y: (N, OB, OH, OW, cb)``, ``CB = ceil(C / cb)``,
+``OB = ceil(O / cb)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .._config import AVX512_TUNED, jit
+
+BLOCK_SIZES = (1, 4, 8, 16, 32)
+
+_ZERO = np.float32(0.0)
+#: stack-array size: the largest tile (P * B * cb) over every block size
+#: (12 x 2 x 16 with 512-bit registers)
+_TILE_ELEMENTS = 384
+#: the depthwise tile's budget (its pixels: :func:`depthwise_tile_pixels`)
+_DEPTHWISE_TILE_ELEMENTS = 96
+_MAX_LANES = 32
+_MAX_TILE_PIXELS = 16
+
+
+class ConvGeometry(NamedTuple):
+    """A convolution as the direct, 1x1 and first-layer drivers see it.
+
+    Input addressing is by element strides (``x_*``), so one loop reads both
+    input kinds: a blocked input has CB blocks of ``cb`` lanes (``x_lane``
+    1, ``x_px`` cb); a plain nchw input (the first layer) is one "block" of
+    C lanes a plane apart (``x_lane`` H*W, ``x_px`` 1). When the wrapper
+    pads the input first, H, W, padding and strides are the padded copy's.
+
+    Interior output pixels (rows ``[r0, r1)``, columns ``[c0, c1)``) have
+    every kernel tap inside the input; the rest are border pixels."""
+    N: int          # images
+    CB: int         # input blocks (1 for a plain input)
+    H: int          # input rows
+    W: int          # input columns
+    OB: int         # output blocks
+    OH: int         # output rows
+    OW: int         # output columns
+    KH: int         # kernel rows
+    KW: int         # kernel columns
+    sh: int         # stride along rows
+    sw: int         # stride along columns
+    dh: int         # dilation along rows
+    dw: int         # dilation along columns
+    pt: int         # padding above (the bottom's follows from OH)
+    pl: int         # padding on the left (the right's follows from OW)
+    O: int          # output channels; lanes past O are padding
+    x_n: int        # input elements from one image to the next
+    x_ib: int       # ... from one input block to the next
+    x_row: int      # ... from one row to the next
+    x_px: int       # ... from one pixel to the next
+    x_lane: int     # ... from one lane (channel) to the next
+    r0: int         # first interior output row
+    r1: int         # end of the interior rows
+    c0: int         # first interior output column
+    c1: int         # end of the interior columns
+
+
+class DepthwiseGeometry(NamedTuple):
+    """A depthwise convolution (``groups == C``) as its driver sees it; the
+    fields as in :class:`ConvGeometry`. Blocked input only:
+    ``x: (N, CB, H, W, cb)``; output channel ``o`` reads input channel
+    ``o // m``."""
+    N: int
+    CB: int
+    H: int
+    W: int
+    OB: int
+    OH: int
+    OW: int
+    KH: int
+    KW: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    O: int          # output channels
+    C: int          # input channels
+    m: int          # multiplier: output channels per input channel
+
+
+class Epilogue(NamedTuple):
+    """What a tile does after its sums: ``act(sum + bias + residual)``.
+
+    ``clamp`` (relu, clamp) is a min/max with ``[lo, hi]`` on the
+    accumulators before the store; ``post`` (the other activations) runs
+    activation ``act`` with parameters ``p0``, ``p1`` on the stored pixels
+    (:func:`..epilogue.activate_pixels`). Drivers take these as scalars
+    (see the module docstring) and make the record."""
+    has_res: bool   # add the residual
+    clamp: bool
+    lo: np.float32
+    hi: np.float32
+    post: bool
+    act: int        # an activation code of :mod:`..epilogue`
+    p0: np.float32
+    p1: np.float32
+
+
+# --- tile shapes -----------------------------------------------------------
+
+def conv_tile_shape(cb: int) -> tuple[int, int]:
+    """``(P, B)``: output pixels x output-channel blocks of the direct tile.
+
+    ``P * B * cb / 8`` ymm accumulators must leave room for B weight vectors
+    and one broadcast in 16 registers: cb 8 -> 6 x 2 (12 + 2 + 1), cb 16 ->
+    6 x 1 (12 + 2 + 1), cb 32 -> 3 x 1 (12 + 4 + 1); cb 4 uses 12 xmm. With
+    512-bit registers (:data:`.._config.AVX512_TUNED`), cb 16 -> 12 x 2 in
+    the 32 zmm (24 + 2 + 1), as :func:`conv1x1_tile_shape`.
+    """
+    if cb >= 32:
+        return 3, 1
+    if cb >= 16:
+        return (12, 2) if cb == 16 and AVX512_TUNED else (6, 1)
+    return 6, 2
+
+
+def direct_tile_shape(cb: int, plain: bool) -> tuple[int, int]:
+    """``(P, B)`` of the direct driver: :func:`conv_tile_shape`, but 6 x 1
+    for a plain input (the first layer) on 16-channel blocks. Its tile has
+    few steps (a 3x3 or 7x7 window over 3 channels), and with 12 x 2 on
+    512-bit registers ResNet-50's 7x7/2 first conv ran at 0.28-0.33x
+    PyTorch against 0.41-0.43x (1 thread, Emerald Rapids). The other
+    direct convs gained from 12 x 2: the stride-2 3x3 convs of ResNet-50
+    0.44-0.65x -> 0.63-0.82x PyTorch, 3x3 on 512 channels at 7 x 7
+    0.52-0.55x -> 0.63-0.80x."""
+    if plain and cb == 16:
+        return 6, 1
+    return conv_tile_shape(cb)
+
+
+def conv1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:
+    """``(P, B)`` of the 1x1 tile (and of Winograd's products) for
+    ``out_blocks`` output blocks: the direct tile's, except
+
+    * 4 x 3 for cb 8 when the blocks come in threes and not in pairs (O = 24:
+      2 + 1 blocks ran the single block's tile at 7 loads per 6 FMAs, a third
+      of the conv; 4 x 3 is 7 loads per 12 FMAs in all 16 ymm);
+    * 12 x 2 for cb 16 on 512-bit registers (24 of the 32 zmm, 2 weight
+      vectors and a broadcast). The direct tile's 6 x 1 keeps 6 sums, too few
+      to cover the FMA latency on two ports: 1 thread, kernel alone (Xeon,
+      Emerald Rapids, against PyTorch in the same
+      rounds), ResNet-50's 1x1 convs 0.74-0.93x -> 0.91-1.25x PyTorch,
+      Winograd on 64 channels at 56 x 56 2.33x -> 3.02-3.08x, on 256 at
+      14 x 14 1.73-1.75x -> 1.81x (14 x 2 and 6 x 4 measured the same as
+      12 x 2, within the host's noise)."""
+    if cb == 8 and out_blocks % 2 == 1 and out_blocks % 3 == 0:
+        return 4, 3
+    return conv_tile_shape(cb)
+
+
+def depthwise_tile_pixels(cb: int) -> int:
+    """Output pixels per depthwise tile, along one row: 7 for cb <= 8.
+
+    Depthwise work is load-bound (one input load per FMA), so longer tiles
+    gain little, while the widths of real networks (224 / 2**k: 112, 56, 28,
+    14, 7) are multiples of 7: tiles of 12 wasted up to 40 % of a 14-wide
+    row and could not tile a 7-wide one at all."""
+    return max(1, min(7, _DEPTHWISE_TILE_ELEMENTS // cb))
+
+
+# --- output size, interior and border ---------------------------------------
+
+def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
+                       pad_begin: int, pad_end: int) -> int:
+    """WebNN's output size (may be < 1 for impossible geometry)."""
+    return (size - ((kernel - 1) * dilation + 1) + pad_begin + pad_end) // stride + 1
+
+
+@jit()
+def _clip_range(start, step, count, size):
+    """``[first, end)`` of ``k`` in ``range(count)`` with ``0 <= start + k*step < size``
+    (``step > 0``): the kernel taps that land inside the input."""
+    first = 0
+    if start < 0:
+        first = (-start + step - 1) // step
+    last = size - 1 - start
+    end = last // step + 1 if last >= 0 else 0
+    end = min(end, count)
+    if end < first:
+        end = first
+    return first, end
+
+
+@jit()
+def _border_pixel(j, OH, OW, r0, r1, c0, c1):
+    """(oh, ow) of border pixel number ``j``: rows [0, r0), rows [r1, OH),
+    then columns [0, c0) and [c1, OW) of rows [r0, r1)."""
+    top = r0 * OW
+    if j < top:
+        return j // OW, j % OW
+    j -= top
+    bottom = (OH - r1) * OW
+    if j < bottom:
+        return r1 + j // OW, j % OW
+    j -= bottom
+    left = (r1 - r0) * c0
+    if j < left:
+        return r0 + j // c0, j % c0
+    j -= left
+    right = OW - c1
+    return r0 + j // right, c1 + j % right

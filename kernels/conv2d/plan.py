@@ -1,0 +1,341 @@
+"""Planning a convolution: which path and algorithm run, the geometry record
+its driver gets, how the work is blocked, and the checks of shapes and
+options. Plain Python, run once per filter, shapes and options (the launch
+is kept on the packed filter: see :func:`..conv2d.conv2d_launch`).
+
+Buffers as in the package docstring: ``x: (N, C_phys // cb, H, W, cb)``
+(plain input: ``(N, C, H, W)``), ``y: (N, O_phys // cb, OH, OW, cb)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .._config import AVX512_TUNED
+from ..buffers import aligned_empty
+from ..epilogue import CLAMP, GELU, NONE, RELU
+from . import winograd
+from .conv1x1 import conv1x1_driver
+from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver
+from .direct import conv_driver
+from .geometry import (ConvGeometry, DepthwiseGeometry, _clip_range, conv1x1_tile_shape,
+                       conv2d_output_size, depthwise_tile_pixels, direct_tile_shape)
+
+PATHS = ("direct", "1x1", "depthwise", "first_layer")
+#: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
+#: (:func:`conv2d_algorithm`), never, or wherever it applies
+ALGORITHMS = ("auto", "direct", "winograd")
+
+# Border pixels at least this share of the output: pad the input once
+# instead (see pad_blocked). At 56x56 (7 % border) the two ways cost the same.
+_PAD_COPY_SHARE = 0.1
+# Depthwise, stride 1: pad the input (on the stack, or once) up to this output width (below).
+_DW_PAD_WIDTH = 28
+
+# All weights that fit comfortably in L2 (512 KiB here): then a task runs
+# every output-block group over its pixels (og_inner), else one group.
+_L2_WEIGHT_BYTES = 256 * 1024
+# One group's weights that fit in L1 (32 KiB) beside the input: then a task
+# runs all its tiles for one group before the next group.
+_L1_WEIGHT_BYTES = 20 * 1024
+
+# 1x1 as a GEMM: one output-block group's weights for a K-block stay in L1,
+# the input of a task's pixels for that K-block in L2.
+_L1_SLIVER_BYTES = 16 * 1024
+_L2_CHUNK_BYTES = 128 * 1024
+
+#: Winograd's scratch (one chunk's transformed input and products, at least
+#: twice the transformed filter: see ``winograd.chunk_rows``) at most this
+#: many bytes under "auto"; past it (thousands of channels) the direct path runs
+_WINOGRAD_SCRATCH_BYTES = 256 << 20
+#: with 512-bit registers (16-channel blocks), "auto" runs a batch of fewer
+#: 4 x 4 output tiles than this direct: each transformed filter element (4x
+#: the direct filter's bytes) then serves too few tiles. 512 channels at 7 x 7
+#: (4 tiles), 1 thread: direct 1.90 ms, Winograd 2.14 ms in a loop, 3.7-4.1
+#: ms in ResNet-50, its 38 MB filter from memory; with 8 tiles (batch 2)
+#: Winograd 1.30x faster in a loop, 16 tiles (256 at 14 x 14) 1.66x
+#: Measured on a Xeon (Emerald Rapids) only; on AVX2
+#: (8-channel blocks) Winograd was faster at every ResNet-50 3x3 shape.
+_WINOGRAD_MIN_TILES = 8
+
+# activations that are a min/max, applied to the accumulators
+_INF = np.float32(np.inf)
+
+
+@dataclass(frozen=True)
+class _Conv2dLaunch:
+    """What :func:`conv2d_forward` derives from the shapes and options, once:
+    the driver and its arguments after the five arrays (x, w, bias, residual,
+    y), and the zero padding to copy the input into first (or None)."""
+    driver: object
+    weights: np.ndarray
+    tail: tuple
+    pad_copy: tuple | None           # (N, CB, H, W, cb, pad) for _pad_input
+    bias_lanes: int                  # O_phys
+    out_channels: int                # O
+    zero_bias: np.ndarray
+    x_shape: tuple                   # the shapes it was planned for
+    out_shape: tuple
+    path: str                        # what runs: the filter's path, or "winograd"
+    scratch: int = 0                 # floats of a per-thread scratch argument (Winograd)
+
+
+def _blocks(channels: int, block: int) -> int:
+    return -(-channels // block)
+
+
+def _pair(value, name):
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2:
+        raise ValueError(f"conv2d: {name} must be an int or a pair, got {value}")
+    return value
+
+
+def _check_buffer(name, array, shape):
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
+        raise ValueError(f"conv2d: {name} must be a float32 numpy array, "
+                         f"got {getattr(array, 'dtype', type(array))}")
+    if array.shape != tuple(shape):
+        raise ValueError(f"conv2d: {name} has shape {array.shape}, expected {tuple(shape)}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"conv2d: {name} must be C-contiguous")
+
+
+def _epilogue_args(activation, param0, param1):
+    """The drivers' epilogue arguments ``(clamp, lo, hi, post, act, p0, p1)``
+    (:class:`.geometry.Epilogue` without ``has_res``): relu and clamp become
+    a min/max on the accumulators, the other activations run after the store."""
+    act = int(activation)
+    if not 0 <= act <= GELU:
+        raise ValueError(f"conv2d: unknown activation code {activation}")
+    p0, p1 = np.float32(param0), np.float32(param1)
+    if act == RELU:
+        return True, np.float32(0.0), _INF, False, act, p0, p1
+    if act == CLAMP:
+        return True, p0, p1, False, act, p0, p1
+    return False, -_INF, _INF, act != NONE, act, p0, p1
+
+
+# --- path and algorithm -------------------------------------------------------
+
+def conv2d_path(kernel, in_channels: int, groups: int, input_is_plain: bool = False) -> str:
+    """The path (and packed layout) of a filter: see :func:`pack_conv2d_filter`."""
+    if input_is_plain:
+        return "first_layer"
+    if groups == in_channels and groups > 1:
+        return "depthwise"
+    return "1x1" if tuple(kernel) == (1, 1) else "direct"
+
+
+def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_channels: int,
+                     out_channels: int, batch: int, out_h: int, out_w: int, block: int,
+                     algorithm: str = "auto") -> str:
+    """What runs a convolution: ``"winograd"`` or the filter's ``path``.
+
+    Winograd F(4x4, 3x3) (:mod:`.winograd`) applies to the direct
+    path's 3x3 kernels with stride 1, dilation 1 and one group.
+    ``algorithm="direct"`` never uses it, ``"winograd"`` wherever it
+    applies, and ``"auto"`` where it applies and pays: 8 or more input and
+    output channels (measured 1.5-3x faster than direct from there, 1 and
+    2 threads, every ResNet-50 3x3 shape), within the scratch limit; with
+    512-bit registers, also :data:`_WINOGRAD_MIN_TILES` output tiles."""
+    if algorithm == "direct" or path != "direct" or tuple(kernel) != (3, 3) or \
+            tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) or groups != 1:
+        return path
+    if algorithm == "winograd":
+        return "winograd"
+    tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
+    if AVX512_TUNED and block == 16 and batch * tile_rows * tile_cols < _WINOGRAD_MIN_TILES:
+        return path
+    CB, OB = _blocks(in_channels, block), _blocks(out_channels, block)
+    _, tiles = winograd.chunk_rows(batch, CB, OB, tile_rows, tile_cols, block,
+                                   conv1x1_tile_shape(block, OB)[0])
+    scratch = 4 * winograd.scratch_floats(CB, OB, tiles, block)
+    if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
+        return "winograd"
+    return path
+
+
+# --- blocking -----------------------------------------------------------------
+
+def k_blocks(CB: int, cb: int, B: int) -> int:
+    """Input blocks per K-block of a GEMM on the register tile (the 1x1 path,
+    Winograd's products): balanced, a group's weights for one in L1."""
+    kcb = max(1, _L1_SLIVER_BYTES // (cb * cb * B * 4))
+    nkb = -(-CB // kcb)
+    return -(-CB // nkb)
+
+
+def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
+                   P: int, B: int):
+    """``(chunk, kcb, gsets)`` for the 1x1 driver with tiles of P pixels x B
+    blocks: pixels per task (whole tiles), input blocks per K-block, and how
+    many sets the output-block groups are split into (tasks = N x chunks x sets)."""
+    kcb = k_blocks(CB, cb, B)
+    chunk = max(P, _L2_CHUNK_BYTES // (kcb * cb * 4) // P * P)
+    nchunks = -(-pixels // chunk)
+    threads = max(1, threads)
+    gsets = 1
+    if N * nchunks < 8 * threads and (N * nchunks) % threads:
+        # balance the threads: more pixel chunks while they stay long (a
+        # short chunk wastes its partial last tile), else split the groups
+        if N == 1 and pixels >= 16 * P * threads:
+            nchunks += -nchunks % threads
+        else:
+            gsets = min(-(-OB // B), threads)
+    chunk = -(-(-(-pixels // nchunks)) // P) * P
+    return chunk, kcb, gsets
+
+
+# --- geometry -------------------------------------------------------------------
+
+def direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
+                    O) -> ConvGeometry:
+    """The :class:`.geometry.ConvGeometry` of a direct, 1x1 or first-layer
+    convolution: the input's element strides (blocked, or ``plain`` nchw:
+    one "block" of C lanes a plane apart) and the interior rectangle, where
+    every tap lands inside the input."""
+    if plain:
+        CB = 1
+        x_n, x_ib, x_row, x_px, x_lane = C * H * W, 0, W, 1, H * W
+    else:
+        CB = _blocks(C, cb)
+        x_n, x_ib, x_row, x_px, x_lane = CB * H * W * cb, H * W * cb, W * cb, cb, 1
+    r0, r1 = _clip_range.py_func(-pt, sh, OH, H - (KH - 1) * dh)
+    c0, c1 = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
+    return ConvGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw,
+                        dh=dh, dw=dw, pt=pt, pl=pl, O=O, x_n=x_n, x_ib=x_ib, x_row=x_row,
+                        x_px=x_px, x_lane=x_lane, r0=r0, r1=r1, c0=c0, c1=c1)
+
+
+# --- the plan -------------------------------------------------------------------
+
+def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, activation,
+                 param0, param1, algorithm) -> _Conv2dLaunch:
+    """Check the shapes and options of a conv2d_forward call (``packed``: a
+    :class:`..conv2d.PackedConv2dFilter`); choose the path, padding copy and
+    blocking."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"conv2d: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    cb = packed.block
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    pad = tuple(int(p) for p in padding)
+    if len(pad) != 4:
+        raise ValueError(f"conv2d: padding must be [top, bottom, left, right], got {padding}")
+    if min(sh, sw, dh, dw) < 1 or min(pad) < 0:
+        raise ValueError(f"conv2d: strides {strides} and dilations {dilations} must be >= 1 "
+                         f"and padding {padding} >= 0")
+    pt, pb, pl, pr = pad
+    C, O = packed.in_channels, packed.out_channels
+    KH, KW = packed.kernel
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"conv2d: x must be a numpy array, got {type(x)}")
+    if packed.path == "first_layer":
+        if x.ndim != 4:
+            raise ValueError(f"conv2d: first-layer input must be nchw, got shape {x.shape}")
+        N, _, H, W = x.shape
+        _check_buffer("x", x, (N, C, H, W))
+    else:
+        if x.ndim != 5:
+            raise ValueError(f"conv2d: input must be blocked (N, C/cb, H, W, cb), got {x.shape}")
+        N, _, H, W, _ = x.shape
+        _check_buffer("x", x, (N, _blocks(C, cb), H, W, cb))
+    OH = conv2d_output_size(H, KH, sh, dh, pt, pb)
+    OW = conv2d_output_size(W, KW, sw, dw, pl, pr)
+    if OH < 1 or OW < 1:
+        raise ValueError(f"conv2d: output would be {OH}x{OW} for input {H}x{W}, kernel "
+                         f"{KH}x{KW}, strides {(sh, sw)}, dilations {(dh, dw)}, padding {pad}")
+    OB = packed.out_blocks
+    _check_buffer("out", out, (N, OB, OH, OW, cb))
+    epilogue = _epilogue_args(activation, param0, param1)
+    wf = packed.weights.reshape(-1)
+
+    def launch(driver, tail, pad_copy=None, weights=wf, path=packed.path, scratch=0):
+        return _Conv2dLaunch(driver, weights, tail, pad_copy, OB * cb, O,
+                             np.zeros(OB * cb, np.float32), x.shape, out.shape, path,
+                             scratch)
+
+    # (geometries go to the drivers as plain tuples: see .geometry)
+    if conv2d_algorithm(packed.path, packed.kernel, (sh, sw), (dh, dw), packed.groups, C, O,
+                        N, OH, OW, cb, algorithm) == "winograd":
+        CB = _blocks(C, cb)
+        P, B = conv1x1_tile_shape(cb, OB)
+        tile_rows, tile_cols = winograd.tile_counts(OH, OW)
+        chunk, padded_tiles = winograd.chunk_rows(N, CB, OB, tile_rows, tile_cols, cb, P)
+        geom = winograd.WinogradGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, pt=pt,
+                                         pl=pl, O=O, TH=tile_rows, TW=tile_cols,
+                                         T_pad=padded_tiles, G=chunk)
+        u = packed.transformed.get("winograd")
+        if u is None:
+            u = winograd.transform_filter(packed.weights,
+                                          aligned_empty((winograd.POSITIONS, OB, CB, cb, cb)))
+            u = packed.transformed.setdefault("winograd", u)
+        return launch(winograd.winograd_driver(cb, P, B),
+                      (tuple(geom), k_blocks(CB, cb, B), has_res) + epilogue,
+                      weights=u.reshape(-1), path="winograd",
+                      scratch=winograd.scratch_floats(CB, OB, padded_tiles, cb))
+
+    if packed.path == "depthwise":
+        CB = _blocks(C, cb)
+        pad_copy = None
+        # border columns run pixel by pixel, and so does a row whose interior
+        # is narrower than a tile: then pad the input, each task its own rows
+        # on its stack (pad_rows of them), or the whole input once when a row
+        # is too wide for that buffer; with stride 1 up to 28 wide the two
+        # single pixels per row cost more (14x14: 78 -> 68 us for 384 ch).
+        owa, owb = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
+        pad_rows = 0
+        if packed.multiplier == 1 and (pl or pr) and (
+                owb - owa < depthwise_tile_pixels(cb) or (sw == 1 and OW <= _DW_PAD_WIDTH)):
+            # output rows per task whose padded input rows fit the stack buffer
+            row_floats = ((OW - 1) * sw + (KW - 1) * dw + 1) * cb
+            pad_rows = ((_DW_PATCH_ELEMENTS // row_floats - (KH - 1) * dh - 1) // sh + 1
+                        if row_floats * ((KH - 1) * dh + 1) <= _DW_PATCH_ELEMENTS else 0)
+            if pad_rows == 0:
+                pad_copy = (N, CB, H, W, cb, pad)
+                H, W = H + pt + pb, W + pl + pr
+                pt = pl = 0
+        geom = DepthwiseGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, KH=KH, KW=KW,
+                                 sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, O=O, C=C,
+                                 m=packed.multiplier)
+        return launch(depthwise_driver(cb), (tuple(geom), has_res, pad_rows) + epilogue,
+                      pad_copy)
+
+    plain = packed.path == "first_layer"
+    if packed.path == "1x1" and packed.groups == 1 and not any(pad):
+        CB = _blocks(C, cb)
+        geom = direct_geometry(N, C, H, W, cb, False, OB, OH, OW, 1, 1, sh, sw, 1, 1, 0, 0, O)
+        P, B = conv1x1_tile_shape(cb, OB)
+        threads = numba.get_num_threads()
+        chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, threads, P, B)
+        return launch(conv1x1_driver(cb, P, B),
+                      (tuple(geom), chunk, kcb, gsets, threads, has_res) + epilogue)
+    pad_copy = None
+    geom = direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O)
+    border = OH * OW - (geom.r1 - geom.r0) * (geom.c1 - geom.c0)
+    if not plain and border >= _PAD_COPY_SHARE * OH * OW:
+        # many border pixels: pad the (blocked) input once, then every pixel
+        # is interior
+        pad_copy = (N, geom.CB, H, W, cb, pad)
+        geom = direct_geometry(N, C, H + pt + pb, W + pl + pr, cb, False, OB, OH, OW, KH, KW,
+                               sh, sw, dh, dw, 0, 0, O)
+    og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
+    # Pixels per task, whole tiles: about one output row; at least 16 tiles
+    # when a task has one group, so it reuses that group's weights (loaded
+    # into L2 once) over many tiles.
+    P, B = direct_tile_shape(cb, plain)
+    chunk = P * max(-(-OW // P), 1 if og_inner else 16)
+    # a first-layer tile has few steps (9 over 3 channels for a 3x3 kernel):
+    # setting up its pixels again for every group cost more than keeping a
+    # group's weights in L1 saved (MobileNetV2's first conv: 399 -> 355 us)
+    group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES and \
+        not plain
+    return launch(conv_driver(cb, C if plain else cb, plain),
+                  (tuple(geom), packed.ib_begin, packed.ib_end, chunk, og_inner,
+                   group_fits_l1, has_res) + epilogue, pad_copy)

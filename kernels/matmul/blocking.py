@@ -1,0 +1,99 @@
+"""The matrix products' register tile and cache blocks, and the unchecked
+views every kernel indexes through.
+
+Buffers, as in the package docstring: ``a: (BA, M, K)``, ``b: (BB, K, N)``,
+``out: (G, M, N)``; packed B ``(BB, K * N_pad)``, ``N_pad = ceil(N / NR) * NR``;
+a task's packed A block ``(row panels, kc, MR)``; a tile ``(MR, NR)`` on the stack.
+"""
+
+import os
+
+import numba
+import numpy as np
+
+from .._config import HOST_AVX512, jit
+from ..stack import element_pointer
+
+#: float32 lanes in one SIMD register (8 on AVX2, 16 on AVX-512)
+VEC = 16 if HOST_AVX512 else 8
+#: vector registers the ISA has (ymm0-15 on AVX2, zmm0-31 on AVX-512)
+_REGISTERS = 32 if HOST_AVX512 else 16
+#: micro-tile columns: two vectors per row, so each A broadcast feeds two FMAs
+NR = 2 * VEC
+_NR_VECTORS = NR // VEC
+#: micro-tile rows: as many as fit beside the B row and one A broadcast
+#: (AVX2: (16 - 2 - 1) // 2 = 6; AVX-512: (32 - 2 - 1) // 2 = 14)
+MR = (_REGISTERS - _NR_VECTORS - 1) // _NR_VECTORS
+_TILE = MR * NR  # size of the stack accumulator (a literal for stack_empty)
+
+
+def _cache_size(name, default):
+    try:
+        size = os.sysconf(name)
+    except (ValueError, OSError):
+        size = 0
+    return size if size and size > 0 else default
+
+
+_L1D = _cache_size("SC_LEVEL1_DCACHE_SIZE", 32 * 1024)
+_L2 = _cache_size("SC_LEVEL2_CACHE_SIZE", 512 * 1024)
+
+#: K-block depth: one packed B panel (KC x NR floats) fills L1d; the A panel
+#: (MR x KC) streams past it from L2. 32 KiB L1d, NR = 16: KC = 512. Measured
+#: on 1024^3, 1 thread: KC = 256 (half of L1) 0.90x OpenBLAS, 512 0.93-0.95x,
+#: 768 no better: a deeper K-block halves the passes over the output tiles.
+KC = max(16, _L1D // (NR * 4))
+#: rows per task at most: the packed A block (MC x KC) takes two thirds of L2,
+#: leaving room for the B panel and output tiles passing through.
+#: 512 KiB L2, KC = 512: MC = 168 (336 KiB); 96 and 240 measured the same.
+MC = max(MR, ((_L2 * 2 // 3) // (KC * 4)) // MR * MR)
+#: columns per task at most: a B block (KC x NC, 8 MiB) stays in the L3 while
+#: the row blocks that share it run. 4080 is BLIS's value (a multiple of NR).
+NC = max(NR, 4080 // NR * NR)
+
+#: K-block depth of the direct path: its block of B (SMALL_K x _DIRECT_W
+#: floats, 64 KiB) lives on the stack, so it must stay small
+SMALL_K = 256
+#: columns of the direct path's row block of B (a run of 256 bytes per row of
+#: B on AVX2: runs of one cache line per row leave the prefetchers idle), and
+#: the block's size in floats
+_DIRECT_W = 4 * NR
+_DIRECT_BLOCK = SMALL_K * _DIRECT_W
+_GEMV_TILE = 4 * VEC  # partial sums of the transposed one-row product
+_ROW_TILE = 4 * NR  # accumulators of the one-row kernel on packed B
+
+_ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+
+
+# --- views ------------------------------------------------------------------
+
+if not numba.config.BOUNDSCHECK:
+    @jit()
+    def _span(x, i, j, n):
+        """``x[i, j:j + n]`` as a zero-based view that numba does not
+        reference-count. A slice would do, but numba increments and decrements
+        the array's reference count around each one (two atomic operations)
+        where it cannot prove them redundant, which in a loop over tiles or
+        rows costs more than the work. No bounds check: callers index inside
+        ``x``."""
+        return numba.carray(element_pointer(x, (i, j)), n)
+
+    @jit()
+    def _span1(x, j, n):
+        """``x[j:j + n]`` for a 1-D ``x``, as :func:`_span`."""
+        return numba.carray(element_pointer(x, (j,)), n)
+else:
+    # Test runs with NUMBA_BOUNDSCHECK=1 check every view against its array
+    # (a raw-pointer view would only be checked against its own length).
+    @jit()
+    def _span(x, i, j, n):
+        if i < 0 or i >= x.shape[0] or j < 0 or n < 0 or j + n > x.shape[1]:
+            raise IndexError("_span: view outside the array")
+        return x[i, j:j + n]
+
+    @jit()
+    def _span1(x, j, n):
+        if j < 0 or n < 0 or j + n > x.shape[0]:
+            raise IndexError("_span1: view outside the array")
+        return x[j:j + n]
