@@ -1,15 +1,16 @@
 """jitnn: CPU neural-network kernels on blocked layouts, in pure Python (Numba).
 
 ``jitnn.tensor(array)`` copies data in; ops keep it blocked (``nChw8c`` on
-AVX2) between them; ``t.numpy()`` converts back once, straight into the
-caller's array. See README.md and DESIGN.md.
+AVX2, ``nChw16c`` on AVX-512) between them; ``t.numpy()`` converts back once,
+straight into the caller's array. See README.md and docs/design.md.
 """
 
 from . import _memory
 
 _memory.tune_allocator()
 
-from .context import POLICIES, Context, Stats, default_context, host_block, read_all
+from .context import POLICIES, Context, default_context, host_block, read_all
+from .instrumentation import Stats
 from .errors import JitnnError, JitnnExecutionError, JitnnTypeError, JitnnValueError
 from .tensor import Tensor, reorder, tensor
 from .scheduler import explain

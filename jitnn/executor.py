@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .context import add_kernel_seconds, kernel_seconds
+from .instrumentation import add_kernel_seconds, kernel_seconds
 from .errors import JitnnExecutionError
 from .ops._common import blocked_buffer
-from .scheduler import STRUCTURED, Plan, Step, physical_shape
+from .plan import Plan, Step, physical_shape
+from .registry import kind_of
 from .tensor import Node, Value
 
 if TYPE_CHECKING:
@@ -108,13 +109,13 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     With ``capture``, also record what :func:`replay` needs to run it again."""
     slots: dict[str, np.ndarray] = {}
     start = time.perf_counter()
-    previous = ctx._tracing(None)
+    previous = ctx.launcher.tracing(None)
     fused = 0
     in_kernels = kernel_seconds()           # this thread's time in kernels so far
     try:
         for step in plan.steps:
             t0 = time.perf_counter()
-            ctx._tracing(step.inner_reorders)
+            ctx.launcher.tracing(step.inner_reorders)
             if step.kind == "reorder":
                 blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
                 # the reorder's own count is in inner_reorders; show it as the step
@@ -122,13 +123,13 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
             else:
                 first = step.buffer and step.buffer not in slots
                 fused += _run_op(ctx, step, slots, plan)
-                if capture is not None and first and step.node.kind in STRUCTURED:
+                if capture is not None and first and kind_of(step.node).writes_into_buffer:
                     capture.seeds[step.buffer] = slots[step.buffer]
             step.seconds = time.perf_counter() - t0
     finally:
-        ctx._tracing(previous)
+        ctx.launcher.tracing(previous)
         if fused:
-            ctx._count(fused_ops=fused)
+            ctx.launcher.count(fused_ops=fused)
     plan.seconds = time.perf_counter() - start
     plan.kernel_seconds = kernel_seconds() - in_kernels
     for home, node in plan.memo_homes:     # what the nodes memoized, for the next plan
@@ -212,7 +213,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     kernel call (:class:`Bindings`)."""
     slots = dict(seeds)
     start = time.perf_counter()
-    previous = ctx._tracing(None)
+    previous = ctx.launcher.tracing(None)
     bound_calls = 0
     bound_seconds = 0.0
     in_kernels = kernel_seconds()           # this thread's time in kernels so far
@@ -224,7 +225,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             reorders.clear()
             v = captured.value
             if step.kind == "reorder":
-                ctx._tracing(reorders)
+                ctx.launcher.tracing(reorders)
                 blocked_buffer(ctx, v, step.reorder_block, v._axes)
                 reorders.clear()
             else:
@@ -239,12 +240,12 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 if binding and binding.valid(ctx, out):
                     # one kernel call, which runs no reorder: nothing to trace
                     start_call = time.perf_counter()
-                    ctx._run_bound(binding.kernel, binding.args)
+                    ctx.launcher.run_bound(binding.kernel, binding.args)
                     bound_seconds += time.perf_counter() - start_call
                     bound_calls += 1
                     data = binding.out
                 else:
-                    ctx._tracing(reorders)
+                    ctx.launcher.tracing(reorders)
                     data = run_node(ctx, node, v, out)
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
@@ -254,9 +255,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 _release(captured.frees)
             step.seconds = time.perf_counter() - t0
     finally:
-        ctx._tracing(previous)
+        ctx.launcher.tracing(previous)
         if bound_calls:
-            ctx._count(launches=bound_calls, launch_s=bound_seconds)
+            ctx.launcher.count(launches=bound_calls, launch_s=bound_seconds)
             add_kernel_seconds(bound_seconds)
     plan.seconds = time.perf_counter() - start
     plan.kernel_seconds = kernel_seconds() - in_kernels

@@ -21,24 +21,22 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import ops as _ops
+from . import ops as _ops  # noqa: F401 - registers every op
+from . import registry
+from .context import Context, default_context
 from .errors import JitnnTypeError, JitnnValueError
+from .layouts import plain_tag
+from .limits import shape_arg
 from .tensor import FLOAT32, Node, Tensor, Value, as_float32_copy
 
-if TYPE_CHECKING:
-    from .context import Context
 
-#: the eager ops a builder offers as methods (same names and arguments)
-GRAPH_OPS = (
-    "conv2d", "conv_transpose2d", "matmul", "gemm", "add", "sub", "mul", "div", "maximum", "minimum", "relu",
-    "clamp", "sigmoid", "tanh", "leaky_relu", "hard_swish", "gelu", "max_pool2d",
-    "average_pool2d", "global_average_pool2d", "batch_normalization", "softmax", "reshape",
-    "flatten", "transpose", "concat", "lrn", "gather", "slice",
-)
+#: the eager ops a builder offers as methods (same names and arguments): every
+#: registered op (jitnn/registry.py)
+GRAPH_OPS = tuple(op.name for op in registry.ops() if op.builder)
 
 
 class Operand:
@@ -94,12 +92,11 @@ class GraphBuilder:
     """Builds one :class:`Graph` (WebNN's MLGraphBuilder). See the module docstring."""
 
     def __init__(self, ctx: "Context | None" = None):
-        from .context import Context, default_context
         self._ctx = ctx or default_context()
         # A private, never-running context for the placeholders: ops validate
         # and infer shapes on them exactly as on real tensors.
         self._shape_ctx = Context(num_threads=1, block=self._ctx.block)
-        self._shape_ctx._symbolic = True
+        self._shape_ctx.symbolic = True
         self._inputs: dict[str, Operand] = {}
         self._constants: dict[int, Tensor] = {}
         self._ops: list[_Recorded] = []
@@ -128,13 +125,8 @@ class GraphBuilder:
             raise JitnnTypeError(f"GraphBuilder.input: name must be a non-empty str, got {name!r}")
         if name in self._inputs:
             raise JitnnValueError(f"GraphBuilder.input: an input named {name!r} exists already")
-        try:
-            dims = tuple(int(d) for d in shape)
-        except TypeError:
-            raise JitnnTypeError(
-                f"GraphBuilder.input: shape must be a sequence of ints, got {shape!r}") from None
-        if any(d < 0 for d in dims):
-            raise JitnnValueError(f"GraphBuilder.input: shape must be >= 0, got {dims}")
+        # ints only (int(2.7) and int("22") would pass), within jitnn/limits.py's bounds
+        dims = shape_arg("GraphBuilder.input", "shape", shape)
         if np.dtype(dtype) != FLOAT32:
             raise JitnnTypeError(
                 f"GraphBuilder.input: {name!r} has dtype {dtype}; jitnn computes in float32 "
@@ -172,7 +164,7 @@ class GraphBuilder:
 
         def for_inference(value: Any) -> Any:
             return _substitute(_substitute(value, shape_of, Tensor), placeholder_of)
-        function = getattr(_ops, op)
+        function = registry.op(op).function
         result = function(*for_inference(args), **for_inference(kwargs))
         operand = self._operand(result)
         self._ops.append(_Recorded(op, function, args, kwargs, operand._index))
@@ -201,7 +193,7 @@ class GraphBuilder:
 
 
 def _builder_method(op: str) -> Callable:
-    function = getattr(_ops, op)
+    function = registry.op(op).function
 
     @functools.wraps(function)
     def method(self: GraphBuilder, *args, **kwargs) -> Operand:
@@ -216,7 +208,6 @@ for _name in GRAPH_OPS:
 
 
 def _plain_tag(ndim: int) -> str:
-    from .layouts import plain_tag
     return plain_tag(ndim)
 
 

@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
-from .tensor import Node, Value
+from .plan import Plan, Step
+from .tensor import Node, Token, Value, exact  # noqa: F401 - exact, Token: re-exported
 
 if TYPE_CHECKING:
     from .context import Context
-    from .scheduler import Plan
 
 #: plans a context keeps (least recently used go first)
 MAX_PLANS = 64
@@ -147,31 +146,6 @@ def plan_key(ctx: "Context", order: list[Value], kept: set, roots: list[Value]
     return key, signer.values
 
 
-def exact(number: float) -> tuple:
-    """A float as a key part: ``0.0`` and ``-0.0`` compare equal, and hash
-    alike, but may give different results."""
-    return (number, math.copysign(1.0, number)) if number == 0 else (number,)
-
-
-class Token:
-    """A sig that is equal only to itself: one per validated op signature
-    (a key holding it keeps it alive, so no other token takes its identity).
-
-    ``memo``: the memo of the last single-op flush of a node with this
-    signature (scheduler's ``_single_op_plan``), which an eager conv then
-    finds again instead of planning its launch (~7 us); the op's run
-    function checks it before use, as a reused plan's."""
-
-    __slots__ = ("what", "memo")
-
-    def __init__(self, what: str):
-        self.what = what
-        self.memo: object = None
-
-    def __repr__(self) -> str:
-        return f"Token({self.what})"
-
-
 def _to_places(item: object, place: dict) -> object:
     """``item`` with each Value replaced by its place marker."""
     kind = type(item)
@@ -252,7 +226,6 @@ def _template(plan: "Plan", place: dict) -> PlanTemplate:
 def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                 values: list[Value]) -> "Plan":
     """The template's plan for these values."""
-    from .scheduler import Plan, Step
     steps = []
     memo_homes = []
     for t in template.steps:             # plain code: this runs at every flush

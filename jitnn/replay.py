@@ -65,17 +65,19 @@ keeps nothing, and why:
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from . import executor
+from .errors import JitnnTypeError, JitnnValueError
 from .tensor import Tensor, Value
 
 if TYPE_CHECKING:
     from .context import Context
     from .graph import Graph
-    from .scheduler import Plan
+    from .plan import Plan
 
 #: programs a graph keeps for its next computes (each holds its buffers)
 IDLE_PROGRAMS = 2
@@ -114,11 +116,39 @@ class Program:
                 executor.replay(ctx, self.plan, self.steps, self.seeds, self.bindings)
                 # what _flush and the executor count per flush (launches and
                 # reorders count themselves as they run)
-                ctx._count(flushes=1, fused_ops=self.fused_ops, plans_reused=1)
-            ctx._read_values([v for _, v in self.outputs],
+                ctx.launcher.count(flushes=1, fused_ops=self.fused_ops, plans_reused=1)
+            ctx.readback.read_values([v for _, v in self.outputs],
                              [outputs[name] for name, _ in self.outputs])
         finally:
             _clear(self.dynamic)
+
+
+def check_outputs(names: Mapping[str, tuple], outputs: object) -> None:
+    """``compute``'s output arrays: exactly the graph's outputs, each a
+    writeable C-contiguous float32 array of its shape, none sharing memory."""
+    if not isinstance(outputs, Mapping):
+        raise JitnnTypeError(f"compute: outputs must be a dict {{name: array}}, "
+                             f"got {type(outputs).__name__}")
+    unknown = sorted(set(outputs) - set(names))
+    missing = sorted(set(names) - set(outputs))
+    if unknown or missing:
+        raise JitnnTypeError(
+            f"compute: outputs must name exactly the graph's outputs {sorted(names)}; "
+            + (f"unknown {unknown[0]!r}" if unknown else f"missing {missing[0]!r}"))
+    for name, array in outputs.items():
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
+                or array.shape != names[name] or not array.flags.c_contiguous \
+                or not array.flags.writeable:
+            raise JitnnTypeError(
+                f"compute: output {name!r} must be a writeable C-contiguous float32 array "
+                f"of shape {names[name]}, got "
+                + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
+                   else type(array).__name__))
+    for (other, other_array), (name, array) in itertools.combinations(outputs.items(), 2):
+        if np.shares_memory(array, other_array):
+            raise JitnnValueError(
+                f"compute: outputs {other!r} and {name!r} share memory; each output "
+                "needs an array of its own")
 
 
 def compute(ctx: "Context", graph: "Graph", inputs: Mapping[str, object],
@@ -151,12 +181,12 @@ def compute(ctx: "Context", graph: "Graph", inputs: Mapping[str, object],
 def _computing(ctx: "Context") -> Iterator[None]:
     """Ops recorded on this thread meanwhile are this compute's own (see
     ``Context._recorded``)."""
-    previous = getattr(ctx._computing, "active", False)
-    ctx._computing.active = True
+    previous = getattr(ctx.computing, "active", False)
+    ctx.computing.active = True
     try:
         yield
     finally:
-        ctx._computing.active = previous
+        ctx.computing.active = previous
 
 
 def _run(ctx: "Context", graph: "Graph", items: Mapping[str, "Tensor | np.ndarray"],
@@ -173,8 +203,8 @@ def _run(ctx: "Context", graph: "Graph", items: Mapping[str, "Tensor | np.ndarra
     names = list(results)
     roots = [results[name]._v for name in names]
     capture = executor.Capture() if record else None
-    plan = ctx._flush(roots, capture)
-    ctx._read_values(roots, [outputs[name] for name in names])
+    plan = ctx.flush_values(roots, capture)
+    ctx.readback.read_values(roots, [outputs[name] for name in names])
     if not record:
         return None
     inputs = [(name, tensors[name]._v) for name in graph._inputs]

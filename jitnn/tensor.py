@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import layouts
+from .defaults import default_context
 from .errors import JitnnTypeError, JitnnValueError
-from .kernels.conv2d import aligned_empty
+from .kernels.buffers import aligned_empty
+from .limits import check_shape
 from .kernels import layout as layout_kernels
 
 if TYPE_CHECKING:
@@ -119,6 +121,31 @@ class Node:
         return f"Node({self.label}, {len(self.inputs)} inputs)"
 
 
+def exact(number: float) -> tuple:
+    """A float as a key part: ``0.0`` and ``-0.0`` compare equal, and hash
+    alike, but may give different results."""
+    return (number, math.copysign(1.0, number)) if number == 0 else (number,)
+
+
+class Token:
+    """A sig that is equal only to itself: one per validated op signature
+    (a key holding it keeps it alive, so no other token takes its identity).
+
+    ``memo``: the memo of the last single-op flush of a node with this
+    signature (scheduler's ``_single_op_plan``), which an eager conv then
+    finds again instead of planning its launch (~7 us); the op's run
+    function checks it before use, as a reused plan's."""
+
+    __slots__ = ("what", "memo")
+
+    def __init__(self, what: str):
+        self.what = what
+        self.memo: object = None
+
+    def __repr__(self) -> str:
+        return f"Token({self.what})"
+
+
 class Value:
     """The runtime's side of a tensor: its buffer, or the node that makes it.
 
@@ -136,6 +163,10 @@ class Value:
                  axes: str = "nchw"):
         self._ctx = ctx
         self._shape = tuple(map(int, shape))
+        if node is not None:
+            # every op's result passes here before it is recorded: one that no
+            # memory could hold is refused at the call (jitnn/limits.py)
+            check_shape(node.op, "the result's shape", self._shape)
         self._axes = axes
         self._layout = layout
         self._data = data
@@ -190,7 +221,7 @@ class Value:
         if self._released:
             raise RuntimeError(  # a scheduler bug, never a silently wrong answer
                 f"jitnn internal error: {self!r} was freed by the scheduler but is read")
-        self._ctx._flush([self])
+        self._ctx.flush_values([self])
         return self._data
 
     def _derive(self, key: tuple, make: Callable[[], object]) -> object:
@@ -243,7 +274,7 @@ class Value:
             return out
         kernel = layout_kernels.blocked_to_nchw if self._axes == "nchw" \
             else layout_kernels.blocked_to_nhwc
-        return self._ctx._reorder(kernel, data, out, threads=threads)
+        return self._ctx.launcher.reorder(kernel, data, out, threads=threads)
 
 
 class Tensor:
@@ -275,7 +306,7 @@ class Tensor:
         self._v = value
         value._handle = weakref.ref(self)
         if node is not None:
-            ctx._recorded(value)
+            ctx.record(value)
 
     @classmethod
     def _wrap(cls, value: Value) -> "Tensor":
@@ -399,7 +430,6 @@ def tensor(data: object, ctx: "Context | None" = None) -> Tensor:
     """A Tensor holding a float32 copy of ``data`` (later changes to ``data``
     never leak in). float64 is rounded to float32, integers and bools convert
     by value; complex, object, string and ragged input raise ``TypeError``."""
-    from .context import default_context
     return (ctx or default_context()).tensor(data)
 
 
@@ -443,4 +473,17 @@ def reorder(t: Tensor | np.ndarray, layout: str, *, axes: str | None = None) -> 
     if source_block == block:
         return t
     plain = t._materialize() if source_block is None else t.numpy()
-    return Tensor(ctx, t.shape, layout, data=ctx._to_blocked(plain, axes, block), axes=axes)
+    return Tensor(ctx, t.shape, layout, data=to_blocked(ctx, plain, axes, block), axes=axes)
+
+
+def to_blocked(ctx: "Context", plain: np.ndarray, axes: str, block: int | None = None
+               ) -> np.ndarray:
+    """Reorder a plain 4-D array (logical ``axes`` "nchw" or "nhwc") to
+    ``nChw{block}c`` (the context's block by default), counted as a reorder."""
+    block = ctx.block if block is None else block
+    nchw = plain.shape if axes == "nchw" else \
+        (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
+    out = aligned_empty(layouts.blocked_shape(nchw, block))
+    kernel = layout_kernels.nchw_to_blocked if axes == "nchw" \
+        else layout_kernels.nhwc_to_blocked
+    return ctx.launcher.reorder(kernel, np.ascontiguousarray(plain), out)

@@ -34,4 +34,8 @@ def test_every_runtime_package_is_installed_by_pyproject():
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {"jitnn" + "".join("." + part for part in path.parent.relative_to(root / "jitnn").parts)
              for path in (root / "jitnn").rglob("__init__.py")}
-    assert found | {"jitnn.kernels"} == listed
+    # kernels/ is installed as jitnn.kernels, with its subpackages
+    found |= {"jitnn.kernels" + "".join("." + part for part in
+                                        path.parent.relative_to(root / "kernels").parts)
+              for path in (root / "kernels").rglob("__init__.py")}
+    assert found == listed

@@ -620,14 +620,14 @@ def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
     monkeypatch.setattr(conv_kernels, "_checked_args",
                         lambda *args: checked.append(1) or check(*args))
     launches = []
-    run_bound = ctx._run_bound
+    run_bound = ctx.launcher.run_bound
     calls = []
 
     def run_slowly(*args):                    # every kernel call, bound or not, takes >= 5 ms
         run_bound(*args)
         time.sleep(0.005)
         calls.append(len(args) == 2)          # a replay's bound call passes (kernel, args)
-    monkeypatch.setattr(ctx, "_run_bound", run_slowly)
+    monkeypatch.setattr(ctx.launcher, "run_bound", run_slowly)
     for seed in range(4):
         inputs = {"x": _random((2, 9, 12, 11), seed), "w": _random((16, 16, 1, 1), 10 + seed)}
         outs = {"y": np.full((2, 16, 12, 11), np.nan, np.float32)}

@@ -55,7 +55,7 @@ def test_a_repeated_chain_reuses_its_plan_with_new_inputs(channels):
         stats = ctx.stats
         assert (stats.launches, stats.fused_ops, stats.flushes) == (3, 3, 1)
         assert stats.plans_reused == (call > 0)
-    assert (ctx._plans.misses, ctx._plans.hits) == (1, 3)
+    assert (ctx.plans.misses, ctx.plans.hits) == (1, 3)
 
 
 def test_new_filters_of_the_same_shapes_are_used():
@@ -64,7 +64,7 @@ def test_new_filters_of_the_same_shapes_are_used():
     for seed in (10, 20, 30):
         ws = _filters(ctx, 16, seed)
         _close(_chain(ctx.tensor(x), ws).numpy(), _chain_reference(x, ws))
-    assert ctx._plans.hits == 2
+    assert ctx.plans.hits == 2
 
 
 def test_the_reused_plan_says_so_in_explain():
@@ -91,7 +91,7 @@ def test_a_held_intermediate_changes_the_plan():
                                 padding=1))
     ctx.reset_stats()
     _close(h.numpy(), _chain_reference(x, ws))
-    assert ctx._plans.hits == 0 and ctx._plans.misses == 2
+    assert ctx.plans.hits == 0 and ctx.plans.misses == 2
     assert ctx.stats.reorders == 2                      # in, and h out
     _close(c.numpy(), _chain_reference(x, ws[:1]))       # kept, and correct
     assert ctx.stats.reorders == 3
@@ -112,7 +112,7 @@ def test_an_input_that_already_has_its_blocked_copy_is_not_reordered_again():
     ctx.reset_stats()
     _close(_chain(b, ws).numpy(), _chain_reference(b.numpy(), ws))
     assert ctx.stats.reorders == 2
-    assert ctx._plans.hits == 1                          # b's flush reused a's first plan
+    assert ctx.plans.hits == 1                          # b's flush reused a's first plan
 
 
 @pytest.mark.parametrize("first, second", [
@@ -134,7 +134,7 @@ def test_activations_with_other_parameters_get_their_own_plans(first, second):
         op = getattr(jitnn, name)
         got = _chain(ctx.tensor(x), ws, lambda t: op(t, *params)).numpy()
         _close(got, _chain_reference(x, ws, lambda t: references[name](t, *params)))
-    assert ctx._plans.hits == 0 and ctx._plans.misses == 2
+    assert ctx.plans.hits == 0 and ctx.plans.misses == 2
 
 
 def _bn_stats(channels, seed):
@@ -171,7 +171,7 @@ def test_a_bottleneck_block_with_batch_norms_and_a_residual_reuses_its_plan(chan
         # 3 convs, each with its batch norm folded; relu, relu, add + relu fused
         assert (stats.launches, stats.fused_ops, stats.flushes) == (3, 7, 1)
         assert stats.plans_reused == (call > 0)
-    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+    assert (ctx.plans.misses, ctx.plans.hits) == (1, 2)
 
 
 def test_batch_norm_statistics_given_as_arrays_each_call_are_used():
@@ -185,7 +185,7 @@ def test_batch_norm_statistics_given_as_arrays_each_call_are_used():
         want = np.maximum(batch_normalization_reference(
             conv2d_reference(x, np.asarray(w), padding=1), *stats, epsilon=1e-3), 0)
         _close(h.numpy(), want)
-    assert ctx._plans.hits == 2
+    assert ctx.plans.hits == 2
 
 
 def test_a_folded_batch_norm_is_computed_once_and_its_numbers_key_the_fold(monkeypatch):
@@ -238,7 +238,7 @@ def test_batch_norms_with_other_options_get_their_own_plans():
         h = jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1), *stats,
                                       **options)
         _close(h.numpy(), batch_normalization_reference(conv, *stats, **options))
-    assert ctx._plans.hits == 0 and ctx._plans.misses == len(cases)
+    assert ctx.plans.hits == 0 and ctx.plans.misses == len(cases)
 
 
 @pytest.mark.parametrize("number, other", [(0.5, 1.5), (0.0, -0.0)])
@@ -253,7 +253,7 @@ def test_a_number_operand_is_part_of_the_plan(number, other):
             want = 1.0 / (conv.astype(np.float64) * value)
         np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(want))
         _close(got.numpy(), want)
-    assert (ctx._plans.misses, ctx._plans.hits) == (2, 1)
+    assert (ctx.plans.misses, ctx.plans.hits) == (2, 1)
 
 
 # every way a blocked binary op takes its other operand (ops/eltwise.py), as
@@ -288,7 +288,7 @@ def test_each_kind_of_binary_operand_is_resolved_for_the_reusing_flush(kind):
         h = jitnn.relu(jitnn.sub(jitnn.mul(jitnn.conv2d(a, w, padding=1), operand), x))
         _close(h.numpy(), np.maximum(conv * want_operand - x, 0))
     # a number is part of the plan (0, then 0.25, then 0 again: one hit)
-    assert ctx._plans.hits == (1 if spec is None else 2)
+    assert ctx.plans.hits == (1 if spec is None else 2)
 
 
 def test_a_merged_plain_chain_reuses_its_plan():
@@ -310,7 +310,7 @@ def test_opaque_and_broadcast_nodes_reuse_their_plans():
         h = jitnn.max_pool2d(jitnn.relu(jitnn.add(ctx.tensor(x), ctx.tensor(y))), 2, strides=2)
         want = np.maximum(x + y, 0)[:, :, :4, :4].reshape(2, 3, 2, 2, 2, 2).max(axis=(3, 5))
         _close(h.numpy(), want)
-    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+    assert (ctx.plans.misses, ctx.plans.hits) == (1, 2)
 
 
 def test_a_matmul_with_its_fused_bias_and_activation_reuses_its_plan():
@@ -331,7 +331,7 @@ def test_gemm_options_get_their_own_plans():
     for alpha, beta in ((1.0, 1.0), (2.0, 1.0), (2.0, 0.5), (2.0, 0.5)):
         h = jitnn.relu(jitnn.gemm(ctx.tensor(a), b, c, alpha=alpha, beta=beta))
         _close(h.numpy(), np.maximum(alpha * a @ b + beta * c, 0))
-    assert (ctx._plans.misses, ctx._plans.hits) == (3, 1)
+    assert (ctx.plans.misses, ctx.plans.hits) == (3, 1)
 
 
 def test_a_transposed_convolution_in_a_chain_reuses_its_plan():
@@ -344,7 +344,7 @@ def test_a_transposed_convolution_in_a_chain_reuses_its_plan():
         want = np.maximum(conv_transpose2d_reference(
             conv2d_reference(x, np.asarray(w), padding=1), up, strides=2), 0)
         _close(h.numpy(), want)
-    assert (ctx._plans.misses, ctx._plans.hits) == (1, 2)
+    assert (ctx.plans.misses, ctx.plans.hits) == (1, 2)
 
 
 def test_a_dag_with_a_node_without_sig_is_planned_every_time():
@@ -354,7 +354,7 @@ def test_a_dag_with_a_node_without_sig_is_planned_every_time():
         h = jitnn.relu(ctx.tensor(x))
         h._v._node.sig = None           # an op that does not describe its node
         _close(jitnn.relu(h).numpy(), np.maximum(x, 0))
-    assert ctx._plans.hits == 0 and len(ctx._plans.plans) == 0
+    assert ctx.plans.hits == 0 and len(ctx.plans.plans) == 0
 
 
 def test_a_plan_keeps_no_value_alive():
@@ -367,7 +367,7 @@ def test_a_plan_keeps_no_value_alive():
     del a, h
     gc.collect()
     assert all(r() is None for r in refs)
-    assert len(ctx._plans.plans) == 1
+    assert len(ctx.plans.plans) == 1
 
 
 def test_the_cache_is_bounded():
@@ -377,7 +377,7 @@ def test_the_cache_is_bounded():
         x = _random((1, 8, side, 4), side)
         h = jitnn.relu(jitnn.relu(jitnn.conv2d(ctx.tensor(x), w, padding=1)))
         _close(h.numpy(), np.maximum(conv2d_reference(x, np.asarray(w), padding=1), 0))
-    assert len(ctx._plans.plans) == plan_cache.MAX_PLANS
+    assert len(ctx.plans.plans) == plan_cache.MAX_PLANS
 
 
 def test_two_threads_repeat_one_chain_on_one_context():
@@ -400,7 +400,7 @@ def test_two_threads_repeat_one_chain_on_one_context():
     for thread in threads:
         thread.join()
     assert not errors
-    assert ctx._plans.hits >= 10
+    assert ctx.plans.hits >= 10
 
 
 @pytest.mark.parametrize("policy", ["eager", "plain", "blocked"])

@@ -257,7 +257,7 @@ def test_launch_s_times_the_launches_apart_from_their_compile():
     compile excluded; reorders stay in ``reorder_s``, and a reset clears it."""
     import time
 
-    from jitnn.context import kernel_seconds
+    from jitnn.instrumentation import kernel_seconds
     ctx = jitnn.Context()
     kernel = _fresh_kernel()
     a = np.ones(4, np.float32)
@@ -266,17 +266,17 @@ def test_launch_s_times_the_launches_apart_from_their_compile():
         kernel(b)                             # compiles at the first call
         time.sleep(0.02)
     on_this_thread = kernel_seconds()
-    ctx._launch(slow_launch, a)
+    ctx.launcher.launch(slow_launch, a)
     first = ctx.stats
     assert first.compile_s > 0 and first.launches == 1
     assert 0.02 <= first.launch_s < 0.02 + 0.5   # the sleep, not the compile
     # the thread's kernel clock (what explain's per-step kernel times come from)
     assert kernel_seconds() - on_this_thread == pytest.approx(first.launch_s)
     start = time.perf_counter()
-    ctx._launch(slow_launch, a)
+    ctx.launcher.launch(slow_launch, a)
     elapsed = time.perf_counter() - start
     assert 0.02 <= ctx.stats.launch_s - first.launch_s <= elapsed
-    ctx._launch(slow_launch, a, _counter=None)   # uncounted (a reorder counts its own)
+    ctx.launcher.launch(slow_launch, a, counter=None)   # uncounted (a reorder counts its own)
     assert ctx.stats.launches == 2 and ctx.stats.launch_s < first.launch_s + elapsed
     ctx.reset_stats()
     jitnn.reorder(ctx.tensor(_random((1, 9, 4, 4))), "nChw8c").numpy()
@@ -305,11 +305,11 @@ def test_compile_s_counts_a_kernel_compiled_behind_a_python_wrapper():
     def wrapper(a):
         kernel(a)
     a = np.ones(4, np.float32)
-    ctx._launch(wrapper, a)
+    ctx.launcher.launch(wrapper, a)
     compiled = ctx.stats.compile_s
     assert compiled > 0
     assert ctx.stats.launches == 1
-    ctx._launch(wrapper, a)                   # compiled already: nothing to add
+    ctx.launcher.launch(wrapper, a)                   # compiled already: nothing to add
     assert ctx.stats.compile_s == compiled and ctx.stats.launches == 2
     assert np.all(a == 4.0)
 
@@ -317,7 +317,7 @@ def test_compile_s_counts_a_kernel_compiled_behind_a_python_wrapper():
 def test_the_compile_clock_ignores_a_lock_taken_before_it_listened():
     from numba.core.event import Event, EventStatus
 
-    from jitnn.context import _CompileClock
+    from jitnn.instrumentation import _CompileClock
     clock = _CompileClock()
     clock.on_end(Event("numba:compiler_lock", EventStatus.END))   # no start seen
     assert clock.seconds() == 0.0
@@ -330,17 +330,17 @@ def test_the_compile_clock_ignores_a_lock_taken_before_it_listened():
 
 
 def test_compile_s_counts_a_span_once_with_the_launches_inside_it():
-    from jitnn.context import compile_seconds
+    from jitnn.instrumentation import compile_seconds
     ctx = jitnn.Context()
     outer, inner = _fresh_kernel(), _fresh_kernel()
     a = np.ones(4, np.float32)
 
     def planning():                           # compiles itself and launches a compile
         outer(a)
-        ctx._launch(lambda b: inner(b), a)
+        ctx.launcher.launch(lambda b: inner(b), a)
         return "planned"
     before = compile_seconds()
-    assert ctx._side_work(planning) == "planned"
+    assert ctx.launcher.side_work(planning) == "planned"
     spent = compile_seconds() - before
     assert spent > 0
     assert ctx.stats.compile_s == pytest.approx(spent)   # not counted twice
@@ -385,11 +385,11 @@ def test_launches_run_on_the_context_threads_whatever_the_caller_set():
 
     def kernel():
         seen.append(numba.get_num_threads())
-    ctx._launch(kernel)
+    ctx.launcher.launch(kernel)
     saved = numba.get_num_threads()
     try:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)   # the caller's own numba work
-        ctx._launch(kernel)
+        ctx.launcher.launch(kernel)
     finally:
         numba.set_num_threads(saved)
     assert seen == [1, 1]

@@ -22,8 +22,17 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..context import Context, default_context
 from ..errors import JitnnError, JitnnTypeError, JitnnValueError
-from ._convert import SUPPORTED_OPS, UnsupportedError
+from ..graph import GraphBuilder
+from ..scheduler import explain
+from ._common import Const, Converter, UnsupportedError, onnx_dtype
+from ._convert import MULTI_OUTPUT, OPS
+from ._fold import FOLD, SHAPE_ONLY
+from ._validate import ordered_nodes
+
+#: the ONNX ops the frontend accepts (on run-time tensors, or folded when constant)
+SUPPORTED_OPS = tuple(sorted(set(OPS) | set(FOLD)))
 
 __all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
            "MIN_OPSET", "require_onnx"]
@@ -236,10 +245,6 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
 def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] | None,
              constants: Mapping[str, Any] | None, batch: int) -> OnnxModel:
     """:func:`prepare` of a parsed model; ``source`` names its file in errors."""
-    from ..context import default_context
-    from ..graph import GraphBuilder
-    from ._convert import (FOLD, MULTI_OUTPUT, OPS, SHAPE_ONLY, Const, Converter, onnx_dtype,
-                           ordered_nodes)
 
     onnx = require_onnx()
     from onnx import numpy_helper
@@ -285,12 +290,12 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
                    f"{name!r}: array}})" if dtype.kind in "iub" else
                    f" (a {kind} model must be converted to float32 first)"))
         if name in input_shapes:
-            shape = tuple(int(d) for d in input_shapes[name])
+            shape = input_shapes[name]      # builder.input checks it: ints, not int(2.7)
         else:
             shape = tuple(d if isinstance(d, int) and d > 0 else (batch if i == 0 else 1)
                           for i, d in enumerate(_declared_shape(info) or []))
         values[name] = builder.input(name, shape)
-        run_inputs[name] = shape
+        run_inputs[name] = values[name].shape
 
     for index in order:
         node = graph.node[index]
@@ -417,8 +422,6 @@ def explain_model(path_or_model, *, batch: int = 1, threads: int | None = None,
     the measured time per group; the first run compiles and packs)."""
     import time
 
-    from ..context import Context
-    from ..scheduler import explain
 
     ctx = Context(num_threads=threads, policy=policy)
     model = prepare(path_or_model, ctx, batch=batch)

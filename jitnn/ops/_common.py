@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .. import layouts
-from ..context import Context, default_context
+from ..defaults import default_context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import epilogue
-from ..tensor import Node, Tensor, Value, as_float32_copy
+from ..limits import check_max, is_number, real_arg  # noqa: F401 - is_number for the ops
+from ..tensor import Node, Tensor, Value, as_float32_copy, to_blocked
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 #: What ``activation=`` accepts: a name, or a (name, *params) tuple.
 ACTIVATION_NAMES = ("relu", "relu6", "clamp", "leaky_relu", "sigmoid", "tanh",
@@ -101,12 +105,12 @@ def pending(ctx: Context, shape: tuple[int, ...], layout: str, node: Node,
     when the pending work passes its bound)."""
     value = Value(ctx, shape, layout, node=node, axes=axes)
     handle = Tensor._wrap(value)
-    ctx._recorded(value)
+    ctx.record(value)
     return handle
 
 
 def int_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:
-    """An int or a pair of ints, each >= minimum."""
+    """An int or a pair of ints, each in ``[minimum, MAX_DIM]`` (jitnn/limits.py)."""
     items = (value, value) if isinstance(value, (int, np.integer)) else value
     try:
         items = tuple(items)
@@ -117,11 +121,13 @@ def int_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]
         raise JitnnTypeError(f"{op}: {name} must be an int or a pair of ints, got {value!r}")
     if min(items) < minimum:
         raise JitnnValueError(f"{op}: {name} must be >= {minimum}, got {value!r}")
+    check_max(op, name, items, value)
     return int(items[0]), int(items[1])
 
 
 def padding4(op: str, value: object) -> tuple[int, int, int, int]:
-    """WebNN padding ``[top, bottom, left, right]`` from an int, an (h, w) pair or 4 ints."""
+    """WebNN padding ``[top, bottom, left, right]`` from an int, an (h, w) pair or 4
+    ints, each in ``[0, MAX_DIM]`` (jitnn/limits.py)."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         items: Sequence = (value,) * 4
     else:
@@ -138,6 +144,7 @@ def padding4(op: str, value: object) -> tuple[int, int, int, int]:
             f"got {value!r}")
     if min(items) < 0:
         raise JitnnValueError(f"{op}: padding must be >= 0, got {value!r}")
+    check_max(op, "padding", items, value)
     return tuple(int(v) for v in items)  # type: ignore[return-value]
 
 
@@ -162,15 +169,15 @@ def parse_activation(op: str, activation: object) -> tuple[int, float, float]:
             isinstance(p, (int, float, np.number)) and not isinstance(p, bool) for p in params):
         raise JitnnValueError(
             f"{op}: activation {name!r} takes {expected.get(name, 0)} number(s), got {activation!r}")
+    # NaN is never a bound or an alpha; clamp's bounds may be infinite (WebNN's
+    # defaults), an alpha may not (0 * inf would be NaN)
+    names = {"clamp": ("min", "max"), "leaky_relu": ("alpha",)}.get(name, ())
+    params = tuple(real_arg(op, f"activation {name!r}: {label}", p, finite=name != "clamp")
+                   for label, p in zip(names, params))
     if name == "clamp" and not params[0] <= params[1]:
         raise JitnnValueError(f"{op}: clamp needs min <= max, got {activation!r}")
-    params = tuple(float(p) for p in params) + (0.0, 0.0)
+    params = params + (0.0, 0.0)
     return epilogue.ACTIVATIONS[name], params[0], params[1]
-
-
-def is_number(value: object) -> bool:
-    """A real number (not a bool)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def axis_index(op: str, name: str, axis: object, rank: int, *, end: bool = False) -> int:
@@ -245,7 +252,7 @@ def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray
 
 def reorder_to_blocked(ctx: Context, plain: np.ndarray, block: int, axes: str) -> np.ndarray:
     """A plain 4-D array with logical axes ``axes`` reordered to ``nChw{block}c`` (counted)."""
-    return ctx._to_blocked(plain, axes, block)
+    return to_blocked(ctx, plain, axes, block)
 
 
 def plain_layout(ndim: int, axes: str = "nchw") -> str:

@@ -23,7 +23,8 @@ from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
-from ..plan_cache import Token
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import Token
 from ..tensor import Node, Tensor, Value
 from ._common import (Binding, as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
                       padding4, parse_activation, pending, plain_buffer, value_of)
@@ -101,7 +102,7 @@ def conv2d(x, w, bias=None, *, strides=1, padding=0, dilations=1, groups: int = 
     key = (op, x.shape, x.layout, x._axes, w.shape, None if bias_t is None else bias_t.shape,
            *frozen_options((strides, padding, dilations, groups, input_layout, filter_layout,
                             activation)))
-    info = ctx._single_op_graph(key, lambda: _conv2d_signature(
+    info = ctx.single_op_graph(key, lambda: _conv2d_signature(
         ctx, x, w, bias_t, strides, padding, dilations, groups, input_layout, filter_layout,
         activation))
     x_value = value_of(x)
@@ -257,16 +258,16 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
             launch = None
     if launch is None:
         # planning packs the filter (on the context's threads) and may compile
-        memo, launch, bias, dest = ctx._side_work(
+        memo, launch, bias, dest = ctx.launcher.side_work(
             lambda: _plan_run(ctx, node, value, source, out))
     else:
         dest = _destination(memo.blocked, memo.plain_result, out)
-    ctx._launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)
+    ctx.launcher.launch(conv_kernels.run_conv2d_launch, launch, source, dest, bias, residual)
     if not memo.plain_result:
         return dest
     result = conv_kernels.aligned_empty(value.shape)
     kernel = layout_kernels.blocked_to_nchw if axes == "nchw" else layout_kernels.blocked_to_nhwc
-    return ctx._reorder(kernel, dest, result)
+    return ctx.launcher.reorder(kernel, dest, result)
 
 
 def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
@@ -410,8 +411,111 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
             oihw = oihw * bn_scale[:, None, None, None]
         packed = conv_kernels.pack_conv2d_filter(oihw, a["in_channels"], a["groups"],
                                                  a["block"], input_is_plain=a["first_layer"])
-        ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
+        ctx.launcher.count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
     if bn_scale is not None:
         return _derive_fold(w, key, pack), key
     return w._derive(key, pack), key
+
+
+# --- how the scheduler treats a conv2d node (jitnn/registry.py) -------------------
+
+def conv2d_algorithm(node: Node, v: Value) -> str:
+    """What runs conv2d ``node`` (with its fused ops) making ``v`` (see
+    ``kernels.conv2d.conv2d_algorithm``): ``"winograd"``, or the packed
+    filter's path."""
+    a = node.attrs
+    o, _, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
+    path = conv_kernels.conv2d_path((kh, kw), a["in_channels"], a["groups"], a["first_layer"])
+    n, out_h, out_w = (v._shape[0], v._shape[2], v._shape[3]) if a["axes"] == "nchw" else \
+        v._shape[:3]
+    return conv_kernels.conv2d_algorithm(
+        path, (kh, kw), a["strides"], a["dilations"], a["groups"], a["in_channels"], o, n,
+        out_h, out_w, a["block"], v._ctx.conv_algorithm)
+
+
+def _kernel_layouts(node: Node, v: Value) -> tuple[str, ...]:
+    """The layouts the conv's kernel reads: x (plain for a first layer), the
+    packed filter (``OIhw8i8o``, or transformed for Winograd:
+    ``winograd:36OI8i8o``, the 6 x 6 positions of ``G g Gt``, each an
+    ``OI8i8o`` matrix), and a fused residual."""
+    a = node.attrs
+    b = a["block"]
+    tag = layouts.blocked_tag(b)
+    x = a["x"]._layout if a["first_layer"] else tag
+    ic = a["in_channels"] if a["first_layer"] else b    # first layer: all C at once
+    weights = f"OIhw{ic}i{b}o"
+    if conv2d_algorithm(node, v) == "winograd":
+        weights = f"winograd:{conv_kernels.winograd.POSITIONS}OI{b}i{b}o"
+    return (x, weights) + ((tag,) if a["residual"] is not None else ())
+
+
+def _inplace_inputs(v: Value, node: Node) -> list[Value]:
+    """A fused residual's buffer may take the output; never the conv's own
+    input (conv2d(h) + h): the kernel reads x around every pixel it writes."""
+    residual = node.attrs["residual"]
+    if residual is not None and residual._layout == v._layout and residual is not node.attrs["x"]:
+        return [residual]
+    return []
+
+
+def _plain_conv(node: Node) -> bool:
+    """Nothing in the epilogue yet: no folded normalization, residual or activation."""
+    a = node.attrs
+    return a["bn"] is None and a["residual"] is None and a["activation"][0] == epilogue.NONE
+
+
+def _fold(node: Node, consumer: Node, v: Value) -> Node | None:
+    """conv2d -> batch_normalization (per channel, inference) as one conv2d with
+    the normalization folded into its filter and bias."""
+    if not _plain_conv(node) or consumer.kind != "eltwise" or consumer.inputs[0] is not v \
+            or len(consumer.attrs["steps"]) != 1 or consumer.attrs["steps"][0][0] != "affine":
+        return None
+    bn = consumer.attrs["steps"][0][1]         # (mean, variance, scale, bias, epsilon)
+    if any(t is not None and t._data is None for t in bn[:4]):
+        return None                            # statistics not computed yet
+    extra = tuple(t for t in bn[:4] if t is not None)
+    return node.replace(inputs=node.inputs + extra, attrs={**node.attrs, "bn": bn},
+                        fused=node.fused + (consumer.op,))
+
+
+def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
+    """conv2d -> add(same-shape tensor) -> activation as one launch (``act(conv
+    + bias + residual)``), in that order only."""
+    if consumer.kind != "eltwise" or len(consumer.attrs["steps"]) != 1:
+        return None
+    kind, *args = consumer.attrs["steps"][0]
+    main = consumer.inputs[0]
+    # add commutes: the conv's result may be either operand of the add
+    residual = None
+    if kind == "binary" and args[0] == "add":
+        residual = args[1] if main is v else main if args[1] is v else None
+    elif main is not v:
+        return None
+    attrs = dict(node.attrs)
+    inputs = node.inputs
+    if kind == "activation" and attrs["activation"][0] == epilogue.NONE:
+        attrs["activation"] = tuple(args)
+    elif (residual is not None and attrs["residual"] is None
+          and attrs["activation"][0] == epilogue.NONE
+          and residual._shape == v._shape and residual._axes == v._axes
+          and residual is not v):
+        attrs["residual"] = residual
+        inputs = inputs + (residual,)
+        block = layouts.block_of(v._layout)
+        if layouts.block_of(residual._layout) != block:
+            attrs["blocked_inputs"] = attrs["blocked_inputs"] + ((residual, block, v._axes),)
+    else:
+        return None
+    return node.replace(inputs=inputs, attrs=attrs, fused=node.fused + (consumer.op,))
+
+
+register_kind(NodeKind("conv2d", role="anchor", writes_into_buffer=True,
+                       kernel_layouts=_kernel_layouts, inplace_inputs=_inplace_inputs,
+                       fold=_fold, absorb=_absorb))
+
+register_op(OpDef(
+    "conv2d", conv2d, conv2d_reference, webnn="conv2d", onnx=("Conv",), kinds=("conv2d",),
+    layouts="reads plain (first layer, C < block) or blocked, writes blocked",
+    fusion="anchor: folds a following batch normalization, absorbs a residual add and an "
+           "activation into its epilogue"))

@@ -27,9 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layouts
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnValueError
 from ..kernels import conv_transpose2d as ct_kernels
 from ..kernels import epilogue
+from ..kernels import layout as layout_kernels
+from ..limits import check_shape, shape_arg
+from ..registry import OpDef, register_op
 from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
                       padding4, parse_activation, pending, plain_buffer, value_of)
@@ -101,13 +104,7 @@ def conv_transpose2d_output_size(size: int, kernel: int, stride: int, dilation: 
 
 
 def _shape4(name: str, shape: object) -> tuple[int, ...]:
-    try:
-        items = tuple(shape)  # type: ignore[arg-type]
-    except TypeError:
-        raise JitnnTypeError(f"{OP}: {name} shape must be a tuple of ints, got {shape!r}") from None
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
-        raise JitnnTypeError(f"{OP}: {name} shape must be a tuple of ints, got {shape!r}")
-    items = tuple(int(v) for v in items)
+    items = shape_arg(OP, f"{name} shape", shape)     # ints within jitnn/limits.py's bounds
     if len(items) != 4:
         raise JitnnValueError(f"{OP}: {name} must be 4-D, got shape {items}")
     return items
@@ -175,7 +172,7 @@ def conv_transpose2d_plan(x_shape, w_shape, bias_shape=None, *, strides=1, dilat
         raise JitnnValueError(f"{OP}: the output would be {oh}x{ow}: {geometry}, "
                               f"output_padding {(oph, opw)}")
     if bias_shape is not None:
-        bias_dims = tuple(int(v) for v in bias_shape)
+        bias_dims = shape_arg(OP, "bias shape", bias_shape)
         if bias_dims != (o,):
             raise JitnnValueError(
                 f"{OP}: bias must have shape ({o},) for {o} output channels, got {bias_dims}")
@@ -185,6 +182,8 @@ def conv_transpose2d_plan(x_shape, w_shape, bias_shape=None, *, strides=1, dilat
         output_padding=(oph, opw), input_layout=input_layout, filter_layout=filter_layout,
         activation=activation_args, has_bias=bias_shape is not None, batch=n)
     out_shape = (n, o, oh, ow) if input_layout == "nchw" else (n, oh, ow, o)
+    # the output grows with the strides: refuse one no memory could hold
+    check_shape(OP, "the result's shape", out_shape)
     return out_shape, options
 
 
@@ -311,7 +310,7 @@ def conv_transpose2d(x, w, bias=None, *, strides=1, dilations=1, padding=0, outp
     key = (OP, x.shape, w.shape, None if bias_t is None else bias_t.shape,
            *frozen_options((strides, dilations, padding, output_padding, output_sizes, groups,
                             input_layout, filter_layout, activation)))
-    out_shape, options = ctx._single_op_graph(key, lambda: conv_transpose2d_plan(
+    out_shape, options = ctx.single_op_graph(key, lambda: conv_transpose2d_plan(
         x.shape, w.shape, None if bias_t is None else bias_t.shape, strides=strides,
         dilations=dilations, padding=padding, output_padding=output_padding,
         output_sizes=output_sizes, groups=groups, input_layout=input_layout,
@@ -344,8 +343,8 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     weights = plain_buffer(w)    # outside the filter's lock (see Value._derive)
 
     def pack():
-        packed = ctx._side_work(lambda: conv_transpose2d_pack(weights, options, block))
-        ctx._count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
+        packed = ctx.launcher.side_work(lambda: conv_transpose2d_pack(weights, options, block))
+        ctx.launcher.count(filter_packs=1, filter_pack_bytes=packed.weights.nbytes)
         return packed
     packed = w._derive(("conv_transpose2d_filter", block, options.filter_layout,
                         options.groups, options.strides, options.dilations), pack)
@@ -354,11 +353,15 @@ def _run_node(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarr
     blocked = out if out is not None and not plain_result else \
         ct_kernels.aligned_empty(blocked_out_shape(options, block))
     # through the context: its thread count, counted as a launch
-    ctx._launch(run_conv_transpose2d, source, packed, options, bias, blocked)
+    ctx.launcher.launch(run_conv_transpose2d, source, packed, options, bias, blocked)
     if not plain_result:
         return blocked
-    from ..kernels import layout as layout_kernels
     result = ct_kernels.aligned_empty(value.shape)
     kernel = layout_kernels.blocked_to_nchw if options.input_layout == "nchw" \
         else layout_kernels.blocked_to_nhwc
-    return ctx._reorder(kernel, blocked, result)
+    return ctx.launcher.reorder(kernel, blocked, result)
+
+register_op(OpDef(
+    "conv_transpose2d", conv_transpose2d, conv_transpose2d_reference, webnn="convTranspose2d",
+    onnx=("ConvTranspose",), kinds=("conv_transpose2d",), layouts="blocked",
+    fusion="bias and activation in its kernel"))

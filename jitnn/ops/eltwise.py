@@ -24,21 +24,27 @@ first is broadcast to it in plain layout and the result is plain.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+import functools
+
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from .. import layouts
-from ..context import Context
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
-from ..kernels.conv2d import aligned_empty
+from ..kernels.buffers import aligned_empty
 from ..kernels import epilogue
-from ..plan_cache import exact
+from ..limits import real_arg
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import exact
 from ..tensor import Node, Tensor, Value
 from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
                       is_number, pending, plain_buffer, plain_layout, reorder_to_blocked,
                       value_of)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 Operand = Union[Tensor, float]
 
@@ -105,7 +111,7 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     kernel_steps = _kernel_steps(ctx, node.attrs["steps"])
     if out is None:
         out = aligned_empty(x.shape)
-    ctx._launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
+    ctx.launcher.launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
     return out
 
 
@@ -120,7 +126,7 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
     if out is None:
         out = aligned_empty(x.shape)
     if out.size:
-        ctx._launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
+        ctx.launcher.launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
     return out
 
 
@@ -323,16 +329,16 @@ def _binary(op: str, a, b) -> Tensor:
         if size == 0:
             return out
         if not isinstance(other, Value) or other.size == 1:
-            ctx._launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
+            ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
                         reverse=reverse)
         elif run is not None:
             view = (run[0], run[1], run[2], 1, 1)
             vector = np.ascontiguousarray(plain_buffer(other).reshape(-1))
-            ctx._launch(eltwise_kernels.eltwise_binary, x.reshape(view), vector,
+            ctx.launcher.launch(eltwise_kernels.eltwise_binary, x.reshape(view), vector,
                         out.reshape(view), run[1], op, reverse=reverse)
         else:
             y = np.ascontiguousarray(np.broadcast_to(plain_buffer(other), out_shape))
-            ctx._launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
+            ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
         return out
 
     # a node the scheduler can fuse into a preceding matmul (bias or residual add)
@@ -416,11 +422,8 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
 
 
 def _number(op: str, name: str, value: object) -> float:
-    if not is_number(value):
-        raise JitnnTypeError(f"{op}: {name} must be a number, got {value!r}")
-    if np.isnan(float(value)):  # type: ignore[arg-type]
-        raise JitnnValueError(f"{op}: {name} must not be NaN")
-    return float(value)  # type: ignore[arg-type]
+    """A clamp bound: not NaN, may be infinite (WebNN's defaults are -inf and +inf)."""
+    return real_arg(op, name, value, finite=False)
 
 
 def relu(x) -> Tensor:
@@ -451,7 +454,8 @@ def tanh(x) -> Tensor:
 
 def leaky_relu(x, alpha: float = 0.01) -> Tensor:
     """``x if x >= 0 else alpha * x`` (WebNN's default alpha is 0.01)."""
-    return _unary("leaky_relu", x, _number("leaky_relu", "alpha", alpha))
+    # a finite alpha: an infinite one makes 0 * alpha NaN
+    return _unary("leaky_relu", x, real_arg("leaky_relu", "alpha", alpha))
 
 
 def hard_swish(x) -> Tensor:
@@ -462,3 +466,56 @@ def hard_swish(x) -> Tensor:
 def gelu(x) -> Tensor:
     """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact form, as WebNN)."""
     return _unary("gelu", x)
+
+
+# --- how the scheduler treats elementwise nodes (jitnn/registry.py) ---------------
+
+def _inplace_inputs(v: Value, node: Node) -> list[Value]:
+    """Any input of the output's shape and layout may take the output."""
+    return [s for s in node.inputs if s._shape == v._shape and s._layout == v._layout]
+
+
+def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
+    """Two elementwise ops of the same kind (blocked ``eltwise``, or plain
+    ``eltwise_plain``: one pass of steps over its first input, activations and
+    binary ops with a scalar or same-shape operand), the second reading the
+    first's result as its main input only, as one pass over memory, within the
+    kernel's limits on steps and tensor operands."""
+    if consumer.kind != node.kind or consumer.inputs[0] is not v \
+            or any(t is v for t in consumer.inputs[1:]) or result._shape != v._shape:
+        return None
+    steps = node.attrs["steps"] + consumer.attrs["steps"]
+    tensors = sum(1 for s in steps if s[0] == "binary" and s[2] is not None
+                  and s[2]._shape == v._shape and s[2].size > 1)
+    if len(steps) > eltwise_kernels.MAX_STEPS or tensors > eltwise_kernels.MAX_TENSORS:
+        return None
+    # a merged plain node is a chain, no longer one binary op (its own attrs go)
+    changes = {"attrs": {**node.attrs, "steps": steps}} if node.kind == "eltwise" else \
+        {"kind": "eltwise_plain", "attrs": {"steps": steps}}
+    return node.replace(inputs=node.inputs + consumer.inputs[1:],
+                        fused=node.fused + (consumer.label,),
+                        flops=node.flops + consumer.flops, **changes)
+
+
+for _kind in ("eltwise", "eltwise_plain"):
+    register_kind(NodeKind(_kind, role="elementwise", writes_into_buffer=True,
+                           inplace_inputs=_inplace_inputs, merge=_merge))
+
+_BINARY = {"add": ("add", "Add"), "sub": ("sub", "Sub"), "mul": ("mul", "Mul"),
+           "div": ("div", "Div"), "maximum": ("max", "Max"), "minimum": ("min", "Min")}
+_UNARY = {"relu": ("relu", "Relu"), "clamp": ("clamp", "Clip"), "sigmoid": ("sigmoid", "Sigmoid"),
+          "tanh": ("tanh", "Tanh"), "leaky_relu": ("leakyRelu", "LeakyRelu"),
+          "hard_swish": ("hardSwish", "HardSwish"), "gelu": ("gelu", None)}
+for _name, (_webnn, _onnx) in _BINARY.items():
+    register_op(OpDef(_name, globals()[_name], functools.partial(binary_reference, _name),
+                      webnn=_webnn, onnx=(_onnx,), kinds=("eltwise", "eltwise_plain",
+                                                          "binary_plain"),
+                      layouts="blocked or plain, as its input",
+                      fusion="elementwise: merges into chains; a residual add into a conv "
+                             "or matmul epilogue"))
+for _name, (_webnn, _onnx) in _UNARY.items():
+    register_op(OpDef(_name, globals()[_name], functools.partial(unary_reference, _name),
+                      webnn=_webnn, onnx=(_onnx,) if _onnx else (),
+                      kinds=("eltwise", "eltwise_plain"),
+                      layouts="blocked or plain, as its input",
+                      fusion="elementwise: merges into chains and conv/matmul epilogues"))

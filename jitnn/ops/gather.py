@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import as_tensor, axis_index, context_of, plain_result
 
@@ -44,3 +45,5 @@ def gather(x, indices, axis: int = 0) -> Tensor:
 
     return plain_result(ctx, shape,
                         lambda data: np.ascontiguousarray(np.take(data, index, axis=axis)), x, op)
+
+register_op(OpDef("gather", gather, gather_reference, webnn="gather", onnx=("Gather",)))

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import JitnnValueError
+from ..limits import int_arg, real_arg
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
-from ._common import as_tensor, context_of, is_number, plain_result
+from ._common import as_tensor, context_of, plain_result
 
 
 def lrn_reference(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75,
@@ -37,12 +39,10 @@ def lrn(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 
     x = as_tensor(ctx, x, op, "x")
     if x.ndim < 3:
         raise JitnnValueError(f"{op}: x must have rank >= 3 (N, C, ...), got shape {x.shape}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise JitnnValueError(f"{op}: size must be an int >= 1, got {size!r}")
-    for name, value in (("alpha", alpha), ("beta", beta), ("bias", bias)):
-        if not is_number(value):
-            raise JitnnValueError(f"{op}: {name} must be a number, got {value!r}")
-    size, alpha, beta, bias = int(size), float(alpha), float(beta), float(bias)
+    size = int_arg(op, "size", size, 1)             # a window: <= 2**31 - 1
+    # NaN or infinite parameters would make every output NaN, 0 or x
+    alpha, beta, bias = (real_arg(op, name, value) for name, value in
+                         (("alpha", alpha), ("beta", beta), ("bias", bias)))
     before, after = (size - 1) // 2, -(-(size - 1) // 2)
 
     def compute(data: np.ndarray) -> np.ndarray:
@@ -58,3 +58,5 @@ def lrn(x, size: int, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 
         return (data / scale).astype(np.float32)
 
     return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
+
+register_op(OpDef("lrn", lrn, lrn_reference, onnx=("LRN",)))

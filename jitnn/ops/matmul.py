@@ -22,9 +22,12 @@ import numpy as np
 
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
-from ..kernels.conv2d import aligned_empty
+from ..kernels.buffers import aligned_empty
 from ..kernels import matmul as mm
-from ..plan_cache import exact
+from ..limits import real_arg
+from ..kernels import epilogue
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import exact
 from ..tensor import Node, Tensor, Value
 from ._common import as_tensor, context_of, parse_activation, pending, plain_buffer, value_of
 
@@ -57,9 +60,9 @@ def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
         values = values.reshape(values.shape[-2:])
 
     def pack():
-        packed = ctx._side_work(
+        packed = ctx.launcher.side_work(
             lambda: mm.pack_b(values, b_transpose=transpose, threads=ctx.num_threads))
-        ctx._count(filter_packs=1, filter_pack_bytes=packed.nbytes)
+        ctx.launcher.count(filter_packs=1, filter_pack_bytes=packed.nbytes)
         return packed
     return b._derive(("matmul_b", transpose), pack)
 
@@ -123,7 +126,7 @@ def matmul(a, b, *, activation=None) -> Tensor:
         if b3 is None:
             b3 = plain_buffer(bv).reshape(b_count, k, n)
         if out.size:
-            ctx._launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
+            ctx.launcher.launch(mm.batched_matmul, a3, b3, out, a_index, b_index,
                         activation=code, param0=p0, param1=p1)
         return out.reshape(out_shape)
 
@@ -178,7 +181,7 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
             right = right.reshape(k, n)
     c = None if a["c"] is None else plain_buffer(a["c"])
     code, p0, p1 = a["activation"]
-    ctx._launch(mm.gemm, left, right, dest, alpha=a["alpha"],
+    ctx.launcher.launch(mm.gemm, left, right, dest, alpha=a["alpha"],
                 beta=a["beta"] if c is not None else 0.0, c=c, activation=code, param0=p0,
                 param1=p1, a_transpose=a["a_transpose"], b_transpose=b_transpose)
     return dest.reshape(value.shape)
@@ -199,6 +202,7 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bo
     for name, value in (("alpha", alpha), ("beta", beta)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
             raise JitnnValueError(f"{op}: {name} must be a number, got {value!r}")
+        real_arg(op, name, value)       # finite: NaN or inf would give NaN or inf outputs
     for name, value in (("a_transpose", a_transpose), ("b_transpose", b_transpose)):
         if not isinstance(value, (bool, np.bool_)):
             raise JitnnTypeError(f"{op}: {name} must be a bool, got {value!r}")
@@ -221,3 +225,45 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bo
                 f"{op}: c {c_t.shape} does not broadcast to the output shape ({m}, {n})") from None
     return _gemm_node(ctx, op, a, b, c_t, m, k, n, (m, n), alpha, beta, a_transpose,
                       b_transpose, code, p0, p1)
+
+
+# --- how the scheduler treats a matmul node (jitnn/registry.py) -------------------
+
+def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
+    """matmul -> add(bias or residual) -> activation as one gemm launch
+    (``act(alpha * A @ B + C)``), in that order only; None if it does not fit."""
+    attrs = dict(node.attrs)
+    if attrs["activation"][0] != epilogue.NONE:
+        return None
+    steps = consumer.attrs.get("steps", ())
+    if consumer.kind == "eltwise_plain" and consumer.inputs[0] is v and len(steps) == 1 \
+            and steps[0][0] == "activation":
+        attrs["activation"] = tuple(steps[0][1:])
+        return node.replace(attrs=attrs, fused=node.fused + (consumer.op,))
+    if consumer.kind in ("binary_plain", "eltwise_plain") and consumer.attrs.get("op") == "add" \
+            and attrs["c"] is None and result._shape == v._shape and v.ndim == 2:
+        operands = [consumer.attrs["main"], consumer.attrs["other"]]
+        if sum(t is v for t in operands) != 1:
+            return None
+        other = operands[1] if operands[0] is v else operands[0]
+        if not isinstance(other, Value) or other.ndim > 2 \
+                or layouts.block_of(other._layout) is not None:
+            return None
+        try:
+            if np.broadcast_shapes(other._shape, v._shape) != v._shape:
+                return None
+        except ValueError:
+            return None
+        attrs["c"], attrs["beta"] = other, 1.0
+        return node.replace(inputs=node.inputs + (other,), attrs=attrs,
+                            fused=node.fused + (consumer.op,))
+    return None
+
+
+register_kind(NodeKind("matmul", role="anchor", writes_into_buffer=True, absorb=_absorb))
+
+register_op(OpDef("matmul", matmul, matmul_reference, webnn="matmul", onnx=("MatMul",),
+                  kinds=("matmul",), fusion="anchor: absorbs a bias or residual add and an "
+                                           "activation into its epilogue"))
+register_op(OpDef("gemm", gemm, gemm_reference, webnn="gemm", onnx=("Gemm",), kinds=("matmul",),
+                  fusion="anchor, as matmul"))

@@ -16,8 +16,10 @@ import numpy as np
 from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
-from ..kernels.conv2d import aligned_empty
+from ..kernels.buffers import aligned_empty
+from ..limits import real_arg
 from ..plan_cache import exact
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
                       parse_activation, pending, plain_buffer, plain_layout, plain_result,
@@ -83,7 +85,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     if not is_number(epsilon) or not epsilon >= 0:
         raise JitnnValueError(f"{op}: epsilon must be a number >= 0, got {epsilon!r}")
     code, p0, p1 = parse_activation(op, activation)
-    epsilon = float(epsilon)
+    epsilon = real_arg(op, "epsilon", epsilon)     # finite: inf would zero every x - mean
 
     # Values, not the caller's handles (a handle kept here would count as the
     # caller holding it: see _common.plain_result)
@@ -113,7 +115,7 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
         data = plain_buffer(xv)
         out = aligned_empty(shape)
         if out.size:
-            ctx._launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
+            ctx.launcher.launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
                         out.reshape(view), channels, code, p0, p1)
         return out
 
@@ -140,3 +142,9 @@ def softmax(x, axis: int = -1) -> Tensor:
         return out
 
     return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
+
+register_op(OpDef("batch_normalization", batch_normalization, batch_normalization_reference,
+                  webnn="batchNormalization", onnx=("BatchNormalization",), kinds=("eltwise",),
+                  layouts="blocked or plain, as its input",
+                  fusion="folded into the conv before it; else an elementwise pass"))
+register_op(OpDef("softmax", softmax, softmax_reference, webnn="softmax", onnx=("Softmax",)))

@@ -24,18 +24,21 @@ past the explicit padding never count).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .. import layouts
-from ..context import Context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import pool as pool_kernels
-from ..kernels.conv2d import aligned_empty
+from ..kernels.buffers import aligned_empty
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import (as_tensor, context_of, int_pair, is_blocked, padding4,
                       plain_buffer, plain_layout, value_of)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 ROUNDING_TYPES = ("floor", "ceil")
 
@@ -176,7 +179,7 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
         def produce_blocked() -> np.ndarray:
             data = xv._materialize()
             out = aligned_empty(data.shape[:2] + (oh, ow, data.shape[4]))
-            ctx._launch(run, data, out)
+            ctx.launcher.launch(run, data, out)
             return out
         return Tensor(ctx, out_shape, x.layout, producer=produce_blocked, axes=layout,
                       inputs=(x,), op=op)
@@ -188,7 +191,7 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
         else:
             h, w = data.shape[1:3]
             x5, out = data.reshape(n, 1, h, w, c), aligned_empty((n, 1, oh, ow, c))
-        ctx._launch(run, x5, out)
+        ctx.launcher.launch(run, x5, out)
         return out.reshape(out_shape)
     return Tensor(ctx, out_shape, plain_layout(4, layout), producer=produce_plain, axes=layout,
                   inputs=(x,), op=op)
@@ -279,3 +282,12 @@ def global_average_pool2d(x, *, layout: str = "nchw") -> Tensor:
     op = "global_average_pool2d"
     ctx, x = _pool_input(op, x, layout)
     return _lowered(ctx, op, x, layout, (1, 1), pool_kernels.global_average_pool2d)
+
+register_op(OpDef("max_pool2d", max_pool2d, max_pool2d_reference, webnn="maxPool2d",
+                  onnx=("MaxPool",), layouts="blocked or plain, as its input"))
+register_op(OpDef("average_pool2d", average_pool2d, average_pool2d_reference,
+                  webnn="averagePool2d", onnx=("AveragePool",),
+                  layouts="blocked or plain, as its input"))
+register_op(OpDef("global_average_pool2d", global_average_pool2d,
+                  global_average_pool2d_reference, onnx=("GlobalAveragePool",),
+                  layouts="blocked or plain, as its input"))

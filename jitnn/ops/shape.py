@@ -14,6 +14,7 @@ concatenates the plain values with numpy.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -21,7 +22,8 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
-from ..kernels.conv2d import aligned_empty
+from ..kernels.buffers import aligned_empty
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import (as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
                       is_blocked, plain_buffer, plain_layout, plain_result, value_of)
@@ -68,16 +70,18 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
     if dims.count(-1) > 1 or any(d < -1 for d in dims):
         raise JitnnValueError(
             f"{op}: new_shape entries must be >= 0, with at most one -1, got {tuple(dims)}")
-    known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+    # element counts in Python ints: numpy's int64 product wraps around (so
+    # [4, 2**62 + 1] would have "4" elements)
+    known = math.prod(d for d in dims if d != -1)
     if -1 in dims:
         if known == 0 or x.size % known:
             raise JitnnValueError(
                 f"{op}: cannot infer the -1 in {tuple(dims)} for x {x.shape} ({x.size} elements)")
         dims[dims.index(-1)] = x.size // known
     shape = tuple(dims)
-    if int(np.prod(shape, dtype=np.int64)) != x.size:
+    if math.prod(shape) != x.size:
         raise JitnnValueError(
-            f"{op}: new_shape {shape} has {int(np.prod(shape, dtype=np.int64))} elements but "
+            f"{op}: new_shape {shape} has {math.prod(shape)} elements but "
             f"x {x.shape} has {x.size}")
     return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
 
@@ -89,8 +93,7 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     ctx = context_of(op, x)
     x = as_tensor(ctx, x, op, "x")
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
-    shape = (int(np.prod(x.shape[:axis], dtype=np.int64)),
-             int(np.prod(x.shape[axis:], dtype=np.int64)))
+    shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
     return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
 
 
@@ -158,7 +161,7 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
         def produce_blocked() -> np.ndarray:
             inputs = [blocked_buffer(ctx, v, block, axes) for v in sources]
             out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
-            ctx._launch(concat_kernels.concat_channels, inputs, channels, out)
+            ctx.launcher.launch(concat_kernels.concat_channels, inputs, channels, out)
             return out
         return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes,
                       inputs=tuple(items), op=op)
@@ -170,3 +173,10 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
         return np.concatenate([plain_buffer(v) for v in sources], axis=axis)
     return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
                   inputs=tuple(items), op=op)
+
+register_op(OpDef("reshape", reshape, reshape_reference, webnn="reshape", onnx=("Reshape",)))
+register_op(OpDef("flatten", flatten, flatten_reference, onnx=("Flatten",)))
+register_op(OpDef("transpose", transpose, transpose_reference, webnn="transpose",
+                  onnx=("Transpose",)))
+register_op(OpDef("concat", concat, concat_reference, webnn="concat", onnx=("Concat",),
+                  layouts="blocked along channels, else plain"))

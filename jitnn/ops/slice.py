@@ -16,6 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
+from ..limits import MAX_DIM
+from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import as_tensor, context_of, plain_result
 
@@ -51,12 +53,18 @@ def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - Web
     starts = _ints(op, "starts", starts, rank)
     sizes = _ints(op, "sizes", sizes, rank)
     steps = (1,) * rank if strides is None else _ints(op, "strides", strides, rank)
+    # starts and sizes are bounded by x's shape; a stride is not when the size
+    # is 0 or 1, so it gets jitnn/limits.py's bound (numpy refuses a step
+    # beyond int64 only when the slice runs)
     for axis, (b, n, s, d) in enumerate(zip(starts, sizes, steps, x.shape)):
-        if b < 0 or n < 0 or s < 1 or (n and b + (n - 1) * s >= d) or b > d:
+        if b < 0 or n < 0 or not 1 <= s <= MAX_DIM or (n and b + (n - 1) * s >= d) or b > d:
             raise JitnnValueError(
                 f"{op}: axis {axis} of x {x.shape}: start {b}, size {n}, stride {s} do not fit "
-                f"(need start >= 0, size >= 0, stride >= 1, start + (size - 1) * stride < {d})")
+                f"(need start >= 0, size >= 0, 1 <= stride <= {MAX_DIM}, "
+                f"start + (size - 1) * stride < {d})")
     index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
                   for b, n, s in zip(starts, sizes, steps))
 
     return plain_result(ctx, sizes, lambda data: np.ascontiguousarray(data[index]), x, op)
+
+register_op(OpDef("slice", slice, slice_reference, webnn="slice", onnx=("Slice",)))

@@ -1,0 +1,242 @@
+"""What the ONNX frontend's parts share: the values while converting
+(:class:`Const` for load-time constants, builder operands for run-time
+tensors), the :class:`Converter` that holds them, how errors name a node,
+and the shape arithmetic of Reshape, Unsqueeze, Squeeze, Slice and Split
+that both the handlers (jitnn/onnx/_convert.py) and the folds
+(jitnn/onnx/_fold.py) use."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import JitnnTypeError, JitnnValueError
+from ..graph import GraphBuilder, Operand
+
+
+class UnsupportedError(JitnnValueError):
+    """An ONNX model (an op, an attribute value, a data type) that jitnn cannot run."""
+
+
+class Const:
+    """A value known at load time (numpy array, ONNX dtype kept)."""
+    __slots__ = ("array", "name")
+
+    def __init__(self, array, name: str = ""):
+        self.array = np.asarray(array)
+        self.name = name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    def __repr__(self) -> str:
+        return f"Const({self.array.dtype}, {self.shape})"
+
+
+FLOAT_KINDS = "f"
+
+
+class Converter:
+    """Converts one ONNX graph (see :func:`convert`)."""
+
+    def __init__(self, builder: GraphBuilder, opset: int):
+        self.b = builder
+        self.opset = opset
+        self.node = None
+        self.index = 0                            # self.node's position in graph.node
+        self._operands: dict[int, Operand] = {}   # id(Const) -> its builder constant
+        self._keep: list[Const] = []              # keep the Consts alive (id keys)
+        self.jitnn_ops = 0                        # ops added to the builder
+
+    # --- errors ------------------------------------------------------------------
+
+    def where(self) -> str:
+        node = self.node
+        if node is None:
+            return ""
+        name = node.name or (node.output[0] if node.output else "?")
+        return f"{node.op_type} (node {name!r}, opset {self.opset})"
+
+    def unsupported(self, why: str) -> UnsupportedError:
+        return UnsupportedError(f"onnx: {self.where()}: {why}")
+
+    def invalid(self, why: str) -> JitnnValueError:
+        """A broken model (not one jitnn cannot run): ``onnx: node 'conv_3' (Conv): why``."""
+        return JitnnValueError(f"onnx: {node_label(self.node, self.index)}: {why}")
+
+    # --- values ------------------------------------------------------------------
+
+    def operand(self, value) -> Operand:
+        """``value`` as a builder operand (a constant is added once)."""
+        if isinstance(value, Operand):
+            return value
+        if not isinstance(value, Const):
+            raise self.unsupported(f"expected a tensor, got {value!r}")
+        cached = self._operands.get(id(value))
+        if cached is not None:
+            return cached
+        array = value.array
+        if array.dtype.kind == "f" and array.dtype != np.float32:
+            raise self.unsupported(
+                f"tensor {value.name or '(constant)'!r} is {array.dtype}; jitnn computes in "
+                "float32 (convert the model to float32)")
+        if array.dtype.kind not in "fiub":
+            raise self.unsupported(f"tensor {value.name!r} has dtype {array.dtype}")
+        operand = self.b.constant(array.astype(np.float32))
+        self._operands[id(value)] = operand
+        self._keep.append(value)
+        return operand
+
+    def op(self, name: str, *args, **kwargs) -> Operand:
+        """Add jitnn op ``name`` to the builder (a jitnn error names the ONNX node)."""
+        self.jitnn_ops += 1
+        try:
+            return getattr(self.b, name)(*args, **kwargs)
+        except UnsupportedError:
+            raise
+        except (JitnnValueError, JitnnTypeError) as error:
+            raise UnsupportedError(f"onnx: {self.where()}: {error}") from None
+
+    def scalar_or_operand(self, value, other_rank: int):
+        """A size-1 constant as a Python float (a kernel scalar), else an operand."""
+        if isinstance(value, Const) and value.array.size == 1 and value.array.ndim <= other_rank \
+                and value.array.dtype.kind in "fiub":
+            return float(value.array.reshape(-1)[0])
+        return self.operand(value)
+
+
+def node_label(node, index: int) -> str:
+    """How validation errors name a node: ``node 'conv_3' (Conv)``; an unnamed
+    node by its position in ``graph.node``: ``node #3 (Conv)``."""
+    if node.name:
+        return f"node {node.name!r} ({node.op_type})"
+    return f"node #{index} ({node.op_type})"
+
+
+def shape_of(value) -> tuple[int, ...]:
+    return tuple(value.shape)
+
+
+def rank_of(value) -> int:
+    return len(value.shape)
+
+
+def ints(value) -> list[int]:
+    """A constant 1-D int tensor (or attribute list) as Python ints."""
+    if isinstance(value, Const):
+        return [int(v) for v in value.array.reshape(-1)]
+    return [int(v) for v in value]
+
+
+def need_const(cv: Converter, value, what: str) -> Const:
+    if not isinstance(value, Const):
+        raise cv.unsupported(f"{what} must be known when the model is loaded (a constant or "
+                             "computed from shapes), but it is computed at run time")
+    return value
+
+
+def spatial_rank_check(cv: Converter, x, what: str = "input") -> int:
+    r = rank_of(x)
+    if r not in (3, 4):
+        raise cv.unsupported(f"{r - 2}-D {what} (jitnn runs 1-D and 2-D convolutions and pools)")
+    return r
+
+
+_ONNX_TO_NUMPY = None
+
+
+def onnx_dtype(code: int) -> np.dtype:
+    global _ONNX_TO_NUMPY
+    if _ONNX_TO_NUMPY is None:
+        from onnx import helper
+        _ONNX_TO_NUMPY = helper
+    try:
+        return np.dtype(_ONNX_TO_NUMPY.tensor_dtype_to_np_dtype(code))
+    except (KeyError, TypeError, ValueError):
+        raise UnsupportedError(f"onnx: tensor data type {code} has no numpy equivalent") from None
+
+
+def reshape_target(cv: Converter, x, inputs, attrs) -> tuple[int, ...]:
+    """The output shape of a Reshape of ``x``: 0 copies the input's dim (unless
+    ``allowzero``), one -1 is inferred; anything else is a broken model."""
+    if cv.opset < 5:
+        shape = [int(d) for d in attrs["shape"]]
+    else:
+        shape = ints(need_const(cv, inputs[1], "the shape input"))
+    asked = list(shape)                      # as the model wrote it, for the errors
+    in_shape = shape_of(x)
+    if shape.count(-1) > 1:
+        raise cv.invalid(f"shape {asked} has more than one -1 (only one dim can be inferred)")
+    if any(d < -1 for d in shape):
+        raise cv.invalid(f"shape {asked} has a negative dim other than -1")
+    if attrs.get("allowzero", 0):
+        if 0 in shape and -1 in shape:       # the spec forbids it: the -1 is ambiguous
+            raise cv.invalid(f"shape {asked} has both 0 and -1 with allowzero=1")
+    else:
+        if any(d == 0 for d in shape[len(in_shape):]):
+            raise cv.invalid(f"shape {asked} copies (with 0) a dim that the input, of shape "
+                             f"{in_shape}, does not have")
+        shape = [in_shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    size = math.prod(in_shape)
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = size // known if known else 0
+    if math.prod(shape) != size:
+        raise cv.invalid(f"cannot reshape {in_shape} ({size} values) to {asked}")
+    return tuple(shape)
+
+
+def unsqueeze_shape(cv: Converter, x, inputs, attrs) -> tuple[int, ...]:
+    axes = ints(need_const(cv, inputs[1], "the axes")) if cv.opset >= 13 else list(attrs["axes"])
+    rank = rank_of(x) + len(axes)
+    axes = sorted(a % rank for a in axes)
+    shape = list(shape_of(x))
+    for a in axes:
+        shape.insert(a, 1)
+    return tuple(shape)
+
+
+def squeeze_shape(cv: Converter, x, inputs, attrs) -> tuple[int, ...]:
+    if cv.opset >= 13:
+        axes = ints(need_const(cv, inputs[1], "the axes")) if len(inputs) > 1 and \
+            inputs[1] is not None else None
+    else:
+        axes = list(attrs["axes"]) if "axes" in attrs else None
+    shape = shape_of(x)
+    if axes is None:
+        return tuple(d for d in shape if d != 1)
+    axes = {a % len(shape) for a in axes}
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def slice_index(cv: Converter, x, inputs, attrs) -> tuple[slice, ...]:
+    rank = rank_of(x)
+    if cv.opset < 10:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes = list(attrs.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = ints(need_const(cv, inputs[1], "the starts"))
+        ends = ints(need_const(cv, inputs[2], "the ends"))
+        axes = ints(need_const(cv, inputs[3], "the axes")) if len(inputs) > 3 and \
+            inputs[3] is not None else list(range(len(starts)))
+        steps = ints(need_const(cv, inputs[4], "the steps")) if len(inputs) > 4 and \
+            inputs[4] is not None else [1] * len(starts)
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis % rank] = slice(start, end, step)
+    return tuple(index)
+
+
+def split_sizes(cv: Converter, x, inputs, attrs, outputs: int, axis: int) -> list[int]:
+    if cv.opset >= 13 and len(inputs) > 1 and inputs[1] is not None:
+        return ints(need_const(cv, inputs[1], "the split sizes"))
+    if "split" in attrs:
+        return list(attrs["split"])
+    size = shape_of(x)[axis]
+    if "num_outputs" in attrs:
+        outputs = int(attrs["num_outputs"])
+    chunk = -(-size // outputs)
+    return [min(chunk, size - i * chunk) for i in range(outputs)]
