@@ -1,43 +1,118 @@
 """What the tests share: random data, closeness against a float64 reference,
-the padding-lane invariant of blocked buffers, and checks of what a run
-launched. Test modules import from here, never from each other."""
+the padding-lane invariant of blocked buffers, tensors of each layout kind,
+kernel activations as the ops' references, and checks of what a run
+launched. Test modules import from here (and from the other non-test modules
+of tests/), never from each other."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 import numpy as np
 
 import jitnn
-from jitnn import registry
+from jitnn import layouts, registry
+from jitnn.kernels import epilogue
 
+# --- data ------------------------------------------------------------------------------
 
-def random(shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
-    """Standard-normal float32 data (times ``scale``), reproducible by ``seed``."""
+def random(shape, seed=0, scale: float = 1.0) -> np.ndarray:
+    """Standard-normal float32 data (times ``scale``), reproducible by ``seed``:
+    an int, or a numpy ``Generator`` to draw from (``default_rng`` passes it through)."""
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
+
+def uniform(shape, seed=0, low: float = -3.0, high: float = 3.0) -> np.ndarray:
+    """Float32 data uniform in ``[low, high)``, reproducible by ``seed`` (an int or a Generator)."""
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+# --- references ------------------------------------------------------------------------
 
 def reference(op: str):
     """Op ``op``'s float64 reference (jitnn/registry.py), looked up by name."""
     return registry.reference(op)
 
 
-def assert_close(got, want, tol: float = 1e-4) -> None:
-    """``got`` matches ``want`` within ``tol``, relative to the larger of 1
-    and ``want``'s largest magnitude (float32 results of float64 references)."""
-    want = np.asarray(want)
-    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+_ACTIVATION_NAMES = {code: name for name, code in epilogue.ACTIVATIONS.items()}
 
 
-def assert_padding_lanes_zero(blocked: np.ndarray, channels: int) -> None:
-    """The blocked buffer's channels past ``channels`` are all zero (oneDNN's
-    invariant: an op with f(0) != 0 must re-zero them)."""
+def apply_activation(x, activation, param0: float = 0.0, param1: float = 0.0) -> np.ndarray:
+    """A kernel's activation (a name of kernels/epilogue.py's ACTIVATIONS or
+    its code, with the kernels' two parameters) as the op's reference: ``none``
+    the identity, ``clamp`` min(max(x, param0), param1), ``leaky_relu`` alpha
+    ``param0``; in float64."""
+    name = _ACTIVATION_NAMES.get(activation, activation)
+    if name == "none":
+        return np.asarray(x, np.float64)
+    options = {"clamp": {"min_value": param0, "max_value": param1},
+               "leaky_relu": {"alpha": param0}}.get(name, {})
+    return reference(name)(x, **options)
+
+
+# --- closeness -------------------------------------------------------------------------
+
+def assert_close(got, want, rtol: float = 2e-6, atol: float = 1e-6, *,
+                 tol: float | None = None) -> None:
+    """``got`` has ``want``'s shape and matches it within ``rtol`` and ``atol``
+    (numpy's assert_allclose). With ``tol`` instead: within ``tol`` relative
+    to the larger of 1 and ``want``'s largest magnitude (float32 results of
+    long float64 sums)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
+    if tol is not None:
+        rtol, atol = tol, tol * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+# --- blocked tensors and their padding lanes -------------------------------------------
+
+#: the layouts the op tests run on: plain, and blocked by 8 (the default
+#: context's nChw8c), 4 and 16
+KINDS = ["plain", "nChw8c", "block4", "block16"]
+
+
+@functools.cache
+def _blocked_context(block: int) -> jitnn.Context:
+    return jitnn.Context(block=block)
+
+
+def make(x, kind: str, axes: str = "nchw") -> jitnn.Tensor:
+    """A Tensor of ``x`` of layout kind ``kind`` (:data:`KINDS`): plain, or
+    blocked by a reorder on the default context (nChw8c) or on a block-4 /
+    block-16 context."""
+    if kind == "plain":
+        return jitnn.tensor(x)
+    if kind == "nChw8c":
+        return jitnn.reorder(jitnn.tensor(x), "nChw8c", axes=axes)
+    block = {"block4": 4, "block16": 16}[kind]
+    return jitnn.reorder(_blocked_context(block).tensor(x), f"nChw{block}c", axes=axes)
+
+
+def expected_layout(kind: str, ndim: int = 4) -> str:
+    """The layout an op keeps on an input made by :func:`make` with ``kind``."""
+    if kind == "plain":
+        return layouts.plain_tag(ndim)
+    return {"nChw8c": "nChw8c", "block4": "nChw4c", "block16": "nChw16c"}[kind]
+
+
+def assert_padding_lanes_zero(blocked, channels: int | None = None) -> None:
+    """Every lane past the real channels of a blocked buffer is exactly zero
+    (oneDNN's invariant: an op with f(0) != 0 must re-zero them). ``blocked``:
+    a blocked ``(N, C/block, H, W, block)`` array with ``channels`` real ones,
+    or a blocked Tensor (its buffer and channel count are read from it)."""
+    if isinstance(blocked, jitnn.Tensor):
+        assert layouts.block_of(blocked.layout) is not None, blocked.layout
+        channels = blocked.shape[1] if blocked._axes == "nchw" else blocked.shape[3]
+        blocked = blocked._materialize()
     n, chunks, h, w, block = blocked.shape
     lanes = blocked.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)[:, channels:]
     assert not lanes.any(), f"padding lanes past channel {channels} are not zero"
 
+
+# --- what a block of code ran ----------------------------------------------------------
 
 @contextlib.contextmanager
 def assert_schedule(ctx: jitnn.Context, *, kernels: int | None = None,

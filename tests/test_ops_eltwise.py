@@ -10,47 +10,10 @@ import jitnn
 from jitnn import layouts
 from jitnn.ops.eltwise import binary_reference, unary_reference
 from jitnn.ops.normalization import batch_normalization_reference
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
+                           random)
 
-CTX4 = jitnn.Context(block=4)
-CTX16 = jitnn.Context(block=16)
-KINDS = ["plain", "nChw8c", "block4", "block16"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
-
-
-def _random(shape, seed=0, scale=1.0):
-    return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
-
-
-def make(x, kind, axes="nchw"):
-    """A Tensor of ``x``: plain, or blocked by a reorder on the default context
-    (nChw8c) or on a block-4 / block-16 context."""
-    if kind == "plain":
-        return jitnn.tensor(x)
-    if kind == "nChw8c":
-        return jitnn.reorder(jitnn.tensor(x), "nChw8c", axes=axes)
-    ctx, block = (CTX4, 4) if kind == "block4" else (CTX16, 16)
-    return jitnn.reorder(ctx.tensor(x), f"nChw{block}c", axes=axes)
-
-
-def expected_layout(kind, ndim=4):
-    if kind == "plain":
-        return layouts.plain_tag(ndim)
-    return {"nChw8c": "nChw8c", "block4": "nChw4c", "block16": "nChw16c"}[kind]
-
-
-def assert_padding_lanes_zero(t):
-    """Every lane past C of a blocked result's buffer is exactly 0."""
-    block = layouts.block_of(t.layout)
-    assert block is not None, t.layout
-    data = t._materialize()
-    channels = t.shape[1] if t._axes == "nchw" else t.shape[3]
-    lanes = data.transpose(0, 1, 4, 2, 3).reshape(data.shape[0], -1, *data.shape[2:4])
-    assert np.array_equal(lanes[:, channels:], np.zeros_like(lanes[:, channels:]))
-
-
-def assert_close(got, want, rtol=2e-6, atol=1e-6):
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 # --- unary ---------------------------------------------------------------------------
@@ -64,7 +27,7 @@ UNARY = [("relu", {}), ("clamp", {"min_value": -0.5, "max_value": 1.5}),
 @pytest.mark.parametrize("channels", [1, 3, 7, 8, 9, 17, 64])
 @pytest.mark.parametrize("op,options", UNARY, ids=lambda v: str(v))
 def test_unary_against_reference(op, options, channels, kind):
-    x = _random((2, channels, 5, 7), channels, scale=3.0)
+    x = random((2, channels, 5, 7), channels, scale=3.0)
     t = make(x, kind)
     y = getattr(jitnn, op)(t, **options)
     assert y.pending and y.shape == x.shape and y.layout == t.layout
@@ -88,7 +51,7 @@ def _with_specials(x):
 def test_unary_nan_and_inf_as_the_reference(op, options, kind, policy):
     """NaN in, NaN out (relu(NaN) once gave 0 alone and NaN fused), inf and
     huge values as the float64 reference (hard_swish(3e38) once overflowed)."""
-    x = _with_specials(_random((2, 9, 3, 5), 7, scale=3.0))
+    x = _with_specials(random((2, 9, 3, 5), 7, scale=3.0))
     ctx = jitnn.Context(policy=policy)
     t = ctx.tensor(x) if kind == "plain" else jitnn.reorder(ctx.tensor(x), "nChw8c")
     with np.errstate(all="ignore"):
@@ -102,8 +65,8 @@ def test_unary_nan_and_inf_as_the_reference(op, options, kind, policy):
 @pytest.mark.parametrize("op", ["maximum", "minimum"])
 def test_maximum_and_minimum_carry_nan_from_either_side(op, policy):
     ctx = jitnn.Context(policy=policy)
-    a = _with_specials(_random((2, 9, 3, 5), 8))
-    b = _random((2, 9, 3, 5), 9)
+    a = _with_specials(random((2, 9, 3, 5), 8))
+    b = random((2, 9, 3, 5), 9)
     for left, right in ((a, b), (b, a)):
         for operand in (right, right[0, :, 0, 0].reshape(9, 1, 1)):   # same shape, per channel
             want = binary_reference(op, left, operand)
@@ -114,14 +77,14 @@ def test_maximum_and_minimum_carry_nan_from_either_side(op, policy):
 
 @pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4), (2, 3, 4, 5, 2), (0, 3)])
 def test_unary_plain_any_rank(shape):
-    x = _random(shape, 1, scale=3.0)
+    x = random(shape, 1, scale=3.0)
     y = jitnn.hard_swish(x)
     assert y.layout == layouts.plain_tag(len(shape))
     assert_close(y.numpy(), unary_reference("hard_swish", x))
 
 
 def test_unary_large_parallel_and_nhwc_blocked():
-    x = _random((2, 17, 33, 35), 2, scale=2.0)
+    x = random((2, 17, 33, 35), 2, scale=2.0)
     assert_close(jitnn.gelu(make(x, "nChw8c")).numpy(), unary_reference("gelu", x), rtol=1e-5)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     t = make(nhwc, "block4", axes="nhwc")
@@ -133,7 +96,7 @@ def test_unary_large_parallel_and_nhwc_blocked():
 
 def test_unary_chain_stays_blocked_without_reorders():
     ctx = jitnn.Context(block=8)
-    x = _random((2, 9, 5, 5), 3)
+    x = random((2, 9, 5, 5), 3)
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     t._materialize()
     ctx.reset_stats()
@@ -148,7 +111,7 @@ def test_unary_chain_stays_blocked_without_reorders():
 
 def test_unary_chain_under_the_eager_policy_runs_op_by_op():
     ctx = jitnn.Context(block=8, policy="eager")
-    x = _random((2, 9, 5, 5), 3)
+    x = random((2, 9, 5, 5), 3)
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     ctx.reset_stats()
     y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
@@ -158,7 +121,7 @@ def test_unary_chain_under_the_eager_policy_runs_op_by_op():
 
 
 def test_unary_errors():
-    x = jitnn.tensor(_random((1, 3, 2, 2)))
+    x = jitnn.tensor(random((1, 3, 2, 2)))
     with pytest.raises(jitnn.JitnnValueError, match=r"clamp: min_value must be <= max_value"):
         jitnn.clamp(x, 2.0, 1.0)
     with pytest.raises(jitnn.JitnnTypeError, match=r"clamp: max_value must be a number"):
@@ -187,7 +150,7 @@ def _operand_value(shape, seed):
     if shape == "scalar":
         return 1.75
     # away from 0 so division stays well conditioned
-    v = _random(shape, seed)
+    v = random(shape, seed)
     return (np.sign(v) + (v == 0) + v).astype(np.float32)
 
 
@@ -195,7 +158,7 @@ def _operand_value(shape, seed):
 @pytest.mark.parametrize("channels", [3, 8, 17])
 def test_binary_every_operand_form(kind, channels):
     n, h, w = 2, 5, 7
-    x = _random((n, channels, h, w), 4)
+    x = random((n, channels, h, w), 4)
     t = make(x, kind)
     for name, shape in _operands(n, channels, h, w):
         y = _operand_value(shape, 5)
@@ -213,7 +176,7 @@ def test_binary_every_operand_form(kind, channels):
 def test_binary_blocked_operands(kind):
     """Blocked second operands: same block, another block, a global pool's (N, C, 1, 1)."""
     n, c, h, w = 2, 9, 3, 5
-    x, y = _random((n, c, h, w), 6), _random((n, c, h, w), 7)
+    x, y = random((n, c, h, w), 6), random((n, c, h, w), 7)
     pooled = y.mean(axis=(2, 3), keepdims=True)
     t = make(x, kind)
     ctx = t.context
@@ -263,7 +226,7 @@ def test_plain_broadcast_split():
 
 
 def test_binary_large_parallel():
-    x, y = _random((2, 17, 33, 35), 10), _random((17, 1, 1), 11)
+    x, y = random((2, 17, 33, 35), 10), random((17, 1, 1), 11)
     for kind in ("plain", "nChw8c"):
         assert_close(jitnn.add(make(x, kind), y).numpy(), binary_reference("add", x, y))
         assert_close(jitnn.maximum(make(x, kind), make(x[::-1].copy(), kind)).numpy(),
@@ -271,7 +234,7 @@ def test_binary_large_parallel():
 
 
 def test_nhwc_blocked_broadcasts_along_its_channel_axis():
-    x = _random((2, 5, 7, 9), 12)                      # (N, H, W, C)
+    x = random((2, 5, 7, 9), 12)                      # (N, H, W, C)
     t = make(x, "nChw8c", axes="nhwc")
     for shape in [(9,), (1, 1, 1, 9), (2, 1, 1, 9), (5, 7, 1), (2, 5, 7, 9)]:
         y = _operand_value(shape, 13)
@@ -282,7 +245,7 @@ def test_nhwc_blocked_broadcasts_along_its_channel_axis():
 
 
 def test_padding_lanes_stay_zero_when_ops_make_them_nonzero():
-    x = _random((2, 7, 3, 3), 14)
+    x = random((2, 7, 3, 3), 14)
     t = make(x, "nChw8c")
     bias = np.arange(1, 8, dtype=np.float32).reshape(1, 7, 1, 1)
     for got in (jitnn.add(t, bias), jitnn.sub(1.0, t), jitnn.div(t, jitnn.mul(t, 0.0)),
@@ -295,7 +258,7 @@ def test_padding_lanes_stay_zero_when_ops_make_them_nonzero():
 
 def test_reorders_counted_and_done_once():
     ctx = jitnn.Context(block=8)
-    x, y = _random((2, 9, 4, 4), 15), _random((2, 9, 4, 4), 16)
+    x, y = random((2, 9, 4, 4), 15), random((2, 9, 4, 4), 16)
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     plain_y = ctx.tensor(y)
     blocked_y = jitnn.reorder(ctx.tensor(y), "nChw8c")
@@ -319,7 +282,7 @@ def test_reorders_counted_and_done_once():
 
 def test_binary_errors_raise_before_anything_runs():
     ctx = jitnn.Context()
-    x = jitnn.reorder(ctx.tensor(_random((2, 3, 4, 5))), "nChw8c")
+    x = jitnn.reorder(ctx.tensor(random((2, 3, 4, 5))), "nChw8c")
     x._materialize()
     ctx.reset_stats()
     with pytest.raises(jitnn.JitnnValueError,
@@ -348,9 +311,9 @@ def test_scalars_and_numpy_numbers():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("channels", [1, 3, 7, 8, 9, 17, 64])
 def test_batch_normalization(kind, channels):
-    x = _random((2, channels, 5, 3), 20)
-    mean, scale, bias = _random((channels,), 21), _random((channels,), 22), _random((channels,), 23)
-    variance = np.abs(_random((channels,), 24)) + 0.1
+    x = random((2, channels, 5, 3), 20)
+    mean, scale, bias = random((channels,), 21), random((channels,), 22), random((channels,), 23)
+    variance = np.abs(random((channels,), 24)) + 0.1
     t = make(x, kind)
     for options in ({}, {"scale": scale}, {"scale": scale, "bias": bias, "epsilon": 1e-3},
                     {"bias": bias, "activation": "relu"},
@@ -382,7 +345,7 @@ def test_batch_normalization_axes_and_ranks():
 
 
 def test_batch_normalization_errors():
-    x = jitnn.tensor(_random((2, 3, 4, 4)))
+    x = jitnn.tensor(random((2, 3, 4, 4)))
     ones = np.ones(3, np.float32)
     with pytest.raises(jitnn.JitnnValueError,
                        match=r"batch_normalization: variance must have shape \(3,\) .* got \(4,\)"):

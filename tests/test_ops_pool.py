@@ -9,8 +9,8 @@ import pytest
 import jitnn
 from jitnn.ops.pool import (average_pool2d_reference, global_average_pool2d_reference,
                             max_pool2d_reference)
-from tests.test_ops_eltwise import (KINDS, _random, assert_close, assert_padding_lanes_zero,
-                                    expected_layout, make)
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
+                           random)
 
 REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference}
 
@@ -43,7 +43,7 @@ def _want(op, x, **options):
 @pytest.mark.parametrize("channels", [1, 3, 8, 9, 17, 64])
 @pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
 def test_pool_against_reference(op, channels, kind):
-    x = _random((2, channels, 9, 11), channels)
+    x = random((2, channels, 9, 11), channels)
     t = make(x, kind)
     for options in OPTIONS:
         got = _run(op, t, **options)
@@ -60,7 +60,7 @@ def test_pool_against_reference(op, channels, kind):
 def test_nan_in_a_window_gives_nan(op, kind):
     """A NaN anywhere in a window makes that output NaN (max_pool2d once
     skipped it, and gave -inf for an all-NaN window); inf as the reference."""
-    x = _random((2, 9, 7, 8), 3)
+    x = random((2, 9, 7, 8), 3)
     x[0, 1, 2, 3] = np.nan                       # inside the interior tiles
     x[1, 8, 0, 0] = np.nan                       # at a border
     x[0, 4, 4:6, 6:8] = np.nan                   # a whole 2 x 2 window
@@ -83,7 +83,7 @@ def test_nan_in_a_window_gives_nan(op, kind):
 @pytest.mark.parametrize("channels", [3, 16])
 @pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
 def test_pool_nhwc(op, channels, kind):
-    nhwc = _random((2, 7, 9, channels), 30)
+    nhwc = random((2, 7, 9, channels), 30)
     t = jitnn.tensor(nhwc) if kind == "plain" else make(nhwc, kind, axes="nhwc")
     for options in OPTIONS[:3] + OPTIONS[5:]:
         got = _run(op, t, layout="nhwc", **options)
@@ -94,7 +94,7 @@ def test_pool_nhwc(op, channels, kind):
 
 
 def test_blocked_input_with_the_other_axes_is_read_back():
-    x = _random((2, 6, 5, 4), 31)
+    x = random((2, 6, 5, 4), 31)
     t = make(x, "nChw8c")                                 # blocked with nchw axes
     got = jitnn.max_pool2d(t, 2, layout="nhwc")           # ... read as (N, H, W, C)
     assert got.layout == "nhwc"
@@ -104,7 +104,7 @@ def test_blocked_input_with_the_other_axes_is_read_back():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("channels", [1, 7, 8, 17, 64])
 def test_global_average_pool2d(kind, channels):
-    x = _random((3, channels, 7, 5), 32)
+    x = random((3, channels, 7, 5), 32)
     got = jitnn.global_average_pool2d(make(x, kind))
     assert got.shape == (3, channels, 1, 1) and got.layout == expected_layout(kind)
     assert_close(got.numpy(), global_average_pool2d_reference(x), rtol=1e-5)
@@ -115,7 +115,7 @@ def test_global_average_pool2d(kind, channels):
 
 
 def test_large_parallel():
-    x = _random((2, 17, 33, 35), 33)
+    x = random((2, 17, 33, 35), 33)
     for kind in ("plain", "nChw8c"):
         for op in ("max_pool2d", "average_pool2d"):
             got = _run(op, make(x, kind), window_dimensions=3, padding=1)
@@ -126,8 +126,8 @@ def test_large_parallel():
 
 def test_plain_input_is_pooled_without_a_reorder():
     ctx = jitnn.Context(block=8)
-    x = ctx.tensor(_random((2, 9, 8, 8), 34))
-    x_nhwc = ctx.tensor(_random((2, 8, 8, 9), 35))
+    x = ctx.tensor(random((2, 9, 8, 8), 34))
+    x_nhwc = ctx.tensor(random((2, 8, 8, 9), 35))
     ctx.reset_stats()
     for t in (jitnn.max_pool2d(x, 2, strides=2), jitnn.average_pool2d(x_nhwc, 3, layout="nhwc"),
               jitnn.global_average_pool2d(x)):
@@ -164,7 +164,7 @@ def test_ceil_drops_a_window_that_starts_in_the_padding():
     """webnn issue 935's case: 5x5, window 3, stride 3, padding 1, ceil. The
     plain ceil formula gives 3x3, whose last row and column of windows hold
     only padding; like PyTorch and ONNX, jitnn drops them: 2x2."""
-    x = _random((1, 2, 5, 5), 36) + 10.0
+    x = random((1, 2, 5, 5), 36) + 10.0
     for kind in ("plain", "nChw8c"):
         for op in ("max_pool2d", "average_pool2d"):
             got = _run(op, make(x, kind), window_dimensions=3, strides=3, padding=1,
@@ -189,7 +189,7 @@ def test_count_include_pad_divisors():
     (11, 3, 2, 1, 2), (9, 4, 3, 2, 1)])
 def test_against_pytorch(size, kernel, stride, pad, dilation):
     torch = pytest.importorskip("torch")
-    x = _random((2, 9, size, size + 1), 37)
+    x = random((2, 9, size, size + 1), 37)
     tx = torch.from_numpy(x)
     for ceil in (False, True):
         want = torch.nn.functional.max_pool2d(tx, kernel, stride, pad, dilation,
@@ -214,9 +214,9 @@ def test_against_pytorch(size, kernel, stride, pad, dilation):
 
 
 def test_pool_errors():
-    x = jitnn.tensor(_random((1, 3, 6, 6)))
+    x = jitnn.tensor(random((1, 3, 6, 6)))
     with pytest.raises(jitnn.JitnnValueError, match=r"max_pool2d: input x must be 4-D .* \(3, 6, 6\)"):
-        jitnn.max_pool2d(_random((3, 6, 6)))
+        jitnn.max_pool2d(random((3, 6, 6)))
     with pytest.raises(jitnn.JitnnValueError, match=r"average_pool2d: layout must be"):
         jitnn.average_pool2d(x, layout="chwn")
     with pytest.raises(jitnn.JitnnValueError, match=r"rounding_type must be 'floor' or 'ceil'"):
@@ -324,7 +324,7 @@ def test_ceil_and_large_strides_against_float64(op, count_include_pad, channels,
     PyTorch's rule and each value the float64 reference's. The input is
     negative, so a 0 written for an empty window could not pass as a max."""
     for shape in ((2, channels, 7, 11), (3, channels, 5, 8)):
-        x = -np.abs(_random(shape, channels)) - 0.5
+        x = -np.abs(random(shape, channels)) - 0.5
         for geometry in CEIL_GEOMETRIES:
             got, want = _pool_case(op, kind, x, geometry, count_include_pad)
             assert got.shape == want.shape, (shape, geometry)
@@ -337,7 +337,7 @@ def test_ceil_and_large_strides_against_float64(op, count_include_pad, channels,
 def test_max_pool_ceil_writes_no_zero(kind, channels):
     """The report: max_pool2d(-x, 1, strides=(1, 3), rounding_type="ceil") once
     gave a fourth output column of 0 for W = 8 (a window at column 9)."""
-    x = np.abs(_random((2, channels, 5, 8), 40)) + 1.0
+    x = np.abs(random((2, channels, 5, 8), 40)) + 1.0
     got = jitnn.max_pool2d(make(-x, kind), 1, strides=(1, 3), rounding_type="ceil")
     assert got.shape == (2, channels, 5, 3)
     np.testing.assert_array_equal(got.numpy(), -x[:, :, :, ::3])
@@ -348,7 +348,7 @@ def test_max_pool_ceil_writes_no_zero(kind, channels):
 def test_output_sizes_of_the_plain_ceil_formula_are_refused():
     """WebNN's outputSizes: the floor or the ceil size. The plain ceil size
     (one window more, starting past the input) is neither."""
-    x = -np.abs(_random((2, 3, 5, 8), 41)) - 1.0
+    x = -np.abs(random((2, 3, 5, 8), 41)) - 1.0
     got = jitnn.max_pool2d(x, 1, strides=(1, 3), output_sizes=(5, 3))
     np.testing.assert_array_equal(got.numpy(), x[:, :, :, ::3])
     for op in ("max_pool2d", "average_pool2d"):
@@ -362,7 +362,7 @@ def test_output_sizes_of_the_plain_ceil_formula_are_refused():
 def test_windows_with_no_input_are_refused(op):
     """A window wholly in the padding has no max and no average: the geometry
     is refused at the call, naming the op and the window."""
-    x = jitnn.tensor(_random((2, 3, 6, 6), 42))
+    x = jitnn.tensor(random((2, 3, 6, 6), 42))
     pool = getattr(jitnn, op)
     expected = rf"{op}: every window must hold at least one input element, but all taps of "
     cases = [
@@ -396,7 +396,7 @@ def test_graph_builder_infers_the_ceil_size_and_refuses_empty_windows():
     with pytest.raises(jitnn.JitnnValueError, match=r"max_pool2d: every window must hold"):
         b.max_pool2d(x, 2, padding=2)
     graph = b.build({"y": y})
-    data = np.abs(_random((2, 3, 5, 8), 43)) + 1.0
+    data = np.abs(random((2, 3, 5, 8), 43)) + 1.0
     out = np.empty((2, 3, 5, 3), np.float32)
     ctx.compute(graph, {"x": -data}, {"y": out})
     np.testing.assert_array_equal(out, -data[:, :, :, ::3])

@@ -14,8 +14,8 @@ from jitnn.ops.normalization import batch_normalization_reference, softmax_refer
 from jitnn.ops.pool import global_average_pool2d_reference, max_pool2d_reference
 from jitnn.ops.shape import (concat_reference, flatten_reference, reshape_reference,
                              transpose_reference)
-from tests.test_ops_eltwise import (KINDS, _random, assert_close, assert_padding_lanes_zero,
-                                    expected_layout, make)
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
+                           random)
 
 
 # --- reshape, flatten, transpose, softmax ------------------------------------------------
@@ -23,7 +23,7 @@ from tests.test_ops_eltwise import (KINDS, _random, assert_close, assert_padding
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("channels", [1, 3, 9, 17, 64])
 def test_plain_layout_ops(kind, channels):
-    x = _random((2, channels, 3, 5), channels, scale=4.0)
+    x = random((2, channels, 3, 5), channels, scale=4.0)
     t = make(x, kind)
     cases = [
         (jitnn.reshape(t, (2, -1)), reshape_reference(x, (2, -1))),
@@ -46,22 +46,22 @@ def test_plain_layout_ops(kind, channels):
 
 
 def test_flatten_is_onnx_style():
-    x = _random((2, 3, 4, 5), 40)
+    x = random((2, 3, 4, 5), 40)
     assert jitnn.flatten(x).shape == (2, 60)
     assert jitnn.flatten(x, 0).shape == (1, 120)
     assert jitnn.flatten(x, 2).shape == (6, 20)
     assert jitnn.flatten(x, -1).shape == (24, 5)
     assert jitnn.flatten(x, 4).shape == (120, 1)
     assert jitnn.flatten(x, -4).shape == (1, 120)
-    assert jitnn.flatten(_random((7,), 41)).shape == (7, 1)
-    assert jitnn.flatten(_random((7,), 41), 0).shape == (1, 7)
+    assert jitnn.flatten(random((7,), 41)).shape == (7, 1)
+    assert jitnn.flatten(random((7,), 41), 0).shape == (1, 7)
     assert jitnn.flatten(np.float32(3), 0).shape == (1, 1)
 
 
 def test_blocked_input_read_back_once_or_for_free():
     ctx = jitnn.Context(block=8)
-    odd = jitnn.reorder(ctx.tensor(_random((2, 7, 3, 3), 42)), "nChw8c")
-    pooled = jitnn.global_average_pool2d(jitnn.reorder(ctx.tensor(_random((2, 64, 3, 3), 43)),
+    odd = jitnn.reorder(ctx.tensor(random((2, 7, 3, 3), 42)), "nChw8c")
+    pooled = jitnn.global_average_pool2d(jitnn.reorder(ctx.tensor(random((2, 64, 3, 3), 43)),
                                                        "nChw8c"))
     odd._materialize(), pooled._materialize()
     ctx.reset_stats()
@@ -85,7 +85,7 @@ def test_softmax_is_stable_and_sums_to_one():
 
 
 def test_shape_op_errors():
-    x = jitnn.tensor(_random((2, 3, 4, 5)))
+    x = jitnn.tensor(random((2, 3, 4, 5)))
     with pytest.raises(jitnn.JitnnValueError,
                        match=r"reshape: new_shape \(7, 20\) has 140 elements but x \(2, 3, 4, 5\) has 120"):
         jitnn.reshape(x, (7, 20))
@@ -117,7 +117,7 @@ def test_shape_op_errors():
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("channels", [(8, 16), (3, 5, 9), (1, 7, 17), (64, 64), (9,), (4, 12, 4)])
 def test_concat_channels(kind, channels):
-    xs = [_random((2, c, 5, 3), 50 + i) for i, c in enumerate(channels)]
+    xs = [random((2, c, 5, 3), 50 + i) for i, c in enumerate(channels)]
     ts = [make(x, kind) for x in xs]
     got = jitnn.concat(ts, 1)
     assert got.pending and got.layout == expected_layout(kind)
@@ -129,7 +129,7 @@ def test_concat_channels(kind, channels):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_concat_other_axes_are_plain(kind):
-    xs = [_random((2, 7, 3, 3), 60), _random((2, 7, 3, 3), 61)]
+    xs = [random((2, 7, 3, 3), 60), random((2, 7, 3, 3), 61)]
     ts = [make(x, kind) for x in xs]
     for axis in (0, 2, 3, -1):
         got = jitnn.concat(ts, axis)
@@ -139,7 +139,7 @@ def test_concat_other_axes_are_plain(kind):
 
 def test_concat_mixed_inputs_and_reorders():
     ctx = jitnn.Context(block=8)
-    xs = [_random((2, c, 4, 5), 70 + c) for c in (3, 8, 6)]
+    xs = [random((2, c, 4, 5), 70 + c) for c in (3, 8, 6)]
     blocked8 = jitnn.reorder(ctx.tensor(xs[1]), "nChw8c")
     blocked4 = jitnn.reorder(ctx.tensor(xs[2]), "nChw4c")
     plain = ctx.tensor(xs[0])
@@ -159,7 +159,7 @@ def test_concat_mixed_inputs_and_reorders():
 
 
 def test_concat_nhwc_blocked_along_its_channel_axis():
-    xs = [_random((2, 5, 3, c), 80 + c) for c in (3, 8, 2)]
+    xs = [random((2, 5, 3, c), 80 + c) for c in (3, 8, 2)]
     ts = [make(x, "block4", axes="nhwc") for x in xs]
     got = jitnn.concat(ts, 3)
     assert got.layout == "nChw4c" and got._axes == "nhwc"
@@ -171,20 +171,20 @@ def test_concat_nhwc_blocked_along_its_channel_axis():
 
 
 def test_concat_plain_any_rank():
-    xs = [_random((3, 2), 90), _random((3, 5), 91)]
+    xs = [random((3, 2), 90), random((3, 5), 91)]
     assert_close(jitnn.concat(xs, 1).numpy(), concat_reference(xs, 1))
     assert_close(jitnn.concat((xs[0], xs[0]), 0).numpy(), concat_reference([xs[0]] * 2, 0))
-    ys = [_random((4,), 92), _random((0,), 93)]
+    ys = [random((4,), 92), random((0,), 93)]
     assert_close(jitnn.concat(ys, 0).numpy(), concat_reference(ys, 0))
 
 
 def test_concat_errors():
-    x = jitnn.tensor(_random((2, 3, 4, 4)))
+    x = jitnn.tensor(random((2, 3, 4, 4)))
     with pytest.raises(jitnn.JitnnValueError,
                        match=r"concat: tensors\[1\] has shape \(2, 3, 5, 4\) but tensors\[0\] has \(2, 3, 4, 4\)"):
-        jitnn.concat([x, _random((2, 3, 5, 4))], 1)
+        jitnn.concat([x, random((2, 3, 5, 4))], 1)
     with pytest.raises(jitnn.JitnnValueError, match=r"concat: tensors\[1\] has shape \(3, 4, 4\)"):
-        jitnn.concat([x, _random((3, 4, 4))], 1)
+        jitnn.concat([x, random((3, 4, 4))], 1)
     with pytest.raises(jitnn.JitnnValueError, match=r"concat: needs at least one tensor"):
         jitnn.concat([], 0)
     with pytest.raises(jitnn.JitnnTypeError, match=r"concat: tensors must be a list or tuple"):
@@ -194,7 +194,7 @@ def test_concat_errors():
     with pytest.raises(jitnn.JitnnTypeError, match=r"concat: axis must be an int"):
         jitnn.concat([x, x], None)
     with pytest.raises(jitnn.JitnnValueError, match=r"concat: the tensors belong to different"):
-        jitnn.concat([x, jitnn.Context().tensor(_random((2, 3, 4, 4)))], 1)
+        jitnn.concat([x, jitnn.Context().tensor(random((2, 3, 4, 4)))], 1)
 
 
 # --- a CNN chain ------------------------------------------------------------------------------
