@@ -1,7 +1,8 @@
 """The shape of the code: the runtime's modules import each other in one
 direction (no cycle, counting imports inside functions), the kernels never
-import the runtime, the scheduler knows no kernel module, and no source file
-grows into a wall.
+import the runtime, the scheduler knows no kernel module, no source file
+grows into a wall, and no test module imports another (what tests share is
+in tests/helpers.py and the other non-test modules of tests/).
 
 Imports under ``if TYPE_CHECKING:`` are left out: they never run."""
 
@@ -13,6 +14,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "jitnn"
 KERNELS = ROOT / "kernels"
+TESTS = ROOT / "tests"
 
 #: the most lines a source file may have, and the Context facade
 MAX_LINES = 900
@@ -140,3 +142,40 @@ def test_no_source_file_is_a_wall():
         assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
     context = len((RUNTIME / "context.py").read_text().splitlines())
     assert context <= MAX_CONTEXT_LINES, f"jitnn/context.py has {context} lines"
+
+
+def _test_modules_imported(tree: ast.AST) -> set[str]:
+    """The ``tests/test_*`` modules a module of tests/ imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level > 1 or (node.level == 0 and (node.module or "").split(".")[0] != "tests"):
+                continue
+            base = node.module if node.level == 0 else ".".join(
+                part for part in ("tests", node.module) if part)
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if len(parts) == 2 and parts[0] == "tests" and parts[1].startswith("test_"):
+                found.add(name)
+    return found
+
+
+def test_no_test_module_imports_another():
+    for path in sorted(TESTS.glob("test_*.py")):
+        imported = _test_modules_imported(ast.parse(path.read_text()))
+        assert not imported, f"{path.relative_to(ROOT)} imports {sorted(imported)}"
+
+
+def test_the_test_import_check_sees_every_form():
+    for source in ("from tests.test_a import b", "import tests.test_a",
+                   "from .test_a import b", "from . import test_a", "from tests import test_a",
+                   "def f():\n    from tests.test_a import b"):
+        assert _test_modules_imported(ast.parse(source)) == {"tests.test_a"}, source
+    for source in ("from tests.helpers import random", "from .helpers import random",
+                   "from tests import helpers", "import test_a.b"):
+        assert not _test_modules_imported(ast.parse(source)), source

@@ -10,8 +10,6 @@ for the first-layer path), so the default run uses blocks 4, 8, 16 and a few
 first-layer channel counts; blocks 1 and 32 are in the slow set.
 """
 
-import re
-
 import numba
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from jitnn.kernels.conv2d import conv1x1, depthwise, direct, plan as conv_plan, 
 from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
+from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
 
 #: Winograd's tolerance factor over the direct sum's 4 (see the Winograd tests:
 #: its transforms' constants, up to 8 and 1/24, round ~10x more)
@@ -531,91 +530,6 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
 
 # --- generated code -----------------------------------------------------------
 
-def _fresh_asm(monkeypatch, name, run, module=direct, driver_tables=("_conv_drivers",)):
-    """Compile kernel ``name`` and its drivers in this process (the cache
-    keeps no assembly) by running ``run`` with fresh dispatchers; return the
-    assembly of every specialization of the kernel and of every driver.
-
-    The drivers matter most: a driver's object code embeds its own copy of
-    the kernels it calls, optimized again with the driver, and that copy is
-    what runs whenever the driver is loaded from the cache.
-    """
-    from jitnn.kernels._config import jit
-    fresh = jit(cache=False)(getattr(module, name).py_func)
-    monkeypatch.setattr(module, name, fresh)
-    monkeypatch.setattr(module, "jit", lambda parallel=False, cache=True:
-                        jit(parallel=parallel, cache=False))
-    # the drivers' parallel compile (what runs on 2 threads), uncached
-    monkeypatch.setattr(module, "parallel_kernel",
-                        lambda function: jit(parallel=True, cache=False)(function))
-    drivers = {}
-    for table in driver_tables:
-        monkeypatch.setattr(module, table, drivers)
-    run()
-    asms = dict(fresh.inspect_asm())
-    for key, driver in drivers.items():
-        for signature, asm in driver.inspect_asm().items():
-            asms[(key, signature)] = asm
-    assert len(asms) >= 2
-    return asms
-
-
-# bounds checks (NUMBA_BOUNDSCHECK=1) put a branch on every load: no vectors
-needs_release_build = pytest.mark.skipif(
-    bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
-
-
-def _packed_fma(line):
-    return "vfmadd" in line and "ps" in line.split()[0] and ("%ymm" in line or "%zmm" in line)
-
-
-def _hot_loops(asm, min_fma):
-    """Innermost FMA loops: bodies (a label up to the jump back to it) with at
-    least ``min_fma`` packed FMAs, at least one line in five an FMA, and no
-    compare-and-select: those are the epilogue's activations (polynomials,
-    with their constants reloaded from the stack, and scalar ones for the
-    lanes left over after the vectors), which are not the kernels' loops."""
-    lines = asm.splitlines()
-    where = {}
-    loops = []
-    for i, line in enumerate(lines):
-        text = line.strip()
-        if text.endswith(":") and not line[0].isspace():
-            where[text[:-1]] = i
-        elif text.startswith("j") and text.split()[-1] in where:
-            start = where[text.split()[-1]]
-            if sum(_packed_fma(b) for b in lines[start:i + 1]) >= min_fma:
-                loops.append((start, i))
-    inner = [(a, b) for a, b in loops
-             if not any(a < c and d <= b for c, d in loops if (c, d) != (a, b))]
-    # an FMA loop is mostly FMAs and loads (outer loops around small FMA
-    # loops, like depthwise single pixels, are not)
-    return [lines[a:b + 1] for a, b in inner
-            if sum("vfmadd" in line for line in lines[a:b + 1]) * 5 >= b + 1 - a
-            and not any(line.split()[0].startswith(("vcmp", "vblendv"))
-                        for line in lines[a:b + 1] if line.split())]
-
-
-_STACK_STORE = re.compile(r"^mov\w*\s+%\w+,\s*-?\d*\(%rsp\)$")
-
-
-def _check_packed_fma(asms, min_fma=12):
-    for signature, asm in asms.items():
-        hot = _hot_loops(asm, min_fma)
-        assert hot, f"{signature}: no loop with {min_fma} packed ymm FMAs"
-        scalar = [line for loop in hot for line in loop
-                  if "vfmadd" in line and line.split()[0].endswith("ss")]
-        assert not scalar, f"{signature}: scalar FMA in the kernel: {scalar[:3]}"
-        # the hot loop keeps its vectors and pointers in registers: no vector
-        # touches the stack and nothing is stored there (reloading a few
-        # addresses is tolerated: the first layer reads 3 x 6 of them)
-        for loop in hot:
-            spills = [line for line in loop if "(%rsp)" in line
-                      and ("%ymm" in line or "%zmm" in line
-                           or _STACK_STORE.search(line.strip()))]
-            assert not spills, f"{signature}: spills in the hot loop: {spills[:3]}"
-
-
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 @pytest.mark.parametrize("kind", ["direct", "first_layer"])
@@ -628,27 +542,28 @@ def test_conv_tiles_use_packed_fma(monkeypatch, kind):
         # register tile or to the partial tiles' stack loop.
         pytest.xfail("stack stores in the direct driver's FMA loops on AVX-512 hosts")
     plain = kind == "first_layer"
-    asms = _fresh_asm(monkeypatch, "_conv_tiles", lambda: run_case(
-        1, 3 if plain else 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), plain=plain))
-    _check_packed_fma(asms)
+    asms = fresh_asm(monkeypatch, "_conv_tiles", lambda: run_case(
+        1, 3 if plain else 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), plain=plain),
+        module=direct, driver_tables=("_conv_drivers",))
+    check_packed_fma(asms)
 
 
 @pytest.mark.slow
 @needs_release_build
 def test_winograd_products_use_packed_fma(monkeypatch):
-    asms = _fresh_asm(monkeypatch, "_products", lambda: run_case(
+    asms = fresh_asm(monkeypatch, "_products", lambda: run_case(
         1, 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), algorithm="winograd",
         expect_path="winograd"), module=winograd, driver_tables=("_drivers",))
-    _check_packed_fma(asms)
+    check_packed_fma(asms)
 
 
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 def test_depthwise_rows_use_packed_fma(monkeypatch):
-    asms = _fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
+    asms = fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
         1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16), module=depthwise,
         driver_tables=("_depthwise_drivers",))
-    _check_packed_fma(asms)
+    check_packed_fma(asms)
 
 
 # --- slow: blocks 1 and 32, bigger shapes --------------------------------------
@@ -916,11 +831,11 @@ def test_1x1_gemm_split_groups_and_threads():
 @needs_release_build
 def test_conv1x1_tiles_use_packed_fma(monkeypatch):
     # 81 pixels: whole tiles and a short one; O = 24: the 4 x 3 tile
-    asms = _fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: (
+    asms = fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: (
         run_case(1, 32, 16, 9, 9, (1, 1)), run_case(1, 32, 24, 9, 9, (1, 1))),
         module=conv1x1, driver_tables=("_conv1x1_drivers",))
     # the driver's copy is checked with the kernel's
-    _check_packed_fma(asms)
+    check_packed_fma(asms)
 
 
 @pytest.mark.parametrize("block", [4, 8, 16, 32])

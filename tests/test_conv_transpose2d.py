@@ -21,6 +21,7 @@ from jitnn.layouts import (reference_blocked_to_nchw, reference_blocked_to_nhwc,
 from jitnn.ops.conv_transpose2d import (FILTER_LAYOUTS, conv_transpose2d_pack,
                                         conv_transpose2d_plan, conv_transpose2d_reference,
                                         run_conv_transpose2d)
+from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
 from tests.wpt import arguments, float32_cases
 
 ACTIVATIONS = [None, "relu", ("clamp", -0.5, 0.75),
@@ -378,17 +379,12 @@ def test_kernel_wrapper_rejects_bad_buffers():
 
 # --- generated code -------------------------------------------------------------
 
-needs_release_build = pytest.mark.skipif(
-    bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
-
-
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
 @needs_release_build
 def test_tiles_use_packed_fma(monkeypatch):
     """The driver's copy of the tile loop (what runs from the cache) uses
     packed ymm FMAs, no scalar FMA, and keeps its hot loop out of the stack."""
-    from jitnn.kernels._config import HOST_AVX512, jit
-    from tests.test_conv2d_kernels import _check_packed_fma
+    from jitnn.kernels._config import HOST_AVX512
 
     if HOST_AVX512:
         # On an AVX-512 Xeon (Emerald Rapids): no loop of 12 packed FMAs is
@@ -396,22 +392,10 @@ def test_tiles_use_packed_fma(monkeypatch):
         # AVX-512 tuning). Not yet traced (wider FMAs, or a split loop).
         pytest.xfail("the block-8 tile's loop is not found on AVX-512 hosts")
 
-    fresh = jit(cache=False)(K._ct_tiles.py_func)
-    monkeypatch.setattr(K, "_ct_tiles", fresh)
-    monkeypatch.setattr(K, "jit", lambda parallel=False, cache=True:
-                        jit(parallel=parallel, cache=False))
-    # the driver's parallel compile (what runs on 2 threads), uncached
-    monkeypatch.setattr(K, "parallel_kernel",
-                        lambda function: jit(parallel=True, cache=False)(function))
-    drivers = {}
-    monkeypatch.setattr(K, "_drivers", drivers)
-    run_case(1, 16, 16, 7, 7, (4, 4), 2, 1, 1, block=8)
-    asms = dict(fresh.inspect_asm())
-    for key, driver in drivers.items():
-        for signature, asm in driver.inspect_asm().items():
-            asms[(key, signature)] = asm
-    assert len(asms) >= 2
-    _check_packed_fma(asms)
+    asms = fresh_asm(monkeypatch, "_ct_tiles",
+                     lambda: run_case(1, 16, 16, 7, 7, (4, 4), 2, 1, 1, block=8),
+                     module=K, driver_tables=("_drivers",))
+    check_packed_fma(asms)
 
 
 # --- slow: blocks 1 and 32, bigger shapes ---------------------------------------
