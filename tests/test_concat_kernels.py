@@ -6,6 +6,7 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import concat as K
+from tests.helpers import random
 
 BLOCKS = (4, 8, 16)
 CHANNEL_LISTS = [
@@ -18,10 +19,6 @@ CHANNEL_LISTS = [
     (17, 64, 9),
     (64, 3),
 ]
-
-
-def _random(shape, seed):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _concat(xs, cb):
@@ -44,14 +41,14 @@ def _check(out, expected):
 @pytest.mark.parametrize("cb", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNEL_LISTS, ids=str)
 def test_concat(channels, cb):
-    xs = [_random((2, c, 5, 7), seed=i) for i, c in enumerate(channels)]
+    xs = [random((2, c, 5, 7), seed=i) for i, c in enumerate(channels)]
     _check(_concat(xs, cb), K.concat_reference(xs))
 
 
 @pytest.mark.parametrize("cb", (1, 32))
 def test_concat_other_block_sizes(cb):
     for channels in [(3, 5), (32, 7, 40)]:
-        xs = [_random((2, c, 3, 5), seed=i) for i, c in enumerate(channels)]
+        xs = [random((2, c, 3, 5), seed=i) for i, c in enumerate(channels)]
         _check(_concat(xs, cb), K.concat_reference(xs))
 
 
@@ -67,7 +64,7 @@ def test_parallel_path(channels, threads, record_calls):
     """Large enough for the parallel copy (2 threads; on 1 the same rows in
     one plain call per input)."""
     calls = record_calls(K, "_copy_rows_parallel")
-    xs = [_random((2, c, 23, 29), seed=i) for i, c in enumerate(channels)]
+    xs = [random((2, c, 23, 29), seed=i) for i, c in enumerate(channels)]
     out = _concat(xs, 8)
     assert out.size >= K._PARALLEL_MIN
     assert (len(calls) > 0) == (threads == 2)   # the larger inputs only
@@ -75,8 +72,8 @@ def test_parallel_path(channels, threads, record_calls):
 
 
 def test_errors():
-    a = layouts.reference_nchw_to_blocked(_random((1, 3, 4, 4), 0), 8)
-    b = layouts.reference_nchw_to_blocked(_random((1, 5, 4, 4), 1), 8)
+    a = layouts.reference_nchw_to_blocked(random((1, 3, 4, 4), 0), 8)
+    b = layouts.reference_nchw_to_blocked(random((1, 5, 4, 4), 1), 8)
     out = np.empty((1, 1, 4, 4, 8), np.float32)
     with pytest.raises(ValueError, match="2 inputs but 1"):
         K.concat_channels([a, b], [3], out)

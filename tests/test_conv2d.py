@@ -9,11 +9,8 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv2d import conv2d_reference
+from tests.helpers import random
 from tests.wpt import arguments, float32_cases
-
-
-def _random(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _check(got, want, k_sum):
@@ -34,10 +31,10 @@ def test_webnn_conformance(case):
     ("oihw", (0, 1, 2, 3)), ("hwio", (2, 3, 1, 0)), ("ohwi", (0, 2, 3, 1)), ("ihwo", (1, 2, 3, 0))])
 @pytest.mark.parametrize("input_layout", ["nchw", "nhwc"])
 def test_every_layout_combination(input_layout, filter_layout, to_layout):
-    x = _random((2, 9, 7, 11), 1)
+    x = random((2, 9, 7, 11), 1)
     groups = 3 if filter_layout != "ihwo" else 9
-    w = _random((18, 9 // groups, 3, 2), 2)
-    b = _random((18,), 3)
+    w = random((18, 9 // groups, 3, 2), 2)
+    b = random((18,), 3)
     xin = x if input_layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     win = np.ascontiguousarray(w.transpose(to_layout))
     got = jitnn.conv2d(xin, win, b, strides=(2, 1), padding=(1, 0, 2, 1), dilations=(1, 2),
@@ -55,7 +52,7 @@ def test_every_layout_combination(input_layout, filter_layout, to_layout):
                                         ("leaky_relu", 0.2), "leaky_relu", "sigmoid", "tanh",
                                         "hard_swish", "gelu"])
 def test_activations_through_the_op(activation):
-    x, w, b = _random((1, 9, 6, 5), 4), _random((7, 9, 3, 3), 5), _random((7,), 6)
+    x, w, b = random((1, 9, 6, 5), 4), random((7, 9, 3, 3), 5), random((7,), 6)
     got = jitnn.conv2d(x, w, b, padding=1, activation=activation).numpy()
     _check(got, conv2d_reference(x, w, b, padding=1, activation=activation), 81)
 
@@ -78,7 +75,7 @@ def _path_and_block_cases():
 @pytest.mark.parametrize("block,c_in,c_out,kernel,stride,groups", list(_path_and_block_cases()))
 def test_paths_and_block_sizes(block, c_in, c_out, kernel, stride, groups):
     ctx = jitnn.Context(block=block)
-    x, w = _random((3, c_in, 9, 11), 7), _random((c_out, c_in // groups, kernel, kernel), 8)
+    x, w = random((3, c_in, 9, 11), 7), random((c_out, c_in // groups, kernel, kernel), 8)
     got = jitnn.conv2d(ctx.tensor(x), ctx.tensor(w), strides=stride, padding=kernel // 2,
                        groups=groups).numpy()
     _check(got, conv2d_reference(x, w, strides=stride, padding=kernel // 2, groups=groups),
@@ -87,8 +84,8 @@ def test_paths_and_block_sizes(block, c_in, c_out, kernel, stride, groups):
 
 def test_output_stays_blocked_and_a_chain_reorders_once_each_way():
     ctx = jitnn.Context()
-    x = ctx.tensor(_random((1, 16, 12, 12), 9))
-    ws = [ctx.tensor(_random((16, 16, 3, 3), 10 + i)) for i in range(3)]
+    x = ctx.tensor(random((1, 16, 12, 12), 9))
+    ws = [ctx.tensor(random((16, 16, 3, 3), 10 + i)) for i in range(3)]
     ctx.reset_stats()
     c = jitnn.conv2d(x, ws[0], padding=1, activation="relu")
     e = jitnn.conv2d(c, ws[1], padding=1, activation="relu")
@@ -108,17 +105,17 @@ def test_output_stays_blocked_and_a_chain_reorders_once_each_way():
 
 def test_a_filter_tensor_is_packed_once():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 11))
+    w = ctx.tensor(random((8, 8, 3, 3), 11))
     ctx.reset_stats()
     for seed in range(3):
-        jitnn.conv2d(ctx.tensor(_random((1, 8, 5, 5), seed)), w, padding=1).numpy()
+        jitnn.conv2d(ctx.tensor(random((1, 8, 5, 5), seed)), w, padding=1).numpy()
     assert ctx.stats.filter_packs == 1
 
 
 def test_a_plain_input_shared_by_two_convs_is_reordered_once():
     ctx = jitnn.Context()
-    x = ctx.tensor(_random((1, 16, 6, 6), 12))
-    w1, w2 = ctx.tensor(_random((8, 16, 1, 1), 13)), ctx.tensor(_random((8, 16, 3, 3), 14))
+    x = ctx.tensor(random((1, 16, 6, 6), 12))
+    w1, w2 = ctx.tensor(random((8, 16, 1, 1), 13)), ctx.tensor(random((8, 16, 3, 3), 14))
     ctx.reset_stats()
     jitnn.read_all([jitnn.conv2d(x, w1), jitnn.conv2d(x, w2, padding=1)])
     assert ctx.stats.reorders == 1 + 2
@@ -132,7 +129,7 @@ def test_numpy_inputs_are_copied_at_the_call(monkeypatch):
     for module in modules:
         monkeypatch.setattr(module, "as_float32_copy",
                             lambda data, op="tensor": copied.append(data) or copy(data, op))
-    x, w = _random((1, 8, 5, 5), 15), _random((8, 8, 3, 3), 16)
+    x, w = random((1, 8, 5, 5), 15), random((8, 8, 3, 3), 16)
     y = jitnn.conv2d(x, w, padding=1)
     assert len(copied) == 2 and copied[0] is x and copied[1] is w      # once each
     want = conv2d_reference(x, w, padding=1)
@@ -163,10 +160,10 @@ def test_numpy_inputs_are_copied_at_the_call(monkeypatch):
     ({"activation": ("clamp", 6.0, 0.0)}, ValueError, "clamp needs min <= max"),
 ])
 def test_bad_arguments_name_the_option_and_shapes(kwargs, error, message):
-    x = _random(kwargs.pop("x", (1, 3, 8, 8)))
-    w = _random(kwargs.pop("w", (4, 3, 3, 3)), 1)
+    x = random(kwargs.pop("x", (1, 3, 8, 8)))
+    w = random(kwargs.pop("w", (4, 3, 3, 3)), 1)
     if "bias" in kwargs:
-        kwargs["bias"] = _random(kwargs["bias"], 2)
+        kwargs["bias"] = random(kwargs["bias"], 2)
     ctx = jitnn.default_context()
     before = ctx.stats.launches
     with pytest.raises(error, match=message) as info:
@@ -183,7 +180,7 @@ def test_complex_input_is_a_type_error():
 def test_tensors_from_two_contexts_are_rejected():
     a, b = jitnn.Context(), jitnn.Context()
     with pytest.raises(ValueError, match="different contexts"):
-        jitnn.conv2d(a.tensor(_random((1, 3, 4, 4))), b.tensor(_random((3, 3, 1, 1))))
+        jitnn.conv2d(a.tensor(random((1, 3, 4, 4))), b.tensor(random((3, 3, 1, 1))))
 
 
 def _pytorch_conv_cases():

@@ -21,6 +21,7 @@ from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
 from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
+from tests.helpers import random
 
 #: Winograd's tolerance factor over the direct sum's 4 (see the Winograd tests:
 #: its transforms' constants, up to 8 and 1/24, round ~10x more)
@@ -30,10 +31,6 @@ ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.75),
                (CLAMP, 0.25, 6.0),  # min > 0: padding lanes must still be 0
                (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
                (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
-
-
-def _random(shape, rng):
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _to_blocked(x, block):
@@ -54,15 +51,15 @@ def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(
     what ran."""
     rng = np.random.default_rng(seed)
     kh, kw = kernel
-    x = _random((n, c, h, w), rng)
-    w_oihw = _random((o, c // groups, kh, kw), rng)
+    x = random((n, c, h, w), rng)
+    w_oihw = random((o, c // groups, kh, kw), rng)
     if filter_view is not None:        # e.g. an hwio array passed as an oihw view
         w_oihw = filter_view(w_oihw)
-    b = _random((o,), rng) if bias else None
+    b = random((o,), rng) if bias else None
     packed = K.pack_conv2d_filter(w_oihw, c, groups, block, input_is_plain=plain)
     oh = K.conv2d_output_size(h, kh, strides[0], dilations[0], padding[0], padding[1])
     ow = K.conv2d_output_size(w, kw, strides[1], dilations[1], padding[2], padding[3])
-    r = _random((n, o, oh, ow), rng) if residual else None
+    r = random((n, o, oh, ow), rng) if residual else None
     xin = x if plain else _to_blocked(x, block)
     ob = -(-o // block)
     bias_phys = None
@@ -158,7 +155,7 @@ def test_padding_both_ways(monkeypatch, case, pad_copy):
 def test_pad_blocked_matches_numpy_pad(threads):
     """On 1 and 2 threads (its serial and parallel compiles)."""
     rng = np.random.default_rng(3)
-    x = _random((2, 3, 5, 7, 8), rng)
+    x = random((2, 3, 5, 7, 8), rng)
     pt, pb, pl, pr = 2, 1, 0, 3
     expected = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)))
     got = np.full(expected.shape, np.nan, np.float32)
@@ -332,9 +329,9 @@ def test_filter_views(name, view):
 
 def test_bias_of_logical_length_is_accepted():
     rng = np.random.default_rng(1)
-    x = _to_blocked(_random((1, 5, 6, 6), rng), 8)
-    w = _random((5, 5, 3, 3), rng)
-    b = _random((5,), rng)
+    x = _to_blocked(random((1, 5, 6, 6), rng), 8)
+    w = random((5, 5, 3, 3), rng)
+    b = random((5,), rng)
     packed = K.pack_conv2d_filter(w, 5, 1, 8)
     out = np.empty((1, 1, 4, 4, 8), np.float32)
     K.conv2d_forward(x, packed, out, bias=b)
@@ -347,8 +344,8 @@ def test_bias_of_logical_length_is_accepted():
 
 def test_parallel_matches_serial():
     rng = np.random.default_rng(2)
-    x = _to_blocked(_random((2, 24, 13, 17), rng), 8)
-    packed = K.pack_conv2d_filter(_random((40, 24, 3, 3), rng), 24, 1, 8)
+    x = _to_blocked(random((2, 24, 13, 17), rng), 8)
+    packed = K.pack_conv2d_filter(random((40, 24, 3, 3), rng), 24, 1, 8)
     outs = []
     saved = numba.get_num_threads()
     try:
@@ -366,11 +363,11 @@ def test_launch_plans_are_reused_and_arrays_still_checked():
     """conv2d_forward plans a shape once per filter; a second call with other
     data reuses the plan, is right, and still rejects bad arrays."""
     rng = np.random.default_rng(5)
-    w = _random((24, 16, 1, 1), rng)
+    w = random((24, 16, 1, 1), rng)
     packed = K.pack_conv2d_filter(w, 16, 1, 8)
     out = np.empty((2, 3, 5, 7, 8), np.float32)
     for trial in range(2):
-        x = _random((2, 16, 5, 7), rng)
+        x = random((2, 16, 5, 7), rng)
         K.conv2d_forward(_to_blocked(x, 8), packed, out, activation=RELU)
         got = np.empty((2, 24, 5, 7), np.float32)
         layout.blocked_to_nchw(out, got)
@@ -409,8 +406,8 @@ def test_padded_convs_on_two_threads():
     rng = np.random.default_rng(6)
     cases = []
     for c, o, h in [(16, 16, 7), (24, 8, 9), (8, 16, 5)]:
-        x = _to_blocked(_random((1, c, h, h), rng), 8)
-        packed = K.pack_conv2d_filter(_random((o, c, 3, 3), rng), c, 1, 8)
+        x = _to_blocked(random((1, c, h, h), rng), 8)
+        packed = K.pack_conv2d_filter(random((o, c, 3, 3), rng), c, 1, 8)
         expected = np.empty((1, -(-o // 8), h, h, 8), np.float32)
         K.conv2d_forward(x, packed, expected, padding=(1, 1, 1, 1))
         cases.append((x, packed, expected))
@@ -433,8 +430,8 @@ def test_padded_convs_on_two_threads():
 
 def test_wrapper_rejects_bad_buffers():
     rng = np.random.default_rng(3)
-    x = _to_blocked(_random((1, 8, 6, 6), rng), 8)
-    packed = K.pack_conv2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 8)
+    x = _to_blocked(random((1, 8, 6, 6), rng), 8)
+    packed = K.pack_conv2d_filter(random((8, 8, 3, 3), rng), 8, 1, 8)
     out = np.empty((1, 1, 4, 4, 8), np.float32)
     with pytest.raises(ValueError, match="out has shape"):
         K.conv2d_forward(x, packed, np.empty((1, 1, 6, 6, 8), np.float32))
@@ -443,7 +440,7 @@ def test_wrapper_rejects_bad_buffers():
     with pytest.raises(ValueError, match="C-contiguous"):
         K.conv2d_forward(np.asfortranarray(x), packed, out)
     with pytest.raises(ValueError, match="x has shape"):
-        K.conv2d_forward(_to_blocked(_random((1, 9, 6, 6), rng), 8), packed, out)
+        K.conv2d_forward(_to_blocked(random((1, 9, 6, 6), rng), 8), packed, out)
     with pytest.raises(ValueError, match="residual"):
         K.conv2d_forward(x, packed, out, residual=np.empty((1, 1, 4, 5, 8), np.float32))
     with pytest.raises(ValueError, match="bias"):
@@ -463,11 +460,11 @@ def test_wrapper_rejects_bad_buffers():
     with pytest.raises(ValueError, match="residual must be out itself or not overlap"):
         K.conv2d_forward(x, packed, out_view, residual=big[8:].reshape(1, 1, 4, 4, 8))
     with pytest.raises(ValueError, match="groups"):
-        K.pack_conv2d_filter(_random((8, 3, 3, 3), rng), 8, 3, 8)
+        K.pack_conv2d_filter(random((8, 3, 3, 3), rng), 8, 3, 8)
     with pytest.raises(ValueError, match="input channels"):
-        K.pack_conv2d_filter(_random((8, 4, 3, 3), rng), 8, 1, 8)
+        K.pack_conv2d_filter(random((8, 4, 3, 3), rng), 8, 1, 8)
     with pytest.raises(ValueError, match="block"):
-        K.pack_conv2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 6)
+        K.pack_conv2d_filter(random((8, 8, 3, 3), rng), 8, 1, 6)
 
 
 # --- the serial compiles (one thread) -------------------------------------------
@@ -492,16 +489,16 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has one thread")
     rng = np.random.default_rng(block)
-    x = _random((n, c, h, w), rng)
-    w_oihw = _random((o, c // groups) + kernel, rng)
+    x = random((n, c, h, w), rng)
+    w_oihw = random((o, c // groups) + kernel, rng)
     packed = K.pack_conv2d_filter(w_oihw, c, groups, block, input_is_plain=plain)
     xin = x if plain else _to_blocked(x, block)
     oh = K.conv2d_output_size(h, kernel[0], strides[0], 1, padding[0], padding[1])
     ow = K.conv2d_output_size(w, kernel[1], strides[1], 1, padding[2], padding[3])
     ob = -(-o // block)
     bias = np.zeros(ob * block, np.float32)
-    bias[:o] = _random((o,), rng)
-    residual_nchw = _random((n, o, oh, ow), rng)
+    bias[:o] = random((o,), rng)
+    residual_nchw = random((n, o, oh, ow), rng)
     residual = _to_blocked(residual_nchw, block)
     expected = conv2d_reference(x, w_oihw, bias[:o], residual_nchw, strides, (1, 1), padding,
                                 groups, RELU)
@@ -642,8 +639,8 @@ def test_winograd_rounds_about_ten_times_more_than_the_direct_sum():
     reference is ~12x the direct kernel's (measured; the tolerance allows 10x
     the direct one's 4)."""
     rng = np.random.default_rng(7)
-    x = _random((1, 64, 20, 20), rng)
-    w_oihw = _random((64, 64, 3, 3), rng) / 24
+    x = random((1, 64, 20, 20), rng)
+    w_oihw = random((64, 64, 3, 3), rng) / 24
     packed = K.pack_conv2d_filter(w_oihw, 64, 1, 8)
     expected = conv2d_reference(x, w_oihw, None, None, (1, 1), (1, 1), (1, 1, 1, 1), 1)
     errors = {}

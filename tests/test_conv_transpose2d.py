@@ -22,6 +22,7 @@ from jitnn.ops.conv_transpose2d import (FILTER_LAYOUTS, conv_transpose2d_pack,
                                         conv_transpose2d_plan, conv_transpose2d_reference,
                                         run_conv_transpose2d)
 from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
+from tests.helpers import random
 from tests.wpt import arguments, float32_cases
 
 ACTIVATIONS = [None, "relu", ("clamp", -0.5, 0.75),
@@ -31,19 +32,15 @@ ACTIVATIONS = [None, "relu", ("clamp", -0.5, 0.75),
 _TO_LAYOUT = {"iohw": (0, 1, 2, 3), "hwoi": (2, 3, 1, 0), "ohwi": (1, 2, 3, 0)}
 
 
-def _random(shape, rng):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
 def run_case(n=1, c=8, o=8, h=5, w=6, kernel=(3, 3), strides=1, dilations=1, padding=0,
              output_padding=0, output_sizes=None, groups=1, block=8, activation=None,
              bias=True, seed=0, filter_layout="iohw", input_layout="nchw"):
     """One transposed conv through plan -> pack -> run, checked against the reference."""
     rng = np.random.default_rng(seed)
     kh, kw = kernel
-    x = _random((n, c, h, w), rng)
-    w_iohw = _random((c, o // groups, kh, kw), rng)
-    b = _random((o,), rng) if bias else None
+    x = random((n, c, h, w), rng)
+    w_iohw = random((c, o // groups, kh, kw), rng)
+    b = random((o,), rng) if bias else None
     wl = np.ascontiguousarray(w_iohw.transpose(_TO_LAYOUT[filter_layout]))
     xl = x if input_layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     kwargs = dict(strides=strides, dilations=dilations, padding=padding,
@@ -237,8 +234,8 @@ def test_parallel_matches_serial(monkeypatch, record_calls):
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has one thread")
     rng = np.random.default_rng(4)
-    x_nchw = _random((2, 24, 9, 11), rng)
-    w_iohw = _random((24, 20, 4, 4), rng)
+    x_nchw = random((2, 24, 9, 11), rng)
+    w_iohw = random((24, 20, 4, 4), rng)
     x = reference_nchw_to_blocked(x_nchw, 8)
     packed = K.pack_conv_transpose2d_filter(w_iohw, 24, 1, 8, 2)
     expected = conv_transpose2d_reference(x_nchw, w_iohw, None, strides=2, padding=1,
@@ -265,7 +262,7 @@ def test_parallel_matches_serial(monkeypatch, record_calls):
 
 def test_filter_views_pack_like_copies():
     rng = np.random.default_rng(5)
-    w = _random((8, 3, 3, 4), rng)
+    w = random((8, 3, 3, 4), rng)
     view = np.asfortranarray(w)
     a = K.pack_conv_transpose2d_filter(w, 8, 2, 8, (2, 3), (1, 2))
     b = K.pack_conv_transpose2d_filter(view, None, 2, 8, (2, 3), (1, 2))
@@ -328,10 +325,10 @@ def test_run_and_pack_reject_mismatches():
     rng = np.random.default_rng(6)
     _, opts = conv_transpose2d_plan((1, 8, 4, 4), (8, 4, 3, 3), strides=2)
     with pytest.raises(JitnnValueError, match="does not match the planned options"):
-        conv_transpose2d_pack(_random((8, 5, 3, 3), rng), opts, 8)
+        conv_transpose2d_pack(random((8, 5, 3, 3), rng), opts, 8)
     with pytest.raises(JitnnValueError, match="block must be one of"):
-        conv_transpose2d_pack(_random((8, 4, 3, 3), rng), opts, 6)
-    packed = conv_transpose2d_pack(_random((8, 4, 3, 3), rng), opts, 8)
+        conv_transpose2d_pack(random((8, 4, 3, 3), rng), opts, 6)
+    packed = conv_transpose2d_pack(random((8, 4, 3, 3), rng), opts, 8)
     with pytest.raises(JitnnValueError, match="blocked input has shape"):
         run_conv_transpose2d(np.zeros((1, 1, 4, 5, 8), np.float32), packed, opts)
     _, other = conv_transpose2d_plan((1, 8, 4, 4), (8, 2, 3, 3), strides=2, groups=2)
@@ -341,8 +338,8 @@ def test_run_and_pack_reject_mismatches():
 
 def test_kernel_wrapper_rejects_bad_buffers():
     rng = np.random.default_rng(7)
-    x = reference_nchw_to_blocked(_random((1, 8, 4, 4), rng), 8)
-    w = _random((8, 8, 3, 3), rng)
+    x = reference_nchw_to_blocked(random((1, 8, 4, 4), rng), 8)
+    w = random((8, 8, 3, 3), rng)
     packed = K.pack_conv_transpose2d_filter(w, 8, 1, 8, strides=2)
     out = np.empty((1, 1, 9, 9, 8), np.float32)        # stride 2: 9..10 allowed
     K.conv_transpose2d_forward(x, packed, out, strides=2)
@@ -355,7 +352,7 @@ def test_kernel_wrapper_rejects_bad_buffers():
     with pytest.raises(ValueError, match="C-contiguous"):
         K.conv_transpose2d_forward(np.asfortranarray(x), packed, out, 2)
     with pytest.raises(ValueError, match="x has shape"):
-        K.conv_transpose2d_forward(reference_nchw_to_blocked(_random((1, 9, 4, 4), rng), 8),
+        K.conv_transpose2d_forward(reference_nchw_to_blocked(random((1, 9, 4, 4), rng), 8),
                                    packed, out, 2)
     with pytest.raises(ValueError, match="bias"):
         K.conv_transpose2d_forward(x, packed, out, 2, bias=np.zeros(7, np.float32))
@@ -370,11 +367,11 @@ def test_kernel_wrapper_rejects_bad_buffers():
     with pytest.raises(ValueError, match="padding"):
         K.conv_transpose2d_forward(x, packed, out, 2, padding=(1, 1))
     with pytest.raises(ValueError, match="groups"):
-        K.pack_conv_transpose2d_filter(_random((8, 8, 3, 3), rng), 8, 3, 8)
+        K.pack_conv_transpose2d_filter(random((8, 8, 3, 3), rng), 8, 3, 8)
     with pytest.raises(ValueError, match="in_channels"):
-        K.pack_conv_transpose2d_filter(_random((8, 8, 3, 3), rng), 9, 1, 8)
+        K.pack_conv_transpose2d_filter(random((8, 8, 3, 3), rng), 9, 1, 8)
     with pytest.raises(ValueError, match="block"):
-        K.pack_conv_transpose2d_filter(_random((8, 8, 3, 3), rng), 8, 1, 6)
+        K.pack_conv_transpose2d_filter(random((8, 8, 3, 3), rng), 8, 1, 6)
 
 
 # --- generated code -------------------------------------------------------------

@@ -14,6 +14,7 @@ from jitnn import layouts
 from jitnn.kernels import eltwise as E
 from jitnn.kernels import eltwise_reference as R
 from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
+from tests.helpers import uniform
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 17, 64)
@@ -23,10 +24,6 @@ ACTIVATION_PARAMS = {"none": (0, 0), "relu": (0, 0), "clamp": (0.25, 1.5),
                      "leaky_relu": (0.1, 0), "sigmoid": (0, 0), "tanh": (0, 0),
                      "hard_swish": (0, 0), "gelu": (0, 0)}
 assert set(ACTIVATION_PARAMS) == set(ACTIVATIONS)
-
-
-def _random(shape, seed, low=-3.0, high=3.0):
-    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
 
 
 def _divisor(shape, seed):
@@ -58,7 +55,7 @@ def _check(out, expected, channels, rtol=1e-5, atol=1e-5):
 @pytest.mark.parametrize("channels", CHANNELS)
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_unary_blocked(activation, channels, cb):
-    x = _random((2, channels, 5, 7), seed=channels)
+    x = uniform((2, channels, 5, 7), seed=channels)
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_unary(_blocked(x, cb), out, channels, activation, p0, p1)
@@ -66,7 +63,7 @@ def test_unary_blocked(activation, channels, cb):
 
 
 def test_unary_in_place_and_sigmoid_padding():
-    x = _random((3, 5, 9, 11), seed=1)
+    x = uniform((3, 5, 9, 11), seed=1)
     xb = _blocked(x, 8)
     E.eltwise_unary(xb, xb, 5, "sigmoid")          # sigmoid(0) = 0.5 must not reach padding
     _check(xb, R.unary_reference(x, "sigmoid"), 5)
@@ -75,7 +72,7 @@ def test_unary_in_place_and_sigmoid_padding():
 @pytest.mark.parametrize("activation", ["relu", "clamp", "gelu"])
 @pytest.mark.parametrize("shape", [(7,), (3, 5, 1000), (2, 3, 40, 41)])
 def test_unary_plain(activation, shape):
-    x = _random(shape, seed=len(shape))
+    x = uniform(shape, seed=len(shape))
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(x)
     E.eltwise_unary_plain(x, out, activation, p0, p1)
@@ -88,7 +85,7 @@ def test_unary_plain(activation, shape):
 def _operands(kind, x, cb, seed, divisor):
     """(blocked operand for the kernel, plain operand for the reference)."""
     n, c, h, w = x.shape
-    make = _divisor if divisor else _random
+    make = _divisor if divisor else uniform
     c_phys = layouts.padded_channels(c, cb)
     if kind == "tensor":
         y = make(x.shape, seed)
@@ -116,7 +113,7 @@ KINDS = ("tensor", "channel", "channel_phys", "nc", "nc_phys", "nc_pooled", "sca
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("op", OPS)
 def test_binary_blocked(op, kind, channels, cb):
-    x = _random((2, channels, 5, 7), seed=channels)
+    x = uniform((2, channels, 5, 7), seed=channels)
     y, y_plain = _operands(kind, x, cb, seed=channels + 1, divisor=op == "div")
     for reverse in (False, True):
         if reverse and op == "div":
@@ -136,8 +133,8 @@ def test_binary_blocked(op, kind, channels, cb):
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_binary_with_fused_activation(activation):
     channels, cb = 9, 8
-    x = _random((2, channels, 6, 5), seed=3)
-    v = _random((channels,), seed=4)
+    x = uniform((2, channels, 6, 5), seed=3)
+    v = uniform((channels,), seed=4)
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_binary(_blocked(x, cb), v, out, channels, "add", activation, p0, p1)
@@ -149,7 +146,7 @@ def test_binary_with_fused_activation(activation):
 @pytest.mark.parametrize("kind", ["tensor", "channel", "scalar"])
 def test_division_leaves_no_nan_in_padding(kind):
     """0 / 0 in the padding lanes (x and a zero-padded divisor) must store 0."""
-    x = _random((2, 3, 4, 5), seed=5)
+    x = uniform((2, 3, 4, 5), seed=5)
     y, y_plain = _operands(kind, x, 8, seed=6, divisor=True)
     for reverse in (False, True):
         out = _nan_like(_blocked(x, 8))
@@ -160,7 +157,7 @@ def test_division_leaves_no_nan_in_padding(kind):
 
 
 def test_binary_same_shape_operand_is_out():
-    x, y = _random((2, 5, 3, 4), 7), _random((2, 5, 3, 4), 8)
+    x, y = uniform((2, 5, 3, 4), 7), uniform((2, 5, 3, 4), 8)
     xb, yb = _blocked(x, 4), _blocked(y, 4)
     E.eltwise_binary(xb, yb, yb, 5, "sub", "relu")       # residual-style, in place into y
     _check(yb, np.maximum(x.astype(np.float64) - y, 0), 5)
@@ -168,7 +165,7 @@ def test_binary_same_shape_operand_is_out():
 
 @pytest.mark.parametrize("shape", [(5,), (3, 7, 11), (2, 3, 40, 41)])
 def test_binary_plain(shape):
-    x, y = _random(shape, 9), _divisor(shape, 10)
+    x, y = uniform(shape, 9), _divisor(shape, 10)
     for op in OPS:
         out = _nan_like(x)
         E.eltwise_binary_plain(x, y, out, op, "leaky_relu", 0.2)
@@ -181,7 +178,7 @@ def test_binary_plain(shape):
 
 def test_plain_nchw_per_channel_as_block_one():
     """A plain NCHW tensor is blocked with cb = 1: per-channel broadcast on it."""
-    x, v = _random((2, 5, 6, 7), 11), _random((5,), 12)
+    x, v = uniform((2, 5, 6, 7), 11), uniform((5,), 12)
     out = _nan_like(x)
     E.eltwise_binary(x[..., None], v, out[..., None], 5, "mul")
     np.testing.assert_allclose(out, x.astype(np.float64) * v.reshape(1, -1, 1, 1), rtol=1e-6)
@@ -193,7 +190,7 @@ def test_plain_nchw_per_channel_as_block_one():
 @pytest.mark.parametrize("channels", CHANNELS)
 def test_batch_normalization(channels, cb):
     rng = np.random.default_rng(channels)
-    x = _random((2, channels, 5, 7), seed=channels)
+    x = uniform((2, channels, 5, 7), seed=channels)
     mean, scale, bias = (rng.standard_normal(channels).astype(np.float32) for _ in range(3))
     variance = rng.uniform(0.1, 2.0, channels).astype(np.float32)
     a, b = E.batch_norm_fold(mean, variance, scale, bias, epsilon=1e-3)
@@ -251,7 +248,7 @@ def _chain_case(rng, x, cb, seed):
             steps.append(E.binary_step("div", y))
             reference.append(E.binary_step("div", y_plain))
         else:
-            scale, bias = _random((c,), seed + i), _random((c,), seed + 100 + i)
+            scale, bias = uniform((c,), seed + i), uniform((c,), seed + 100 + i)
             steps.append(E.affine_step(scale, bias))
             reference.append(E.affine_step(scale, bias))
     return steps, reference
@@ -262,7 +259,7 @@ def _chain_case(rng, x, cb, seed):
 def test_chain_against_composed_references(channels, cb):
     rng = np.random.default_rng(channels * 10 + cb)
     for trial in range(4):
-        x = _random((2, channels, 5, 3), seed=trial)
+        x = uniform((2, channels, 5, 3), seed=trial)
         steps, reference = _chain_case(rng, x, cb, seed=trial * 50)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
@@ -274,7 +271,7 @@ def test_chain_other_block_sizes(cb):
     """Block sizes 1 (plain NCHW as nChw1c) and 32 run the same engine."""
     rng = np.random.default_rng(cb)
     for channels in (3, 33):
-        x = _random((2, channels, 5, 3), seed=channels)
+        x = uniform((2, channels, 5, 3), seed=channels)
         steps, reference = _chain_case(rng, x, cb, seed=channels)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
@@ -284,8 +281,8 @@ def test_chain_other_block_sizes(cb):
 def test_chain_bottleneck_tail_in_place():
     """bn -> add residual -> relu, in place into the residual, one pass."""
     channels, cb = 17, 8
-    x, res = _random((2, channels, 9, 7), 1), _random((2, channels, 9, 7), 2)
-    a, b = _random((channels,), 3), _random((channels,), 4)
+    x, res = uniform((2, channels, 9, 7), 1), uniform((2, channels, 9, 7), 2)
+    a, b = uniform((channels,), 3), uniform((channels,), 4)
     resb = _blocked(res, cb)
     steps = [E.affine_step(a, b), E.binary_step("add", resb), E.activation_step("relu")]
     E.eltwise_chain(_blocked(x, cb), steps, resb, channels)
@@ -295,8 +292,8 @@ def test_chain_bottleneck_tail_in_place():
 
 def test_chain_four_tensor_operands_and_empty_chain():
     channels, cb = 9, 16
-    x = _random((1, channels, 4, 6), 0)
-    ys = [_random(x.shape, i + 1) for i in range(4)]
+    x = uniform((1, channels, 4, 6), 0)
+    ys = [uniform(x.shape, i + 1) for i in range(4)]
     steps = [E.binary_step(op, _blocked(y, cb)) for op, y in zip(OPS, ys)]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
@@ -314,9 +311,9 @@ def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
     the span."""
     calls = record_calls(E, "_chain_parallel")
     channels = 17
-    x = _random((2, channels, 43, 41), 0)
-    v = _random((channels,), 1)
-    y = _random(x.shape, 2)
+    x = uniform((2, channels, 43, 41), 0)
+    v = uniform((channels,), 1)
+    y = uniform(x.shape, 2)
     steps = [E.binary_step("mul", v), E.binary_step("add", _blocked(y, cb)),
              E.activation_step("sigmoid")]
     out = _nan_like(_blocked(x, cb))
@@ -329,7 +326,7 @@ def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
 # --- validation ------------------------------------------------------------------------
 
 def test_errors():
-    x = _blocked(_random((1, 5, 3, 3), 0), 4)
+    x = _blocked(uniform((1, 5, 3, 3), 0), 4)
     out = np.empty_like(x)
     with pytest.raises(ValueError, match="channels do not fit"):
         E.eltwise_unary(x, out, 9, "relu")

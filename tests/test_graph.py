@@ -7,10 +7,7 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv2d import conv2d_reference
-
-
-def _random(shape, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+from tests.helpers import random
 
 
 def _close(got, want, atol=2e-4):
@@ -20,7 +17,7 @@ def _close(got, want, atol=2e-4):
 @pytest.fixture
 def conv_graph():
     ctx = jitnn.Context()
-    w = _random((8, 5, 3, 3), 1, 0.3)
+    w = random((8, 5, 3, 3), 1, 0.3)
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 5, 7, 6))
     y = b.relu(b.conv2d(x, b.constant(w), padding=(1, 1, 1, 1)))
@@ -43,7 +40,7 @@ def test_builder_infers_shapes_and_the_graph_lists_its_io(conv_graph):
 
 def test_dispatch_is_lazy_and_reading_twice_gives_the_same_values(conv_graph):
     ctx, graph, w = conv_graph
-    x = _random((2, 5, 7, 6), 2)
+    x = random((2, 5, 7, 6), 2)
     ctx.reset_stats()
     outs = ctx.dispatch(graph, {"x": ctx.tensor(x)})
     assert set(outs) == {"y", "pooled"} and all(t.pending for t in outs.values())
@@ -60,14 +57,14 @@ def test_dispatch_many_times_reuses_the_packed_constants(conv_graph):
     ctx, graph, w = conv_graph
     ctx.reset_stats()
     for seed in range(3):
-        x = _random((2, 5, 7, 6), 10 + seed)
+        x = random((2, 5, 7, 6), 10 + seed)
         _close(ctx.dispatch(graph, {"x": x})["y"].numpy(), _want(x, w)[0])
     assert ctx.stats.filter_packs == 1
 
 
 def test_compute_writes_into_the_callers_arrays(conv_graph):
     ctx, graph, w = conv_graph
-    x = _random((2, 5, 7, 6), 3)
+    x = random((2, 5, 7, 6), 3)
     y_out = np.full((2, 8, 7, 6), np.nan, np.float32)
     pooled_out = np.empty((2, 8, 1, 1), np.float32)
     result = ctx.compute(graph, {"x": x}, {"y": y_out, "pooled": pooled_out})
@@ -126,11 +123,11 @@ def test_a_tensor_passed_to_a_builder_op_mixes_with_operands():
     """(once "the tensors belong to different contexts": shape inference ran on
     the tensor itself)"""
     ctx = jitnn.Context()
-    w, shift = _random((8, 5, 3, 3), 3, 0.3), _random((1, 8, 1, 1), 4)
+    w, shift = random((8, 5, 3, 3), 3, 0.3), random((1, 8, 1, 1), 4)
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 5, 7, 6))
     graph = b.build({"y": b.add(b.conv2d(x, ctx.tensor(w), padding=1), ctx.tensor(shift))})
-    x_np = _random((2, 5, 7, 6), 5)
+    x_np = random((2, 5, 7, 6), 5)
     _close(ctx.dispatch(graph, {"x": x_np})["y"].numpy(),
            conv2d_reference(x_np, w, padding=1) + shift)
     with pytest.raises(jitnn.JitnnValueError, match="add: a tensor of another context"):
@@ -176,7 +173,7 @@ def test_graph_of_a_bottleneck_fuses_like_eager_ops():
         if i < 2:
             y = b.relu(y)
     graph = b.build({"out": b.relu(b.add(y, x))})
-    x_np = _random((1, c, 9, 9), 6)
+    x_np = random((1, c, 9, 9), 6)
     ctx.reset_stats()
     got = ctx.dispatch(graph, {"x": x_np})["out"].numpy()
     assert ctx.stats.launches == 3 and ctx.stats.reorders == 2
@@ -229,7 +226,7 @@ def _resnet_block_graph(ctx):
 
 
 def _block_inputs(seed):
-    return {"x": _random((1, 12, 10, 10), seed), "z": _random((64, 96), seed + 1000)}
+    return {"x": random((1, 12, 10, 10), seed), "z": random((64, 96), seed + 1000)}
 
 
 def _nan_outputs(graph):
@@ -285,12 +282,12 @@ def test_compute_replays_chained_matmuls_in_their_plan_buffers():
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (16, 40))
     h = x
-    weights = [_random((40, 40), seed, 0.2) for seed in range(1, 5)]
+    weights = [random((40, 40), seed, 0.2) for seed in range(1, 5)]
     for w in weights:
         h = b.matmul(h, b.constant(w), activation="relu")
     graph = b.build({"y": h})
     for seed in range(3):
-        x_np = _random((16, 40), 10 + seed)
+        x_np = random((16, 40), 10 + seed)
         want = x_np.astype(np.float64)
         for w in weights:
             want = np.maximum(want @ w.astype(np.float64), 0)
@@ -380,9 +377,9 @@ def test_compute_reads_float32_inputs_in_place_and_copies_the_others(monkeypatch
             np.testing.assert_array_equal(outs[name], want[name])
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 9, 5, 7))
-    relu_graph = b.build({"y": b.relu(b.conv2d(x, b.constant(_random((9, 9, 1, 1), 2)))),
+    relu_graph = b.build({"y": b.relu(b.conv2d(x, b.constant(random((9, 9, 1, 1), 2)))),
                           "x": x})
-    a = _random((2, 9, 5, 7), 3)
+    a = random((2, 9, 5, 7), 3)
     want = {name: t.numpy() for name, t in ctx.dispatch(relu_graph, {"x": a}).items()}
     copies.clear()                               # the constant's and the dispatch's
     for _ in range(2):
@@ -404,9 +401,9 @@ def test_compute_never_writes_into_an_input_it_reads_in_place(policy):
     ctx = jitnn.Context(policy=policy)
     b = jitnn.GraphBuilder(ctx)
     x, r = b.input("x", (2, 16, 5, 5)), b.input("r", (2, 16, 5, 5))
-    conv = b.conv2d(x, b.constant(_random((16, 16, 3, 3), 4, 0.2)), padding=1)
+    conv = b.conv2d(x, b.constant(random((16, 16, 3, 3), 4, 0.2)), padding=1)
     graph = b.build({"chain": b.sigmoid(b.relu(b.add(x, x))), "residual": b.relu(b.add(conv, r))})
-    inputs = {"x": _random((2, 16, 5, 5), 5), "r": _random((2, 16, 5, 5), 6)}
+    inputs = {"x": random((2, 16, 5, 5), 5), "r": random((2, 16, 5, 5), 6)}
     before = {name: array.copy() for name, array in inputs.items()}
     want = _dispatched(ctx, graph, before)
     for _ in range(3):
@@ -428,12 +425,12 @@ def test_a_constant_is_copied_once_at_the_call(monkeypatch):
                             lambda data, op="tensor", copy=copy: copied.append(data)
                             or copy(data, op))
     ctx = jitnn.Context()
-    w = _random((8, 5, 3, 3), 1, 0.3)
+    w = random((8, 5, 3, 3), 1, 0.3)
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 5, 7, 6))
     graph = b.build({"y": b.conv2d(x, b.constant(w), padding=1)})
     assert len(copied) == 1 and copied[0] is w
-    x_values = _random((2, 5, 7, 6), 2)
+    x_values = random((2, 5, 7, 6), 2)
     want = conv2d_reference(x_values, w, padding=1)
     w[...] = 0                                   # never leaks in
     _close(ctx.dispatch(graph, {"x": x_values})["y"].numpy(), want)
@@ -441,7 +438,7 @@ def test_a_constant_is_copied_once_at_the_call(monkeypatch):
 
 def test_compute_of_outputs_that_are_inputs_or_constants():
     ctx = jitnn.Context()
-    w = _random((8, 5, 3, 3), 1, 0.3)
+    w = random((8, 5, 3, 3), 1, 0.3)
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 5, 7, 6))
     k = b.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -451,7 +448,7 @@ def test_compute_of_outputs_that_are_inputs_or_constants():
     x_only = only.input("x", (2, 5, 7, 6))
     nothing_to_run = only.build({"x": x_only, "k": only.constant(np.ones((3,), np.float32))})
     for seed in range(3):
-        inputs = {"x": _random((2, 5, 7, 6), seed)}
+        inputs = {"x": random((2, 5, 7, 6), seed)}
         outs = _nan_outputs(graph)
         ctx.reset_stats()
         ctx.compute(graph, inputs, outs)
@@ -476,10 +473,10 @@ def test_compute_of_outputs_that_are_inputs_or_constants():
 
 
 def test_compute_takes_the_normal_path_for_tensor_inputs_and_other_policies():
-    x = _random((2, 5, 7, 6), 3)
+    x = random((2, 5, 7, 6), 3)
     for policy in ("eager", "plain"):
         ctx = jitnn.Context(policy=policy)
-        w = _random((8, 5, 3, 3), 1, 0.3)
+        w = random((8, 5, 3, 3), 1, 0.3)
         b = jitnn.GraphBuilder(ctx)
         graph = b.build({"y": b.relu(b.conv2d(b.input("x", x.shape), b.constant(w), padding=1))})
         for _ in range(2):
@@ -537,7 +534,7 @@ def test_compute_of_a_graph_holding_a_pending_tensor_records_once_it_is_computed
     want_user = np.maximum(np.full((1, 8, 4, 4), -2, np.float32) + lanes, 0)
     ys = []
     for seed in range(3):
-        x_np = _random((1, 8, 4, 4), seed)
+        x_np = random((1, 8, 4, 4), seed)
         outs = _nan_outputs(graph)
         ctx.compute(graph, {"x": x_np}, outs)
         np.testing.assert_array_equal(outs["x"], x_np)
@@ -564,7 +561,7 @@ def test_replayed_convs_keep_their_launch_but_never_a_stale_filter(monkeypatch):
     x = b.input("x", (2, 5, 7, 6))
     w_in = b.input("w", (8, 8, 3, 3))
     bias_in = b.input("bias", (8,))
-    fixed = b.conv2d(x, b.constant(_random((8, 5, 3, 3), 1, 0.3)), padding=(1, 1, 1, 1))
+    fixed = b.conv2d(x, b.constant(random((8, 5, 3, 3), 1, 0.3)), padding=(1, 1, 1, 1))
     dynamic = b.conv2d(fixed, w_in, bias_in, padding=(1, 1, 1, 1))
     graph = b.build({"y": b.relu(dynamic)})
     plans = []
@@ -572,11 +569,11 @@ def test_replayed_convs_keep_their_launch_but_never_a_stale_filter(monkeypatch):
     monkeypatch.setattr(conv_kernels, "conv2d_launch",
                         lambda *args, **kw: plans.append(1) or launch(*args, **kw))
     for seed in range(3):
-        inputs = {"x": _random((2, 5, 7, 6), seed), "w": _random((8, 8, 3, 3), 10 + seed, 0.3),
-                  "bias": _random((8,), 20 + seed)}
+        inputs = {"x": random((2, 5, 7, 6), seed), "w": random((8, 8, 3, 3), 10 + seed, 0.3),
+                  "bias": random((8,), 20 + seed)}
         outs = {"y": np.full((2, 8, 7, 6), np.nan, np.float32)}
         ctx.compute(graph, inputs, outs)
-        hidden = conv2d_reference(inputs["x"], _random((8, 5, 3, 3), 1, 0.3), padding=1)
+        hidden = conv2d_reference(inputs["x"], random((8, 5, 3, 3), 1, 0.3), padding=1)
         want = np.maximum(conv2d_reference(hidden, inputs["w"], inputs["bias"], padding=1), 0)
         _close(outs["y"], want)
         if seed == 0:
@@ -607,9 +604,9 @@ def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (2, 9, 12, 11))
     w_in = b.input("w", (16, 16, 1, 1))
-    w1, w2, w3 = (_random(s, i, 0.3) for i, s in
+    w1, w2, w3 = (random(s, i, 0.3) for i, s in
                   enumerate([(16, 9, 3, 3), (16, 16, 1, 1), (16, 16, 3, 3)]))
-    bias2 = _random((16,), 7)
+    bias2 = random((16,), 7)
     h1 = b.relu(b.conv2d(x, b.constant(w1), padding=(1, 1, 1, 1)))
     h2 = b.add(b.conv2d(h1, b.constant(w2), b.constant(bias2)), h1)     # fused residual
     h3 = b.conv2d(h2, w_in)                                             # graph-input filter
@@ -629,7 +626,7 @@ def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
         calls.append(len(args) == 2)          # a replay's bound call passes (kernel, args)
     monkeypatch.setattr(ctx.launcher, "run_bound", run_slowly)
     for seed in range(4):
-        inputs = {"x": _random((2, 9, 12, 11), seed), "w": _random((16, 16, 1, 1), 10 + seed)}
+        inputs = {"x": random((2, 9, 12, 11), seed), "w": random((16, 16, 1, 1), 10 + seed)}
         outs = {"y": np.full((2, 16, 12, 11), np.nan, np.float32)}
         before, before_s = ctx.stats.launches, ctx.stats.launch_s
         checked.clear()
@@ -665,8 +662,8 @@ def test_replayed_convs_run_as_bound_kernel_calls(monkeypatch):
 
 def test_a_bound_conv_call_is_checked_like_a_run():
     from jitnn.kernels import conv2d as conv_kernels
-    packed = conv_kernels.pack_conv2d_filter(_random((8, 8, 1, 1), 0), 8, 1, 8)
-    x = _random((1, 1, 4, 4, 8), 1)
+    packed = conv_kernels.pack_conv2d_filter(random((8, 8, 1, 1), 0), 8, 1, 8)
+    x = random((1, 1, 4, 4, 8), 1)
     out = np.empty((1, 1, 4, 4, 8), np.float32)
     launch = conv_kernels.conv2d_launch(x, packed, out)
     driver, args = conv_kernels.bind_conv2d_launch(launch, x, out)
@@ -679,7 +676,7 @@ def test_a_bound_conv_call_is_checked_like_a_run():
     with pytest.raises(ValueError, match="planned for x"):
         conv_kernels.bind_conv2d_launch(launch, np.zeros((1, 1, 4, 5, 8), np.float32),
                                         np.empty((1, 1, 4, 5, 8), np.float32))
-    padded = conv_kernels.pack_conv2d_filter(_random((8, 8, 3, 3), 0), 8, 1, 8)
+    padded = conv_kernels.pack_conv2d_filter(random((8, 8, 3, 3), 0), 8, 1, 8)
     pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1),
                                       algorithm="direct")
     assert conv_kernels.bind_conv2d_launch(pads, x, out) is None     # pads per run
@@ -691,7 +688,7 @@ def test_a_bound_conv_call_is_checked_like_a_run():
 
 def test_a_conv_launch_rejects_arrays_of_other_shapes():
     from jitnn.kernels import conv2d as conv_kernels
-    packed = conv_kernels.pack_conv2d_filter(_random((8, 8, 1, 1), 0), 8, 1, 8)
+    packed = conv_kernels.pack_conv2d_filter(random((8, 8, 1, 1), 0), 8, 1, 8)
     x = np.zeros((1, 1, 4, 4, 8), np.float32)
     out = np.empty((1, 1, 4, 4, 8), np.float32)
     launch = conv_kernels.conv2d_launch(x, packed, out)

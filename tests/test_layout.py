@@ -6,19 +6,16 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import layout as kernels, layout_nhwc
+from tests.helpers import random
 
 BLOCKS = layouts.BLOCK_SIZES
 CHANNELS = (1, 3, 7, 8, 9, 17, 64)
 
 
-def _random(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
 def test_nchw_blocked_round_trip(block, channels, threads):
-    x = _random((2, channels, 5, 7), seed=channels)
+    x = random((2, channels, 5, 7), seed=channels)
     blocked = np.full(layouts.blocked_shape(x.shape, block), np.nan, np.float32)
     kernels.nchw_to_blocked(x, blocked)
     expected = layouts.reference_nchw_to_blocked(x, block)
@@ -35,7 +32,7 @@ def test_nchw_blocked_round_trip(block, channels, threads):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
 def test_nhwc_blocked_round_trip(block, channels, threads):
-    x = _random((3, 3, 9, channels), seed=channels + 100)
+    x = random((3, 3, 9, channels), seed=channels + 100)
     nchw_shape = (3, channels, 3, 9)
     blocked = np.full(layouts.blocked_shape(nchw_shape, block), np.nan, np.float32)
     kernels.nhwc_to_blocked(x, blocked)
@@ -56,7 +53,7 @@ def test_spec_on_a_hand_worked_example():
 
 
 def _spec_filter(out_c, group_in, kh, kw, seed):
-    return _random((out_c, group_in, kh, kw), seed)
+    return random((out_c, group_in, kh, kw), seed)
 
 
 @pytest.mark.parametrize("layout", layouts.FILTER_LAYOUTS)
@@ -109,7 +106,7 @@ def test_group_input_block_ranges_cover_every_nonzero_weight(in_c, out_c, groups
                                    (2, 37, 9, 11), (1, 64, 33, 35)])
 def test_reorders_on_multi_task_and_partial_shapes(block, shape, threads):
     n, c, h, w = shape
-    x = _random(shape, seed=c * h + w)
+    x = random(shape, seed=c * h + w)
     blocked = np.full(layouts.blocked_shape(shape, block), np.nan, np.float32)
     kernels.nchw_to_blocked(x, blocked)
     expected = layouts.reference_nchw_to_blocked(x, block)
@@ -134,7 +131,7 @@ def test_reorders_on_multi_task_and_partial_shapes(block, shape, threads):
 @pytest.mark.parametrize("shape", [(2, 17, 250, 251), (1, 72, 181, 163), (1, 260, 91, 93)])
 def test_reorders_on_tensors_past_the_caches(block, shape):
     assert np.prod(shape) * 4 >= kernels._STREAM_BYTES
-    x = _random(shape)
+    x = random(shape)
     expected = layouts.reference_nchw_to_blocked(x, block)
     back = np.full(shape, np.nan, np.float32)
     kernels.blocked_to_nchw(expected, back)
@@ -154,7 +151,7 @@ def test_blocked_to_nhwc_ignores_padding_lane_values(block, channels):
     # the partial block is stored as whole vectors that spill padding lanes
     # onto the next pixel before that pixel is written: garbage there must
     # never survive (nor reach past the output)
-    x = _random((2, channels, 40, 30), seed=5)
+    x = random((2, channels, 40, 30), seed=5)
     blocked = layouts.reference_nchw_to_blocked(x, block)
     partial = channels % block
     if partial:
@@ -176,7 +173,7 @@ def test_blocked_to_nhwc_ignores_padding_lane_values(block, channels):
 @pytest.mark.parametrize("shape", [(2, 13, 48, 48), (1, 8, 40, 26), (3, 5, 4, 4),
                                    (1, 20, 32, 32), (2, 3, 16, 16)])
 def test_blocked_to_nchw_into_targets_at_every_alignment(offset, shape, threads):
-    x = _random(shape, seed=shape[1] + offset)
+    x = random(shape, seed=shape[1] + offset)
     blocked = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
     storage = np.full(x.size + 48, np.nan, np.float32)
     start = (-(storage.ctypes.data // 4)) % 16 + offset     # floats to a 64-byte line, + offset
@@ -208,7 +205,7 @@ def _at_offset(size, offset):
                                    (2, 256, 14, 15), (1, 1024, 5, 7), (2, 64, 1, 1),
                                    (3, 8, 1, 2), (1, 16, 40, 40), (2, 17, 6, 6)])
 def test_nhwc_kernels_at_every_alignment(offset, shape, threads):
-    x = _random(shape, seed=shape[1] + offset)
+    x = random(shape, seed=shape[1] + offset)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
     out, storage, start = _at_offset(nhwc.size, offset)
@@ -229,7 +226,7 @@ def _check_streaming_reorders(shape, offset, threads):
     saved = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        x = _random(shape, seed=shape[1] + offset)
+        x = random(shape, seed=shape[1] + offset)
         expected = np.ascontiguousarray(layouts.reference_nchw_to_blocked(x, 8))
         assert kernels._stores_stream(expected.nbytes, threads)
         nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
@@ -273,14 +270,14 @@ def test_parallel_reorders_with_streaming_stores(offset, shape):
 def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, record_calls):
     calls = record_calls(getattr(layout_nhwc if "nhwc" in name else kernels, name), "serial",
                          "parallel")
-    x = _random((1, 9, 5, 7))
+    x = random((1, 9, 5, 7))
     blocked = np.empty(layouts.blocked_shape(x.shape, 8), np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     run = {"_nchw_to_blocked": lambda: kernels.nchw_to_blocked(x, blocked),
            "blocked_to_nchw": lambda: kernels.blocked_to_nchw(blocked, np.empty_like(x)),
            "_nhwc_to_blocked": lambda: kernels.nhwc_to_blocked(nhwc, blocked),
            "_blocked_to_nhwc": lambda: kernels.blocked_to_nhwc(blocked, np.empty_like(nhwc)),
-           "pack_filter": lambda: kernels.pack_filter(_random((9, 9, 3, 3)), 1, np.empty(
+           "pack_filter": lambda: kernels.pack_filter(random((9, 9, 3, 3)), 1, np.empty(
                (2, 2, 3, 3, 8, 8), np.float32))}
     kernels.nchw_to_blocked(x, blocked)
     calls.clear()

@@ -11,11 +11,8 @@ import pytest
 
 import jitnn
 from jitnn.ops.matmul import gemm_reference, matmul_reference
+from tests.helpers import random
 from tests.wpt import arguments, float32_cases
-
-
-def _random(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _close(got, want, k):
@@ -40,7 +37,7 @@ def test_webnn_conformance(case):
     ((0, 4), (4, 3)), ((3, 0), (0, 2)),
 ])
 def test_matmul_matches_numpy(a_shape, b_shape):
-    a, b = _random(a_shape, 1), _random(b_shape, 2)
+    a, b = random(a_shape, 1), random(b_shape, 2)
     got = jitnn.matmul(a, b).numpy()
     want = matmul_reference(a, b)
     assert got.shape == want.shape
@@ -51,7 +48,7 @@ def test_matmul_matches_numpy(a_shape, b_shape):
 def test_matmul_fused_activation(activation):
     from jitnn.kernels.epilogue import activation_reference
     from jitnn.ops._common import parse_activation
-    a, b = _random((33, 40), 3), _random((40, 29), 4)
+    a, b = random((33, 40), 3), random((40, 29), 4)
     got = jitnn.matmul(a, b, activation=activation).numpy()
     want = activation_reference(matmul_reference(a, b), *parse_activation("t", activation))
     _close(got, want, 40)
@@ -62,9 +59,9 @@ def test_matmul_fused_activation(activation):
                                                      (False, True), (True, True)])
 def test_gemm_options(c_shape, a_transpose, b_transpose):
     m, k, n = 31, 19, 23
-    a = _random((k, m) if a_transpose else (m, k), 5)
-    b = _random((n, k) if b_transpose else (k, n), 6)
-    c = None if c_shape is None else _random(c_shape, 7)
+    a = random((k, m) if a_transpose else (m, k), 5)
+    b = random((n, k) if b_transpose else (k, n), 6)
+    c = None if c_shape is None else random(c_shape, 7)
     kwargs = dict(alpha=0.75, beta=-1.5, a_transpose=a_transpose, b_transpose=b_transpose)
     got = jitnn.gemm(a, b, c, **kwargs).numpy()
     _close(got, gemm_reference(a, b, c, **kwargs), k)
@@ -72,10 +69,10 @@ def test_gemm_options(c_shape, a_transpose, b_transpose):
 
 def test_gemm_large_uses_packed_weights_once():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((300, 200), 8))
+    w = ctx.tensor(random((300, 200), 8))
     ctx.reset_stats()
     for seed in range(3):
-        x = _random((64, 300), seed)
+        x = random((64, 300), seed)
         _close(jitnn.gemm(ctx.tensor(x), w, b_transpose=False).numpy(),
                gemm_reference(x, np.asarray(w)), 300)
     assert ctx.stats.filter_packs == 1
@@ -83,7 +80,7 @@ def test_gemm_large_uses_packed_weights_once():
 
 def test_matmul_chain_stays_lazy_until_read():
     ctx = jitnn.Context()
-    a, b, c = (ctx.tensor(_random((16, 16), s)) for s in range(3))
+    a, b, c = (ctx.tensor(random((16, 16), s)) for s in range(3))
     ctx.reset_stats()
     y = jitnn.matmul(jitnn.matmul(a, b), c)
     assert y.pending and ctx.stats.launches == 0
@@ -97,8 +94,8 @@ def test_matmul_intermediates_go_into_the_plan_buffers(monkeypatch):
     ping-pong), so a flush makes 3 output arrays, not 4."""
     ops_matmul = importlib.import_module("jitnn.ops.matmul")  # jitnn.ops.matmul is the op
     ctx = jitnn.Context()
-    x = ctx.tensor(_random((32, 48), 0))
-    ws = [ctx.tensor(0.2 * _random((48, 48), s)) for s in range(1, 5)]
+    x = ctx.tensor(random((32, 48), 0))
+    ws = [ctx.tensor(0.2 * random((48, 48), s)) for s in range(1, 5)]
 
     def chain():
         h = x

@@ -23,15 +23,12 @@ from jitnn.kernels.matmul import blocking, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                                     SIGMOID, TANH, activation_reference)
+from tests.helpers import random
 
 EPS = float(np.finfo(np.float32).eps)
 ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.7),
                (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
                (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
-
-
-def _random(rng, shape):
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _reference(a, b, a_t=False, b_t=False, alpha=1.0, beta=1.0, c=None, bias=None,
@@ -91,8 +88,8 @@ def test_every_shape_up_to_17(path):
             for M in range(1, 18):
                 for N in range(1, 18):
                     for K in range(0, 18):
-                        a = _random(rng, (K, M) if a_t else (M, K))
-                        b = _random(rng, (N, K) if b_t else (K, N))
+                        a = random((K, M) if a_t else (M, K), rng)
+                        b = random((N, K) if b_t else (K, N), rng)
                         out = np.full((M, N), np.nan, np.float32)
                         mm.gemm(a, b, out, a_transpose=a_t, b_transpose=b_t,
                                 threads=path)
@@ -106,8 +103,8 @@ def test_irregular_large(a_t, b_t, threads):
     """1823 x 781 x 517 (M x K x N): several row and K-blocks, edges everywhere."""
     rng = np.random.default_rng(1)
     M, K, N = 1823, 781, 517
-    a = _random(rng, (K, M) if a_t else (M, K))
-    b = _random(rng, (N, K) if b_t else (K, N))
+    a = random((K, M) if a_t else (M, K), rng)
+    b = random((N, K) if b_t else (K, N), rng)
     out = np.full((M, N), np.nan, np.float32)
     mm.gemm(a, b, out, a_transpose=a_t, b_transpose=b_t, threads=threads)
     _check(out, *_reference(a, b, a_t, b_t))
@@ -133,8 +130,8 @@ def test_packing_runs_and_thread_splits(threads, monkeypatch):
     try:
         for M, N in shapes:
             for b_t in (False, True):
-                a = _random(rng, (M, K))
-                b = _random(rng, (N, K) if b_t else (K, N))
+                a = random((M, K), rng)
+                b = random((N, K) if b_t else (K, N), rng)
                 want, bound = _reference(a, b, False, b_t)
                 out = np.full((M, N), np.nan, np.float32)
                 mm.gemm(a, b, out, b_transpose=b_t)
@@ -154,8 +151,8 @@ def test_skinny(M, b_t, threads):
     """A fully connected layer: M x 2048 @ 2048 x 1000, B as given (the direct
     path: one-row product, or few rows) and pre-packed (the packed path)."""
     rng = np.random.default_rng(M)
-    a = _random(rng, (M, 2048))
-    b = _random(rng, (1000, 2048) if b_t else (2048, 1000))
+    a = random((M, 2048), rng)
+    b = random((1000, 2048) if b_t else (2048, 1000), rng)
     want, bound = _reference(a, b, False, b_t)
     out = np.full((M, 1000), np.nan, np.float32)
     mm.gemm(a, b, out, b_transpose=b_t, threads=threads)
@@ -168,7 +165,7 @@ def test_skinny(M, b_t, threads):
 
 def test_fortran_ordered_operands_are_read_as_transposes():
     rng = np.random.default_rng(2)
-    a, b = _random(rng, (40, 30)), _random(rng, (50, 40))
+    a, b = random((40, 30), rng), random((50, 40), rng)
     out = np.empty((30, 50), np.float32)
     mm.gemm(a.T, b.T, out)  # F-contiguous views: read through the flags, no copy
     _check(out, *_reference(a, b, True, True))
@@ -186,18 +183,18 @@ def test_alpha_beta_c_broadcasts(path, shape):
     """Every broadcast form of C, with alpha and beta; plus bias and residual."""
     M, N, K = shape
     rng = np.random.default_rng(3)
-    a, b = _random(rng, (M, K)), _random(rng, (K, N))
+    a, b = random((M, K), rng), random((K, N), rng)
     for c_shape in C_SHAPES:
         for alpha, beta in ((1.0, 1.0), (2.5, -0.5), (-1.0, 0.0)):
             c = None
             if c_shape is not None:
                 dims = tuple({"M": M, "N": N}.get(d, d) for d in c_shape)
-                c = _random(rng, dims) if dims else np.float32(rng.standard_normal())
+                c = random(dims, rng) if dims else np.float32(rng.standard_normal())
             out = np.full((M, N), np.nan, np.float32)
             mm.gemm(a, b, out, alpha=alpha, beta=beta, c=c, threads=path)
             _check(out, *_reference(a, b, alpha=alpha, beta=beta, c=c),
                    f"c {c_shape} alpha {alpha} beta {beta}")
-    bias, residual, c = _random(rng, (N,)), _random(rng, (M, N)), _random(rng, (M, 1))
+    bias, residual, c = random((N,), rng), random((M, N), rng), random((M, 1), rng)
     out = np.full((M, N), np.nan, np.float32)
     mm.gemm(a, b, out, alpha=0.5, beta=2.0, c=c, bias=bias, residual=residual,
             threads=path)
@@ -209,8 +206,8 @@ def test_alpha_beta_c_broadcasts(path, shape):
 def test_every_activation(path, act, p0, p1):
     rng = np.random.default_rng(4)
     for M, N, K in ((5, 7, 9), (1, 70, 300), (37, 45, 300)):
-        a, b = _random(rng, (M, K)), _random(rng, (K, N))
-        bias = _random(rng, (N,))
+        a, b = random((M, K), rng), random((K, N), rng)
+        bias = random((N,), rng)
         out = np.full((M, N), np.nan, np.float32)
         mm.gemm(a, b, out, bias=bias, activation=act, param0=p0, param1=p1,
                 threads=path)
@@ -220,7 +217,7 @@ def test_every_activation(path, act, p0, p1):
 
 def test_activation_by_name():
     rng = np.random.default_rng(5)
-    a, b = _random(rng, (9, 11)), _random(rng, (11, 13))
+    a, b = random((9, 11), rng), random((11, 13), rng)
     out = np.empty((9, 13), np.float32)
     mm.gemm(a, b, out, activation="relu")
     _check(out, *_reference(a, b, act=RELU))
@@ -229,7 +226,7 @@ def test_activation_by_name():
 def test_k_zero_gives_the_epilogue_of_zero():
     rng = np.random.default_rng(6)
     a, b = np.empty((4, 0), np.float32), np.empty((0, 5), np.float32)
-    c, bias = _random(rng, (4, 5)), _random(rng, (5,))
+    c, bias = random((4, 5), rng), random((5,), rng)
     out = np.full((4, 5), np.nan, np.float32)
     mm.gemm(a, b, out, beta=0.5, c=c, bias=bias, activation=RELU)
     np.testing.assert_allclose(out, np.maximum(0.5 * c + bias, 0), rtol=1e-6)
@@ -244,13 +241,13 @@ def test_k_zero_gives_the_epilogue_of_zero():
 def test_packed_b_is_reused(threads, monkeypatch):
     monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
     rng = np.random.default_rng(7)
-    w = _random(rng, (300, 70))  # (N, K): a weight matrix, used transposed
+    w = random((300, 70), rng)  # (N, K): a weight matrix, used transposed
     packed = mm.pack_b(w, b_transpose=True, threads=threads)
     assert packed.shape == (1, 70, 300)
     w_then = w.copy()
     w[:] = 0  # a PackedB is a snapshot
     for M in (1, 3, 13, 50):
-        a = _random(rng, (M, 70))
+        a = random((M, 70), rng)
         out = np.full((M, 300), np.nan, np.float32)
         mm.gemm(a, packed, out, bias=np.ones(300, np.float32), threads=threads)
         _check(out, *_reference(a, w_then, b_t=True, bias=np.ones(300)), f"M={M}")
@@ -262,12 +259,12 @@ def test_packed_b_is_reused(threads, monkeypatch):
 def test_batched_attention_shapes(threads):
     """12 x 128 x 64 @ 12 x 64 x 128, then scores @ values with B transposed."""
     rng = np.random.default_rng(8)
-    q, k = _random(rng, (12, 128, 64)), _random(rng, (12, 64, 128))
+    q, k = random((12, 128, 64), rng), random((12, 64, 128), rng)
     out = np.full((12, 128, 128), np.nan, np.float32)
     mm.batched_matmul(q, k, out, threads=threads)
     for g in range(12):
         _check(out[g], *_reference(q[g], k[g]), f"product {g}")
-    v = _random(rng, (12, 64, 128))  # (G, N, K): B = v[g].T
+    v = random((12, 64, 128), rng)  # (G, N, K): B = v[g].T
     out2 = np.full((12, 128, 64), np.nan, np.float32)
     mm.batched_matmul(out, v, out2, b_transpose=True, alpha=0.125, threads=threads)
     for g in range(12):
@@ -281,11 +278,11 @@ def test_batched_broadcast_by_index_maps(threads, monkeypatch):
     monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
     rng = np.random.default_rng(9)
     M, K, N = 19, 23, 35
-    a = _random(rng, (2, K, M))
-    b = _random(rng, (3, K, N))
+    a = random((2, K, M), rng)
+    b = random((3, K, N), rng)
     a_index = np.repeat(np.arange(2), 3)
     b_index = np.tile(np.arange(3), 2)
-    c, residual, bias = _random(rng, (6, M, 1)), _random(rng, (M, N)), _random(rng, (N,))
+    c, residual, bias = random((6, M, 1), rng), random((M, N), rng), random((N,), rng)
     out = np.full((6, M, N), np.nan, np.float32)
     mm.batched_matmul(a, b, out, a_index, b_index, c=c, beta=-1.0, residual=residual,
                       bias=bias, activation=TANH, a_transpose=True, threads=threads)
@@ -304,7 +301,7 @@ def test_batched_broadcast_by_index_maps(threads, monkeypatch):
 
 def test_batched_default_index_maps():
     rng = np.random.default_rng(10)
-    a, b = _random(rng, (1, 6, 5)), _random(rng, (4, 5, 7))
+    a, b = random((1, 6, 5), rng), random((4, 5, 7), rng)
     out = np.full((4, 6, 7), np.nan, np.float32)
     mm.batched_matmul(a, b, out)  # one A for four Bs
     for g in range(4):

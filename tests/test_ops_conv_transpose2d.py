@@ -5,13 +5,10 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv_transpose2d import conv_transpose2d_reference
+from tests.helpers import random
 from tests.wpt import arguments, float32_cases
 
 WPT = float32_cases("wpt_conv_transpose2d.json")
-
-
-def _random(shape, seed):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 @pytest.mark.parametrize("case", WPT, ids=[c[0] for c in WPT])
@@ -27,7 +24,7 @@ def test_op_matches_webnn_conformance(case):
 def test_policies_and_layouts_chain_with_conv2d(policy, input_layout):
     ctx = jitnn.Context(policy=policy)
     shape = (2, 9, 5, 6) if input_layout == "nchw" else (2, 5, 6, 9)
-    x, w, b = _random(shape, 1), _random((9, 3, 3, 3), 2), _random((3,), 3)
+    x, w, b = random(shape, 1), random((9, 3, 3, 3), 2), random((3,), 3)
     up = jitnn.conv_transpose2d(ctx.tensor(x), w, b, strides=2, padding=1, output_padding=1,
                                 input_layout=input_layout, activation="relu")
     assert up.shape == ((2, 3, 10, 12) if input_layout == "nchw" else (2, 10, 12, 3))
@@ -41,13 +38,13 @@ def test_policies_and_layouts_chain_with_conv2d(policy, input_layout):
 
 def test_filter_packed_once_and_graph_builder():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((4, 2, 2, 2), 4))
+    w = ctx.tensor(random((4, 2, 2, 2), 4))
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (1, 4, 3, 3))
     graph = b.build({"y": b.conv_transpose2d(x, b.constant(np.asarray(w)), strides=2)})
     assert graph.outputs == {"y": (1, 2, 6, 6)}
     for seed in range(2):
-        xs = _random((1, 4, 3, 3), 10 + seed)
+        xs = random((1, 4, 3, 3), 10 + seed)
         np.testing.assert_allclose(ctx.dispatch(graph, {"x": xs})["y"].numpy(),
                                    conv_transpose2d_reference(xs, np.asarray(w), strides=2),
                                    rtol=1e-4, atol=1e-5)
@@ -67,9 +64,9 @@ def test_each_run_is_one_launch_on_the_context_threads(monkeypatch):
     monkeypatch.setattr(op_module.ct_kernels, "conv_transpose2d_forward", recording_forward)
     # this thread's numba count left at all threads by another context's work
     everything = jitnn.Context(num_threads=numba.config.NUMBA_NUM_THREADS)
-    jitnn.reorder(everything.tensor(_random((1, 8, 2, 2), 7)), "nChw8c").numpy()
+    jitnn.reorder(everything.tensor(random((1, 8, 2, 2), 7)), "nChw8c").numpy()
     ctx = jitnn.Context(num_threads=1)
-    x, w = _random((1, 4, 3, 3), 5), _random((4, 2, 2, 2), 6)
+    x, w = random((1, 4, 3, 3), 5), random((4, 2, 2, 2), 6)
     for _ in range(2):
         got = jitnn.conv_transpose2d(ctx.tensor(x), ctx.tensor(w), strides=2).numpy()
     np.testing.assert_allclose(got, conv_transpose2d_reference(x, w, strides=2),

@@ -14,10 +14,7 @@ from jitnn.bench.chain import jitnn_forward
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.conv_transpose2d import conv_transpose2d_reference
 from jitnn.ops.normalization import batch_normalization_reference
-
-
-def _random(shape, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+from tests.helpers import random
 
 
 def _close(got, want):
@@ -39,7 +36,7 @@ def _chain_reference(x, ws, activation=lambda t: np.maximum(t, 0)):
 
 
 def _filters(ctx, channels, seed=10):
-    return [ctx.tensor(_random((channels, channels, 3, 3), seed + i, 0.2)) for i in range(3)]
+    return [ctx.tensor(random((channels, channels, 3, 3), seed + i, 0.2)) for i in range(3)]
 
 
 @pytest.mark.parametrize("channels", [3, 9, 16])
@@ -47,7 +44,7 @@ def test_a_repeated_chain_reuses_its_plan_with_new_inputs(channels):
     ctx = jitnn.Context()
     ws = _filters(ctx, channels)
     for call in range(4):
-        x = _random((2, channels, 7, 9), call)
+        x = random((2, channels, 7, 9), call)
         ctx.reset_stats()
         h = _chain(ctx.tensor(x), ws)
         out = h.numpy()
@@ -60,7 +57,7 @@ def test_a_repeated_chain_reuses_its_plan_with_new_inputs(channels):
 
 def test_new_filters_of_the_same_shapes_are_used():
     ctx = jitnn.Context()
-    x = _random((1, 16, 8, 8), 1)
+    x = random((1, 16, 8, 8), 1)
     for seed in (10, 20, 30):
         ws = _filters(ctx, 16, seed)
         _close(_chain(ctx.tensor(x), ws).numpy(), _chain_reference(x, ws))
@@ -70,8 +67,8 @@ def test_new_filters_of_the_same_shapes_are_used():
 def test_the_reused_plan_says_so_in_explain():
     ctx = jitnn.Context()
     ws = _filters(ctx, 8)
-    _chain(ctx.tensor(_random((1, 8, 5, 5), 1)), ws).numpy()
-    h = _chain(ctx.tensor(_random((1, 8, 5, 5), 2)), ws)
+    _chain(ctx.tensor(random((1, 8, 5, 5), 1)), ws).numpy()
+    h = _chain(ctx.tensor(random((1, 8, 5, 5), 2)), ws)
     before = jitnn.explain(h)
     assert "plan_cache: reused" in before and "not run yet" in before
     h.numpy()
@@ -83,7 +80,7 @@ def test_the_reused_plan_says_so_in_explain():
 def test_a_held_intermediate_changes_the_plan():
     ctx = jitnn.Context()
     ws = _filters(ctx, 16)
-    x = _random((1, 16, 6, 6), 1)
+    x = random((1, 16, 6, 6), 1)
     _chain(ctx.tensor(x), ws).numpy()                   # planned: nothing held
     a = ctx.tensor(x)
     c = jitnn.relu(jitnn.conv2d(a, ws[0], padding=1))   # held this time
@@ -100,7 +97,7 @@ def test_a_held_intermediate_changes_the_plan():
 def test_an_input_that_already_has_its_blocked_copy_is_not_reordered_again():
     ctx = jitnn.Context()
     ws = _filters(ctx, 16)
-    a = ctx.tensor(_random((1, 16, 6, 6), 1))
+    a = ctx.tensor(random((1, 16, 6, 6), 1))
     want = _chain_reference(a.numpy(), ws)
     ctx.reset_stats()
     _close(_chain(a, ws).numpy(), want)
@@ -108,7 +105,7 @@ def test_an_input_that_already_has_its_blocked_copy_is_not_reordered_again():
     ctx.reset_stats()
     _close(_chain(a, ws).numpy(), want)                 # a's blocked copy is kept on a
     assert ctx.stats.reorders == 1
-    b = ctx.tensor(_random((1, 16, 6, 6), 2))            # a new input needs its reorder
+    b = ctx.tensor(random((1, 16, 6, 6), 2))            # a new input needs its reorder
     ctx.reset_stats()
     _close(_chain(b, ws).numpy(), _chain_reference(b.numpy(), ws))
     assert ctx.stats.reorders == 2
@@ -123,7 +120,7 @@ def test_an_input_that_already_has_its_blocked_copy_is_not_reordered_again():
 def test_activations_with_other_parameters_get_their_own_plans(first, second):
     ctx = jitnn.Context()
     ws = _filters(ctx, 8)
-    x = _random((1, 8, 5, 5), 1)
+    x = random((1, 8, 5, 5), 1)
     references = {
         "leaky_relu": lambda t, alpha: np.where(t >= 0, t, alpha * t),
         "clamp": lambda t, lo, hi: np.clip(t, lo, hi),
@@ -159,11 +156,11 @@ def _bottleneck_reference(x, layers):
 def test_a_bottleneck_block_with_batch_norms_and_a_residual_reuses_its_plan(channels, mid):
     ctx = jitnn.Context()
     specs = [(mid, channels, 1, 0), (mid, mid, 3, 1), (channels, mid, 1, 0)]
-    layers = [(ctx.tensor(_random((o, c, k, k), 20 + i, 0.3)),
+    layers = [(ctx.tensor(random((o, c, k, k), 20 + i, 0.3)),
                [ctx.tensor(a) for a in _bn_stats(o, 30 + i)], pad)
               for i, (o, c, k, pad) in enumerate(specs)]
     for call in range(3):
-        x = _random((2, channels, 7, 9), call)
+        x = random((2, channels, 7, 9), call)
         ctx.reset_stats()
         got = jitnn_forward(jitnn, "bottleneck", ctx.tensor(x), layers).numpy()
         _close(got, _bottleneck_reference(x, layers))
@@ -176,8 +173,8 @@ def test_a_bottleneck_block_with_batch_norms_and_a_residual_reuses_its_plan(chan
 
 def test_batch_norm_statistics_given_as_arrays_each_call_are_used():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
-    x = _random((1, 8, 5, 5), 2)
+    w = ctx.tensor(random((8, 8, 3, 3), 1, 0.3))
+    x = random((1, 8, 5, 5), 2)
     for seed in (3, 4, 5):
         stats = _bn_stats(8, seed)
         h = jitnn.relu(jitnn.batch_normalization(jitnn.conv2d(ctx.tensor(x), w, padding=1),
@@ -200,8 +197,8 @@ def test_a_folded_batch_norm_is_computed_once_and_its_numbers_key_the_fold(monke
     monkeypatch.setattr(conv_op, "batch_norm_scale_shift",
                         lambda bn: folds.append(1) or original(bn))
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
-    x = _random((1, 8, 5, 5), 2)
+    w = ctx.tensor(random((8, 8, 3, 3), 1, 0.3))
+    x = random((1, 8, 5, 5), 2)
     conv = conv2d_reference(x, np.asarray(w), padding=1)
     held = [ctx.tensor(a) for a in _bn_stats(8, 3)]
     for call in range(3):
@@ -225,8 +222,8 @@ def test_a_folded_batch_norm_is_computed_once_and_its_numbers_key_the_fold(monke
 
 def test_batch_norms_with_other_options_get_their_own_plans():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
-    x = _random((1, 8, 5, 5), 2)
+    w = ctx.tensor(random((8, 8, 3, 3), 1, 0.3))
+    x = random((1, 8, 5, 5), 2)
     mean, variance, scale, bias = _bn_stats(8, 3)
     conv = conv2d_reference(x, np.asarray(w), padding=1)
     cases = [({"epsilon": 1e-3}, (mean, variance, scale, bias)),
@@ -244,10 +241,10 @@ def test_batch_norms_with_other_options_get_their_own_plans():
 @pytest.mark.parametrize("number, other", [(0.5, 1.5), (0.0, -0.0)])
 def test_a_number_operand_is_part_of_the_plan(number, other):
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 1, 0.3))
-    conv = np.asarray(jitnn.conv2d(ctx.tensor(_random((1, 8, 5, 5), 2)), w, padding=1))
+    w = ctx.tensor(random((8, 8, 3, 3), 1, 0.3))
+    conv = np.asarray(jitnn.conv2d(ctx.tensor(random((1, 8, 5, 5), 2)), w, padding=1))
     for value in (number, number, other):
-        x = _random((1, 8, 5, 5), 2)
+        x = random((1, 8, 5, 5), 2)
         got = jitnn.div(1.0, jitnn.mul(jitnn.conv2d(ctx.tensor(x), w, padding=1), value))
         with np.errstate(divide="ignore", invalid="ignore"):
             want = 1.0 / (conv.astype(np.float64) * value)
@@ -272,9 +269,9 @@ _OPERANDS = {
 @pytest.mark.parametrize("kind", list(_OPERANDS))
 def test_each_kind_of_binary_operand_is_resolved_for_the_reusing_flush(kind):
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((9, 9, 3, 3), 1, 0.3))
+    w = ctx.tensor(random((9, 9, 3, 3), 1, 0.3))
     for call in range(3):
-        x = _random((2, 9, 5, 7), 10 + call)
+        x = random((2, 9, 5, 7), 10 + call)
         a = ctx.tensor(x)
         conv = conv2d_reference(x, np.asarray(w), padding=1)
         spec = _OPERANDS[kind]
@@ -284,7 +281,7 @@ def test_each_kind_of_binary_operand_is_resolved_for_the_reusing_flush(kind):
             want_operand = x.mean(axis=(2, 3), keepdims=True)
             operand = jitnn.global_average_pool2d(a)
         else:
-            operand = want_operand = _random(spec, 20 + call)
+            operand = want_operand = random(spec, 20 + call)
         h = jitnn.relu(jitnn.sub(jitnn.mul(jitnn.conv2d(a, w, padding=1), operand), x))
         _close(h.numpy(), np.maximum(conv * want_operand - x, 0))
     # a number is part of the plan (0, then 0.25, then 0 again: one hit)
@@ -294,7 +291,7 @@ def test_each_kind_of_binary_operand_is_resolved_for_the_reusing_flush(kind):
 def test_a_merged_plain_chain_reuses_its_plan():
     ctx = jitnn.Context()
     for call in range(3):
-        x, y = _random((6, 10), call), _random((6, 10), 10 + call)
+        x, y = random((6, 10), call), random((6, 10), 10 + call)
         h = jitnn.relu(jitnn.add(jitnn.mul(jitnn.sigmoid(ctx.tensor(x)), ctx.tensor(y)), 0.5))
         ctx.reset_stats()
         _close(h.numpy(), np.maximum(1 / (1 + np.exp(-x)) * y + 0.5, 0))
@@ -304,7 +301,7 @@ def test_a_merged_plain_chain_reuses_its_plan():
 def test_opaque_and_broadcast_nodes_reuse_their_plans():
     ctx = jitnn.Context()
     for call in range(3):
-        x, y = _random((2, 1, 5, 5), call), _random((1, 3, 1, 1), 5 + call)
+        x, y = random((2, 1, 5, 5), call), random((1, 3, 1, 1), 5 + call)
         # neither operand has the output's shape (broadcast first, plain), then
         # a pooling (an opaque node: a closure of its own flush)
         h = jitnn.max_pool2d(jitnn.relu(jitnn.add(ctx.tensor(x), ctx.tensor(y))), 2, strides=2)
@@ -315,9 +312,9 @@ def test_opaque_and_broadcast_nodes_reuse_their_plans():
 
 def test_a_matmul_with_its_fused_bias_and_activation_reuses_its_plan():
     ctx = jitnn.Context()
-    w1, bias, w2 = _random((12, 7), 1), _random((7,), 2), _random((7, 3), 3)
+    w1, bias, w2 = random((12, 7), 1), random((7,), 2), random((7, 3), 3)
     for call in range(3):
-        a = _random((5, 12), call)
+        a = random((5, 12), call)
         h = jitnn.matmul(jitnn.relu(jitnn.add(jitnn.matmul(ctx.tensor(a), w1), bias)), w2)
         ctx.reset_stats()
         _close(h.numpy(), np.maximum(a @ w1 + bias, 0) @ w2)
@@ -327,7 +324,7 @@ def test_a_matmul_with_its_fused_bias_and_activation_reuses_its_plan():
 
 def test_gemm_options_get_their_own_plans():
     ctx = jitnn.Context()
-    a, b, c = _random((4, 6), 1), _random((6, 5), 2), _random((4, 5), 3)
+    a, b, c = random((4, 6), 1), random((6, 5), 2), random((4, 5), 3)
     for alpha, beta in ((1.0, 1.0), (2.0, 1.0), (2.0, 0.5), (2.0, 0.5)):
         h = jitnn.relu(jitnn.gemm(ctx.tensor(a), b, c, alpha=alpha, beta=beta))
         _close(h.numpy(), np.maximum(alpha * a @ b + beta * c, 0))
@@ -336,9 +333,9 @@ def test_gemm_options_get_their_own_plans():
 
 def test_a_transposed_convolution_in_a_chain_reuses_its_plan():
     ctx = jitnn.Context()
-    w, up = ctx.tensor(_random((9, 9, 3, 3), 1, 0.3)), _random((9, 5, 2, 2), 2, 0.3)
+    w, up = ctx.tensor(random((9, 9, 3, 3), 1, 0.3)), random((9, 5, 2, 2), 2, 0.3)
     for call in range(3):
-        x = _random((2, 9, 5, 7), call)
+        x = random((2, 9, 5, 7), call)
         h = jitnn.relu(jitnn.conv_transpose2d(jitnn.conv2d(ctx.tensor(x), w, padding=1), up,
                                               strides=2))
         want = np.maximum(conv_transpose2d_reference(
@@ -350,7 +347,7 @@ def test_a_transposed_convolution_in_a_chain_reuses_its_plan():
 def test_a_dag_with_a_node_without_sig_is_planned_every_time():
     ctx = jitnn.Context()
     for call in range(2):
-        x = _random((1, 8, 5, 5), call)
+        x = random((1, 8, 5, 5), call)
         h = jitnn.relu(ctx.tensor(x))
         h._v._node.sig = None           # an op that does not describe its node
         _close(jitnn.relu(h).numpy(), np.maximum(x, 0))
@@ -360,7 +357,7 @@ def test_a_dag_with_a_node_without_sig_is_planned_every_time():
 def test_a_plan_keeps_no_value_alive():
     ctx = jitnn.Context()
     ws = _filters(ctx, 8)
-    a = ctx.tensor(_random((1, 8, 5, 5), 1))
+    a = ctx.tensor(random((1, 8, 5, 5), 1))
     h = _chain(a, ws)
     refs = [weakref.ref(a._v), weakref.ref(h._v)]
     h.numpy()
@@ -372,9 +369,9 @@ def test_a_plan_keeps_no_value_alive():
 
 def test_the_cache_is_bounded():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 1))
+    w = ctx.tensor(random((8, 8, 3, 3), 1))
     for side in range(3, 3 + plan_cache.MAX_PLANS + 5):
-        x = _random((1, 8, side, 4), side)
+        x = random((1, 8, side, 4), side)
         h = jitnn.relu(jitnn.relu(jitnn.conv2d(ctx.tensor(x), w, padding=1)))
         _close(h.numpy(), np.maximum(conv2d_reference(x, np.asarray(w), padding=1), 0))
     assert len(ctx.plans.plans) == plan_cache.MAX_PLANS
@@ -383,7 +380,7 @@ def test_the_cache_is_bounded():
 def test_two_threads_repeat_one_chain_on_one_context():
     ctx = jitnn.Context()
     ws = _filters(ctx, 16)
-    inputs = [_random((1, 16, 9, 7), seed) for seed in range(12)]
+    inputs = [random((1, 16, 9, 7), seed) for seed in range(12)]
     wants = [_chain_reference(x, ws) for x in inputs]
     errors = []
 
@@ -415,16 +412,16 @@ def test_a_single_op_conv_finds_its_launch_again(monkeypatch, policy):
     original = conv_op._plan_run
     monkeypatch.setattr(conv_op, "_plan_run", lambda *a: plans.append(1) or original(*a))
     ctx = jitnn.Context(policy=policy)
-    w1, w2 = (ctx.tensor(_random((9, 5, 3, 3), seed, 0.3)) for seed in (1, 2))
-    b1, b2 = (ctx.tensor(_random((9,), seed)) for seed in (3, 4))
+    w1, w2 = (ctx.tensor(random((9, 5, 3, 3), seed, 0.3)) for seed in (1, 2))
+    b1, b2 = (ctx.tensor(random((9,), seed)) for seed in (3, 4))
     for call in range(3):
-        x = _random((2, 5, 6, 7), 10 + call)
+        x = random((2, 5, 6, 7), 10 + call)
         got = jitnn.conv2d(ctx.tensor(x), w1, b1, padding=1, activation="relu").numpy()
         _close(got, np.maximum(conv2d_reference(x, np.asarray(w1), np.asarray(b1), padding=1),
                                0))
     assert len(plans) == 1
     for call, (w, b) in enumerate([(w2, b1), (w2, b1), (w1, b2), (w2, b2), (w1, b1)]):
-        x = _random((2, 5, 6, 7), 20 + call)
+        x = random((2, 5, 6, 7), 20 + call)
         got = jitnn.conv2d(ctx.tensor(x), w, b, padding=1, activation="relu").numpy()
         _close(got, np.maximum(conv2d_reference(x, np.asarray(w), np.asarray(b), padding=1),
                                0))

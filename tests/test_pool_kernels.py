@@ -9,6 +9,7 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import pool as P
+from tests.helpers import uniform
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 16, 17, 64)
@@ -25,10 +26,6 @@ GEOMETRIES = [
     ((1, 1), (2, 3), (1, 1), (0, 0, 0, 0), "floor"),
     ((5, 4), (1, 1), (1, 1), (2, 2, 1, 2), "floor"),    # window larger than the border
 ]
-
-
-def _random(shape, seed):
-    return np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
 
 
 def _output_size(shape, geometry):
@@ -67,7 +64,7 @@ def _check(out, expected, channels):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
 def test_pool_geometries(geometry, kind, channels, cb):
-    x = _random((2, channels, 11, 13), seed=channels)
+    x = uniform((2, channels, 11, 13), seed=channels)
     out, reference = _run(kind, x, cb, geometry)
     _check(out, reference, channels)
 
@@ -76,7 +73,7 @@ def test_pool_geometries(geometry, kind, channels, cb):
 @pytest.mark.parametrize("channels", CHANNELS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_pool_channels(kind, channels, cb):
-    x = _random((2, channels, 9, 7), seed=channels + 1)
+    x = uniform((2, channels, 9, 7), seed=channels + 1)
     out, reference = _run(kind, x, cb, GEOMETRIES[1])
     _check(out, reference, channels)
 
@@ -86,7 +83,7 @@ def test_pool_channels(kind, channels, cb):
 def test_pool_other_block_sizes(kind, cb):
     """Block sizes 1 (one lane per vector) and 32 (four 8-lane groups)."""
     for channels, geometry in [(3, GEOMETRIES[1]), (33, GEOMETRIES[4])]:
-        x = _random((2, channels, 9, 10), seed=channels)
+        x = uniform((2, channels, 9, 10), seed=channels)
         out, reference = _run(kind, x, cb, geometry)
         _check(out, reference, channels)
 
@@ -95,7 +92,7 @@ def test_pool_other_block_sizes(kind, cb):
 def test_windows_partly_and_wholly_outside(kind):
     """Ceil rounding: the last windows reach past the padding (partly outside);
     one more output row or column would lie wholly outside: refused."""
-    x = _random((2, 9, 5, 6), seed=3)
+    x = uniform((2, 9, 5, 6), seed=3)
     geometry = ((3, 3), (2, 2), (1, 1), (1, 0, 0, 1), "ceil")
     oh, ow = _output_size(x.shape, geometry)
     assert (oh - 1) * 2 - 1 + 3 > 5 + 0       # the last window rows end past the padding
@@ -111,7 +108,7 @@ def test_parallel_path(kind, threads, record_calls):
     """Large enough for the parallel driver, which runs on 2 threads; on 1 the
     same rows go through one plain call."""
     calls = record_calls(P, "_pool_parallel")
-    x = _random((2, 17, 40, 41), seed=4)
+    x = uniform((2, 17, 40, 41), seed=4)
     out, reference = _run(kind, x, 8, GEOMETRIES[0])
     assert out.size >= P._PARALLEL_MIN
     assert len(calls) == (0 if threads == 1 else 1)
@@ -121,7 +118,7 @@ def test_parallel_path(kind, threads, record_calls):
 @pytest.mark.parametrize("cb", BLOCKS)
 @pytest.mark.parametrize("channels", CHANNELS)
 def test_global_average_pool(channels, cb):
-    x = _random((2, channels, 7, 9), seed=channels)
+    x = uniform((2, channels, 7, 9), seed=channels)
     xb = layouts.reference_nchw_to_blocked(x, cb)
     out = np.full((2, xb.shape[1], 1, 1, cb), np.nan, np.float32)
     P.global_average_pool2d(xb, out)
@@ -132,7 +129,7 @@ def test_global_average_pool(channels, cb):
 def test_global_average_pool_many_planes(cb, threads):
     """More planes than one task takes (16): every task's planes, on the serial
     compile (1 thread) and the parallel one (2 threads)."""
-    x = _random((3, 300, 9, 11), seed=5)
+    x = uniform((3, 300, 9, 11), seed=5)
     xb = layouts.reference_nchw_to_blocked(x, cb)
     out = np.full((3, xb.shape[1], 1, 1, cb), np.nan, np.float32)
     P.global_average_pool2d(xb, out)
@@ -141,7 +138,7 @@ def test_global_average_pool_many_planes(cb, threads):
 
 def test_max_ignores_padding_for_negative_inputs():
     """Padding never wins a max: an all-negative input stays negative."""
-    x = -np.abs(_random((1, 3, 4, 4), seed=5)) - 1
+    x = -np.abs(uniform((1, 3, 4, 4), seed=5)) - 1
     out, reference = _run("max", x, 4, GEOMETRIES[0])
     assert np.all(reference < 0)
     _check(out, reference, 3)
@@ -168,7 +165,7 @@ def test_against_pytorch():
     """An independent oracle for ceil rounding and count_include_pad."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
-    x = _random((2, 5, 10, 11), seed=6)
+    x = uniform((2, 5, 10, 11), seed=6)
     tx = torch.from_numpy(x)
     for kernel, stride, pad in [(3, 2, 1), (2, 2, 0), (3, 3, 1), (4, 3, 2)]:
         geometry = ((kernel,) * 2, (stride,) * 2, (1, 1), (pad,) * 4, "ceil")
@@ -184,7 +181,7 @@ def test_against_pytorch():
 
 
 def test_errors():
-    x = layouts.reference_nchw_to_blocked(_random((1, 5, 6, 6), 0), 4)
+    x = layouts.reference_nchw_to_blocked(uniform((1, 5, 6, 6), 0), 4)
     with pytest.raises(ValueError, match="out has shape"):
         P.max_pool2d(x, np.empty((1, 2, 3, 3, 8), np.float32), 2, 2)
     with pytest.raises(ValueError, match="must not overlap"):
@@ -229,7 +226,7 @@ def test_ceil_and_large_strides(kind, channels, cb):
     """Negative inputs (a 0 for an empty window would be the max) on odd sizes,
     N = 2, against the float64 reference."""
     for shape in ((2, channels, 7, 11), (2, channels, 5, 8)):
-        x = -np.abs(_random(shape, seed=channels)) - 0.5
+        x = -np.abs(uniform(shape, seed=channels)) - 0.5
         for geometry in CEIL_GEOMETRIES:
             out, reference = _run(kind, x, cb, geometry)
             assert np.all(reference < 0)
@@ -240,7 +237,7 @@ def test_ceil_and_large_strides(kind, channels, cb):
 def test_windows_with_no_input_are_refused(kind):
     """Padding >= the window: the first window holds only padding. The kernel
     refuses it rather than write a value that is not in the window."""
-    x = _random((2, 3, 6, 6), seed=7)
+    x = uniform((2, 3, 6, 6), seed=7)
     for geometry in [((2, 2), (1, 1), (1, 1), (2, 0, 0, 0), "floor"),
                      ((2, 2), (2, 2), (1, 1), (0, 0, 0, 3), "ceil"),
                      ((2, 2), (1, 1), (1, 7), (0, 0, 1, 1), "floor")]:   # taps skip the input

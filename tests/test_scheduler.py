@@ -10,12 +10,9 @@ import jitnn
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.lrn import lrn_reference
 from jitnn.ops.normalization import batch_normalization_reference
+from tests.helpers import random
 
 RTOL = 2e-4
-
-
-def _random(shape, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 def _close(got, want, atol=2e-4):
@@ -37,8 +34,8 @@ def _seed_chain(ctx, a, ws):
 @pytest.fixture
 def seed():
     ctx = jitnn.Context()
-    a = ctx.tensor(_random((1, 16, 11, 13), 1))
-    ws = [ctx.tensor(_random((16, 16, 3, 3), 2 + i, 0.2)) for i in range(3)]
+    a = ctx.tensor(random((1, 16, 11, 13), 1))
+    ws = [ctx.tensor(random((16, 16, 3, 3), 2 + i, 0.2)) for i in range(3)]
     want = np.asarray(a, np.float64)
     for w in ws:
         want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
@@ -102,8 +99,8 @@ def test_intermediates_nobody_holds_are_never_materialized(seed):
 
 def test_intermediate_read_by_a_later_pending_op_is_kept():
     ctx = jitnn.Context()
-    x = ctx.tensor(_random((1, 8, 6, 6), 3))
-    w = ctx.tensor(_random((8, 8, 1, 1), 4))
+    x = ctx.tensor(random((1, 8, 6, 6), 3))
+    w = ctx.tensor(random((8, 8, 1, 1), 4))
     branch = jitnn.sigmoid(jitnn.conv2d(x, w))     # conv output read by relu and sigmoid
     conv = jitnn.conv2d(x, w)
     first = jitnn.relu(conv)
@@ -128,9 +125,9 @@ def _bn_params(c, seed):
 
 def test_batch_norm_folds_into_conv_and_residual_relu_fuse():
     ctx = jitnn.Context()
-    x_np = _random((2, 9, 7, 5), 5)
-    w_np = _random((9, 9, 3, 3), 6, 0.3)
-    b_np = _random((9,), 7)
+    x_np = random((2, 9, 7, 5), 5)
+    w_np = random((9, 9, 3, 3), 6, 0.3)
+    b_np = random((9,), 7)
     bn = _bn_params(9, 8)
     x = ctx.tensor(x_np)
     ctx.reset_stats()
@@ -149,8 +146,8 @@ def test_batch_norm_folds_into_conv_and_residual_relu_fuse():
 
 def test_elementwise_chain_after_conv_is_one_pass():
     ctx = jitnn.Context()
-    x_np = _random((1, 17, 6, 7), 9)
-    w_np = _random((17, 17, 1, 1), 10, 0.3)
+    x_np = random((1, 17, 6, 7), 9)
+    w_np = random((17, 17, 1, 1), 10, 0.3)
     x = ctx.tensor(x_np)
     ctx.reset_stats()
     conv = jitnn.relu(jitnn.conv2d(x, w_np))           # relu fuses into the conv
@@ -172,7 +169,7 @@ def test_elementwise_chain_on_plain_data_is_one_pass(shape):
     # activations and binary ops with a scalar or a same-shape operand, either
     # side; no conv before them, so the data stays plain (any rank)
     ctx = jitnn.Context()
-    x_np, y_np = _random(shape, 40), _random(shape, 41)
+    x_np, y_np = random(shape, 40), random(shape, 41)
     x, y = ctx.tensor(x_np), ctx.tensor(y_np)
     ctx.reset_stats()
     t = jitnn.sub(2.0, jitnn.mul(y, jitnn.sigmoid(jitnn.add(x, 0.5))))
@@ -189,7 +186,7 @@ def test_elementwise_chain_on_plain_data_is_one_pass(shape):
 
 def test_plain_chain_keeps_what_is_held_and_stops_at_broadcasts():
     ctx = jitnn.Context()
-    x_np, row_np = _random((4, 6), 42), _random((6,), 43)
+    x_np, row_np = random((4, 6), 42), random((6,), 43)
     x = ctx.tensor(x_np)
     ctx.reset_stats()
     held = jitnn.relu(jitnn.add(x, 1.0))               # the caller keeps it
@@ -205,7 +202,7 @@ def test_plain_chain_keeps_what_is_held_and_stops_at_broadcasts():
 @pytest.mark.parametrize("policy", ["plain", "eager"])
 def test_plain_chain_fuses_only_under_the_blocked_policy(policy):
     ctx = jitnn.Context(policy=policy)
-    x_np = _random((3, 5), 44)
+    x_np = random((3, 5), 44)
     x = ctx.tensor(x_np)
     ctx.reset_stats()
     got = jitnn.sigmoid(jitnn.mul(jitnn.relu(x), 2.0)).numpy()
@@ -215,7 +212,7 @@ def test_plain_chain_fuses_only_under_the_blocked_policy(policy):
 
 def test_plain_chain_runs_in_place_over_a_dead_intermediate():
     ctx = jitnn.Context()
-    x_np = _random((5, 9), 45)
+    x_np = random((5, 9), 45)
     x = ctx.tensor(x_np)
     a = jitnn.add(x, 1.0)                  # read twice below: its own pass, into b0
     b = jitnn.sigmoid(jitnn.sub(jitnn.relu(jitnn.mul(a, a)), 1.0))
@@ -229,16 +226,16 @@ def test_plain_chain_runs_in_place_over_a_dead_intermediate():
 def test_relu_before_add_is_not_fused_as_residual():
     # act(conv + residual) is the epilogue's order; relu(conv) + r must not become it
     ctx = jitnn.Context()
-    x_np, r_np = _random((1, 8, 5, 5), 11), _random((1, 8, 5, 5), 12)
-    w_np = _random((8, 8, 3, 3), 13, 0.3)
+    x_np, r_np = random((1, 8, 5, 5), 11), random((1, 8, 5, 5), 12)
+    w_np = random((8, 8, 3, 3), 13, 0.3)
     y = jitnn.add(jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w_np, padding=1)), r_np)
     _close(y.numpy(), _relu(conv2d_reference(x_np, w_np, padding=1)) + r_np)
 
 
 def test_buffers_of_dead_intermediates_are_reused():
     ctx = jitnn.Context()
-    x = ctx.tensor(_random((1, 16, 8, 8), 14))
-    w = ctx.tensor(_random((16, 16, 3, 3), 15, 0.2))
+    x = ctx.tensor(random((1, 16, 8, 8), 14))
+    w = ctx.tensor(random((16, 16, 3, 3), 15, 0.2))
     h = x
     for _ in range(6):
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
@@ -257,7 +254,7 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
     replay, with bound kernel calls)."""
     ctx = jitnn.Context()
     channels = (8, 32, 8, 16, 8, 24)
-    weights = [_random((o, i, 3, 3), 80 + n, 0.2)
+    weights = [random((o, i, 3, 3), 80 + n, 0.2)
                for n, (i, o) in enumerate(zip(channels, channels[1:]))]
 
     def reference(x):
@@ -265,7 +262,7 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
             x = _relu(conv2d_reference(x, w, padding=1))
         return x
 
-    h = ctx.tensor(_random((2, 8, 9, 7), 86))
+    h = ctx.tensor(random((2, 8, 9, 7), 86))
     x_np = np.asarray(h)
     for w in weights:
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
@@ -278,7 +275,7 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
         t = b.conv2d(t, b.constant(w), padding=1, activation="relu")
     graph = b.build({"y": t})
     for seed in range(3):
-        x_np = _random((2, 8, 9, 7), 90 + seed)
+        x_np = random((2, 8, 9, 7), 90 + seed)
         out = {"y": np.full((2, 24, 9, 7), np.nan, np.float32)}
         ctx.compute(graph, {"x": x_np}, out)
         _close(out["y"], reference(x_np), atol=1e-3)
@@ -287,8 +284,8 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
 
 def test_in_place_elementwise_reuses_the_input_buffer():
     ctx = jitnn.Context()
-    x = jitnn.reorder(ctx.tensor(_random((1, 8, 4, 4), 16)), "nChw8c")
-    w = ctx.tensor(_random((8, 8, 1, 1), 17))
+    x = jitnn.reorder(ctx.tensor(random((1, 8, 4, 4), 16)), "nChw8c")
+    w = ctx.tensor(random((8, 8, 1, 1), 17))
     conv = jitnn.conv2d(jitnn.conv2d(x, w), w)
     y = jitnn.sigmoid(jitnn.add(conv, 1.0))
     del conv
@@ -311,7 +308,7 @@ def _bottleneck(ctx, x, params):
 
 def _bottleneck_params(c, mid, seed):
     shapes = [(mid, c, 1, 1), (mid, mid, 3, 3), (c, mid, 1, 1)]
-    return [(_random(s, seed + i, 1 / np.sqrt(np.prod(s[1:]))), _bn_params(s[0], seed + 10 + i))
+    return [(random(s, seed + i, 1 / np.sqrt(np.prod(s[1:]))), _bn_params(s[0], seed + 10 + i))
             for i, s in enumerate(shapes)]
 
 
@@ -324,9 +321,9 @@ def _inception(ctx, x, ws):
 
 @pytest.mark.parametrize("block", [4, 8])
 def test_the_three_policies_agree_on_a_bottleneck_and_an_inception_block(block):
-    x_np = _random((2, 20, 9, 7), 20)
+    x_np = random((2, 20, 9, 7), 20)
     params = _bottleneck_params(20, 6, 21)
-    inception_ws = [_random(s, 30 + i, 0.3) for i, s in enumerate(
+    inception_ws = [random(s, 30 + i, 0.3) for i, s in enumerate(
         [(5, 20, 1, 1), (4, 20, 1, 1), (7, 4, 3, 3), (3, 20, 1, 1)])]
     results, stats = {}, {}
     for policy in jitnn.POLICIES:
@@ -421,7 +418,7 @@ def test_explain_before_and_after_the_run(seed):
 
 def test_pending_work_is_bounded():
     ctx = jitnn.Context(max_pending_ops=5)
-    x = jitnn.reorder(ctx.tensor(_random((1, 8, 4, 4), 40)), "nChw8c")
+    x = jitnn.reorder(ctx.tensor(random((1, 8, 4, 4), 40)), "nChw8c")
     held = []
     y = x
     for i in range(12):
@@ -432,7 +429,7 @@ def test_pending_work_is_bounded():
     assert ctx.stats.flushes >= 2
     _close(held[-1].numpy(), np.asarray(x) + 12.0)
     byte_bound = jitnn.Context(max_pending_bytes=3 * 8 * 16 * 4)
-    z = jitnn.reorder(byte_bound.tensor(_random((1, 8, 4, 4), 41)), "nChw8c")
+    z = jitnn.reorder(byte_bound.tensor(random((1, 8, 4, 4), 41)), "nChw8c")
     outs = [jitnn.relu(z) for _ in range(8)]
     assert sum(t.pending for t in outs) <= 3
     with pytest.raises(jitnn.JitnnValueError, match="max_pending_ops"):
@@ -441,8 +438,8 @@ def test_pending_work_is_bounded():
 
 def test_two_threads_dispatch_and_read_on_one_context():
     ctx = jitnn.Context()
-    w = ctx.tensor(_random((8, 8, 3, 3), 50, 0.3))
-    inputs = [_random((1, 8, 6, 6), 51 + i) for i in range(2)]
+    w = ctx.tensor(random((8, 8, 3, 3), 50, 0.3))
+    inputs = [random((1, 8, 6, 6), 51 + i) for i in range(2)]
     results, errors = {}, []
 
     def work(i):
@@ -470,8 +467,8 @@ def test_two_threads_dispatch_and_read_on_one_context():
 
 def test_matmul_bias_and_activation_fuse_into_one_gemm():
     ctx = jitnn.Context()
-    a_np, w_np = _random((9, 33), 60), _random((33, 17), 61, 0.3)
-    bias_np, res_np = _random((17,), 62), _random((9, 17), 63)
+    a_np, w_np = random((9, 33), 60), random((33, 17), 61, 0.3)
+    bias_np, res_np = random((17,), 62), random((9, 17), 63)
     w = ctx.tensor(w_np)
     ctx.reset_stats()
     y = jitnn.relu(jitnn.add(jitnn.matmul(a_np, w), bias_np))     # a fully connected layer
@@ -492,8 +489,8 @@ def test_matmul_bias_and_activation_fuse_into_one_gemm():
     assert not held.pending
 
 
-_M = _random((49, 5), 78)
-_STATS = [np.abs(_random((7,), 79 + i)) + 0.5 for i in range(4)]
+_M = random((49, 5), 78)
+_STATS = [np.abs(random((7,), 79 + i)) + 0.5 for i in range(4)]
 # plain-layout ops on a conv result: (op, numpy reference)
 PLAIN_OPS = {
     "flatten": (lambda h: jitnn.flatten(h), lambda h: h.reshape(1, -1)),
@@ -521,8 +518,8 @@ def test_a_conv_result_nobody_holds_read_by_a_plain_op_gets_a_reused_buffer(op):
     (as pooling and concat): a conv result they read is an intermediate."""
     run, reference = PLAIN_OPS[op]
     ctx = jitnn.Context()
-    x_np = _random((1, 9, 7, 7), 75)
-    w1, w2 = _random((16, 9, 1, 1), 76), _random((16, 16, 1, 1), 77)
+    x_np = random((1, 9, 7, 7), 75)
+    w1, w2 = random((16, 9, 1, 1), 76), random((16, 16, 1, 1), 77)
     h = jitnn.relu(jitnn.conv2d(jitnn.conv2d(ctx.tensor(x_np), w1), w2))
     y = run(h)
     del h
@@ -536,7 +533,7 @@ def test_a_conv_result_nobody_holds_read_by_a_plain_op_gets_a_reused_buffer(op):
 @pytest.mark.parametrize("conv_first", [True, False])
 def test_residual_add_fuses_whichever_operand_the_conv_is(conv_first):
     ctx = jitnn.Context()
-    x_np, w_np = _random((1, 16, 8, 8), 70), _random((16, 16, 1, 1), 71, 0.3)
+    x_np, w_np = random((1, 16, 8, 8), 70), random((16, 16, 1, 1), 71, 0.3)
     h = jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w_np))
     conv = jitnn.conv2d(h, w_np)
     y = jitnn.relu(jitnn.add(conv, h) if conv_first else jitnn.add(h, conv))
@@ -552,8 +549,8 @@ def test_a_pooled_conv_result_nobody_holds_gets_a_reused_buffer(pool):
     handles: the conv result they read is an intermediate (a plan buffer),
     not kept."""
     ctx = jitnn.Context()
-    x_np = _random((1, 9, 7, 7), 75)
-    w1, w2 = _random((16, 9, 1, 1), 76), _random((16, 16, 1, 1), 77)
+    x_np = random((1, 9, 7, 7), 75)
+    w1, w2 = random((16, 9, 1, 1), 76), random((16, 16, 1, 1), 77)
     h = jitnn.relu(jitnn.conv2d(jitnn.conv2d(ctx.tensor(x_np), w1), w2))
     if pool == "concat":
         y = jitnn.relu(jitnn.concat([h, ctx.tensor(x_np)], 1))
@@ -578,8 +575,8 @@ def test_a_residual_that_is_the_convs_own_input_is_not_overwritten(kernel):
     """conv2d(h) + h with h held by nobody: the add fuses, but the result
     must not go in place into h's buffer, which the conv is still reading."""
     ctx = jitnn.Context()
-    x_np = _random((2, 9, 7, 5), 72)
-    w1, w2 = _random((16, 9, 3, 3), 73, 0.3), _random((16, 16, kernel, kernel), 74, 0.3)
+    x_np = random((2, 9, 7, 5), 72)
+    w1, w2 = random((16, 9, 3, 3), 73, 0.3), random((16, 16, kernel, kernel), 74, 0.3)
     h = jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), w1, padding=1))
     y = jitnn.conv2d(jitnn.add(jitnn.conv2d(h, w2, padding=kernel // 2), h), w2,
                      padding=kernel // 2)
@@ -616,7 +613,7 @@ def test_a_filter_or_bias_computed_in_a_blocked_layout(policy, op):
     """A conv whose filter is another op's blocked output: packing reads the
     filter back to plain first (once deadlocked on the filter's own lock)."""
     ctx = jitnn.Context(policy=policy)
-    x_np, w_np = _random((2, 9, 6, 5), 80), _random((9, 9, 3, 3), 81, 0.3)
+    x_np, w_np = random((2, 9, 6, 5), 80), random((9, 9, 3, 3), 81, 0.3)
     eye = np.eye(9, dtype=np.float32).reshape(9, 9, 1, 1)
     x = ctx.tensor(x_np)
     computed = [jitnn.reorder(ctx.tensor(w_np), "nChw8c"),      # blocked in every policy
@@ -638,12 +635,12 @@ def test_matmul_reads_a_conv_output_whatever_the_policy(policy):
     """matmul needs plain operands: a conv output that stays blocked is read
     back (one reorder), not refused."""
     ctx = jitnn.Context(policy=policy)
-    x_np, w_np = _random((2, 9, 5, 4), 82), _random((9, 9, 1, 1), 83)
-    b_np = _random((4, 3), 84)
+    x_np, w_np = random((2, 9, 5, 4), 82), random((9, 9, 1, 1), 83)
+    b_np = random((4, 3), 84)
     c = jitnn.conv2d(ctx.tensor(x_np), w_np)
     conv = conv2d_reference(x_np, w_np)
     _close(jitnn.matmul(c, b_np).numpy(), conv @ b_np, atol=1e-3)
-    left = _random((3, 5), 85)
+    left = random((3, 5), 85)
     _close(jitnn.matmul(left, c).numpy(), left @ conv, atol=1e-3)
     # with a graph as well
     builder = jitnn.GraphBuilder(ctx)

@@ -8,15 +8,12 @@ import pytest
 
 import jitnn
 from jitnn import layouts
+from tests.helpers import random
 
 
 @pytest.fixture
 def ctx():
     return jitnn.Context()
-
-
-def _random(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 # --- Context ---------------------------------------------------------------------
@@ -48,7 +45,7 @@ def test_bad_context_options(kwargs, message):
 # --- copy-in -----------------------------------------------------------------------
 
 def test_tensor_copies_at_the_call(ctx):
-    a = _random((2, 3, 4, 5))
+    a = random((2, 3, 4, 5))
     t = ctx.tensor(a)
     a[...] = 7.0
     assert not np.any(t.numpy() == 7.0)
@@ -104,7 +101,7 @@ def test_non_numeric_input_is_rejected(ctx, data, what):
 @pytest.mark.parametrize("channels", (1, 3, 7, 8, 9, 17, 64))
 def test_blocked_tensor_reads_back_in_standard_layout(block, channels):
     ctx = jitnn.Context(block=block)
-    x = _random((3, channels, 5, 7), seed=channels)
+    x = random((3, channels, 5, 7), seed=channels)
     t = jitnn.reorder(ctx.tensor(x), f"nChw{block}c")
     assert t.layout == f"nChw{block}c"
     np.testing.assert_array_equal(t.numpy(), x)
@@ -118,8 +115,8 @@ def test_blocked_tensor_reads_back_in_standard_layout(block, channels):
 def test_tensor_buffers_are_cache_line_aligned(ctx):
     # numpy's large arrays start 16 bytes past a cache line; the kernels'
     # 32-byte vector loads and stores would split lines on half of them
-    x = ctx.tensor(_random((1, 17, 33, 35)))
-    w = ctx.tensor(_random((9, 17, 3, 3)))
+    x = ctx.tensor(random((1, 17, 33, 35)))
+    w = ctx.tensor(random((9, 17, 3, 3)))
     y = jitnn.relu(jitnn.conv2d(x, w, padding=1))
     pooled = jitnn.max_pool2d(y, (2, 2))
     for t in (x, y, pooled):
@@ -140,7 +137,7 @@ def test_aligned_empty_shapes():
 
 
 def test_numpy_returns_a_fresh_array_each_time(ctx):
-    t = ctx.tensor(_random((2, 3)))
+    t = ctx.tensor(random((2, 3)))
     first = t.numpy()
     first[...] = 0
     assert not np.all(t.numpy() == 0)
@@ -149,7 +146,7 @@ def test_numpy_returns_a_fresh_array_each_time(ctx):
 
 @pytest.mark.parametrize("layout", ["nchw", "nChw8c"])
 def test_numpy_out_fills_the_callers_array(ctx, layout):
-    x = _random((2, 9, 5, 7))
+    x = random((2, 9, 5, 7))
     t = jitnn.reorder(ctx.tensor(x), layout)
     buf = np.full(x.shape, np.nan, np.float32)
     before = ctx.stats
@@ -168,7 +165,7 @@ def test_numpy_out_fills_the_callers_array(ctx, layout):
     ([[0.0]], TypeError, "out must be a numpy.ndarray, got list"),
 ])
 def test_bad_out_is_rejected_and_left_untouched(ctx, out, error, message):
-    t = jitnn.reorder(ctx.tensor(_random((2, 9, 5, 7))), "nChw8c")
+    t = jitnn.reorder(ctx.tensor(random((2, 9, 5, 7))), "nChw8c")
     snapshot = np.array(out, copy=True) if isinstance(out, np.ndarray) else None
     with pytest.raises(error, match=message) as info:
         t.numpy(out=out)
@@ -178,7 +175,7 @@ def test_bad_out_is_rejected_and_left_untouched(ctx, out, error, message):
 
 
 def test_read_only_out_is_rejected(ctx):
-    t = ctx.tensor(_random((2, 3)))
+    t = ctx.tensor(random((2, 3)))
     buf = np.empty((2, 3), np.float32)
     buf.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
@@ -186,7 +183,7 @@ def test_read_only_out_is_rejected(ctx):
 
 
 def test_read_async(ctx):
-    x = _random((2, 17, 9, 11))
+    x = random((2, 17, 9, 11))
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     buf = np.empty(x.shape, np.float32)
 
@@ -202,7 +199,7 @@ def test_read_async(ctx):
 
 @pytest.mark.parametrize("count", [1, 2, 5])
 def test_read_all_equals_single_reads(ctx, count):
-    arrays = [_random((2, 3 + 7 * i, 5, 9), seed=i) for i in range(count)]
+    arrays = [random((2, 3 + 7 * i, 5, 9), seed=i) for i in range(count)]
     tensors = [jitnn.reorder(ctx.tensor(a), "nChw8c") for a in arrays]
     singles = [t.numpy() for t in tensors]
     together = jitnn.read_all(tensors)
@@ -219,7 +216,7 @@ def test_read_all_equals_single_reads(ctx, count):
 
 
 def test_read_all_mixed_plain_and_blocked(ctx):
-    a, b = _random((4, 5)), _random((1, 9, 3, 3))
+    a, b = random((4, 5)), random((1, 9, 3, 3))
     ta, tb = ctx.tensor(a), jitnn.reorder(ctx.tensor(b), "nChw8c")
     ra, rb = jitnn.read_all([ta, tb])
     np.testing.assert_array_equal(ra, a)
@@ -227,7 +224,7 @@ def test_read_all_mixed_plain_and_blocked(ctx):
 
 
 def test_read_all_validates_everything_before_writing(ctx):
-    a, b = _random((2, 9, 3, 3)), _random((2, 9, 3, 3), seed=1)
+    a, b = random((2, 9, 3, 3)), random((2, 9, 3, 3), seed=1)
     ta, tb = (jitnn.reorder(ctx.tensor(v), "nChw8c") for v in (a, b))
     good = np.zeros(a.shape, np.float32)
     with pytest.raises(ValueError, match=r"read_all \(item 1\): out has shape"):
@@ -241,7 +238,7 @@ def test_read_all_validates_everything_before_writing(ctx):
 
 def test_stats_count_reorders_and_reset(ctx):
     ctx.reset_stats()
-    x = _random((1, 9, 4, 4))
+    x = random((1, 9, 4, 4))
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     t.numpy()
     stats = ctx.stats
@@ -279,7 +276,7 @@ def test_launch_s_times_the_launches_apart_from_their_compile():
     ctx.launcher.launch(slow_launch, a, counter=None)   # uncounted (a reorder counts its own)
     assert ctx.stats.launches == 2 and ctx.stats.launch_s < first.launch_s + elapsed
     ctx.reset_stats()
-    jitnn.reorder(ctx.tensor(_random((1, 9, 4, 4))), "nChw8c").numpy()
+    jitnn.reorder(ctx.tensor(random((1, 9, 4, 4))), "nChw8c").numpy()
     stats = ctx.stats
     assert stats.reorders == 2 and stats.reorder_s > 0
     assert stats.launches == 0 and stats.launch_s == 0.0
@@ -362,13 +359,13 @@ def test_filter_packing_runs_on_the_context_threads_and_counts_its_compiles(monk
         return original(*args, **kwargs)
     monkeypatch.setattr(conv_op.conv_kernels, "pack_conv2d_filter", pack_after_a_compile)
     ctx = jitnn.Context(num_threads=1)
-    x = jitnn.reorder(ctx.tensor(_random((1, 8, 3, 3))), "nChw8c")
+    x = jitnn.reorder(ctx.tensor(random((1, 8, 3, 3))), "nChw8c")
     x_values = x.numpy()
-    w = ctx.tensor(_random((8, 8, 1, 1)))
+    w = ctx.tensor(random((8, 8, 1, 1)))
     # this thread's numba count left at all threads by another context, and
     # the conv's input already blocked: packing is the first thing it runs
     everything = jitnn.Context(num_threads=numba.config.NUMBA_NUM_THREADS)
-    jitnn.reorder(everything.tensor(_random((1, 8, 2, 2))), "nChw8c").numpy()
+    jitnn.reorder(everything.tensor(random((1, 8, 2, 2))), "nChw8c").numpy()
     ctx.reset_stats()
     y = jitnn.conv2d(x, w).numpy()
     np.testing.assert_allclose(y, np.einsum("nchw,oc->nohw", x_values, w.numpy()[:, :, 0, 0]),
@@ -396,17 +393,17 @@ def test_launches_run_on_the_context_threads_whatever_the_caller_set():
 
 
 def test_reorder_errors(ctx):
-    t = ctx.tensor(_random((2, 3)))
+    t = ctx.tensor(random((2, 3)))
     with pytest.raises(ValueError, match="reorder: blocked layout 'nChw8c' needs a 4-D tensor"):
         jitnn.reorder(t, "nChw8c")
     with pytest.raises(ValueError, match="block must be one of"):
-        jitnn.reorder(ctx.tensor(_random((1, 3, 2, 2))), "nChw3c")
+        jitnn.reorder(ctx.tensor(random((1, 3, 2, 2))), "nChw3c")
     with pytest.raises(ValueError, match="can be laid out as 'nc'"):
         jitnn.reorder(t, "nchw")
 
 
 def test_a_context_is_usable_from_several_threads(ctx):
-    arrays = [_random((2, 11, 13, 9), seed=i) for i in range(8)]
+    arrays = [random((2, 11, 13, 9), seed=i) for i in range(8)]
     results, errors = {}, []
 
     def work(i):
