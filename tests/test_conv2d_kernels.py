@@ -2,7 +2,8 @@
 
 Each case packs a random filter, runs ``conv2d_forward`` on blocked input (or
 plain nchw for the first-layer path) into an output filled with NaN, converts
-back with the layout kernels and compares with ``conv_reference``. Every case
+back with the layout kernels and compares with the op's float64 reference
+(``reference("conv2d")``, plus the residual and the activation). Every case
 also checks that every element was written and that padding lanes are zero.
 
 Compile time dominates: the kernels specialize on the block size (and on C
@@ -14,14 +15,13 @@ import numba
 import numpy as np
 import pytest
 
-from tests.conv_reference import conv2d_reference
 from jitnn.kernels import _config, conv2d as K
 from jitnn.kernels.conv2d import conv1x1, depthwise, direct, plan as conv_plan, winograd
 from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
 from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
-from tests.helpers import random
+from tests.helpers import apply_activation, random, reference
 
 #: Winograd's tolerance factor over the direct sum's 4 (see the Winograd tests:
 #: its transforms' constants, up to 8 and 1/24, round ~10x more)
@@ -83,12 +83,14 @@ def run_case(n=1, c=8, o=8, h=7, w=9, kernel=(3, 3), strides=(1, 1), dilations=(
     got = np.empty((n, o, oh, ow), np.float32)
     layout.blocked_to_nchw(out, got)
 
-    expected = conv2d_reference(x, w_oihw, b, r, strides, dilations, padding, groups,
-                                code, p0, p1)
+    geometry = dict(strides=strides, dilations=dilations, padding=padding, groups=groups)
+    expected = reference("conv2d")(x, w_oihw, b, **geometry)
     # float32 rounding grows with the sum of |terms|; activations are 1-Lipschitz-ish
-    scale = conv2d_reference(np.abs(x), np.abs(w_oihw), None if b is None else np.abs(b),
-                             None if r is None else np.abs(r), strides, dilations, padding,
-                             groups)
+    scale = reference("conv2d")(np.abs(x), np.abs(w_oihw), None if b is None else np.abs(b),
+                                **geometry)
+    if r is not None:
+        expected, scale = expected + r, scale + np.abs(r)
+    expected = apply_activation(expected, code, p0, p1)
     atol = 4e-7 * (1.0 + scale.max()) * (WINOGRAD_ERROR if launch.path == "winograd" else 4)
     np.testing.assert_allclose(got, expected, rtol=0, atol=atol)
     if expect_path is not None:
@@ -339,7 +341,7 @@ def test_bias_of_logical_length_is_accepted():
     layout.blocked_to_nchw(out, got)
     plain = np.empty((1, 5, 6, 6), np.float32)
     layout.blocked_to_nchw(x, plain)
-    np.testing.assert_allclose(got, conv2d_reference(plain, w, b), atol=1e-4)
+    np.testing.assert_allclose(got, reference("conv2d")(plain, w, b), atol=1e-4)
 
 
 def test_parallel_matches_serial():
@@ -371,8 +373,7 @@ def test_launch_plans_are_reused_and_arrays_still_checked():
         K.conv2d_forward(_to_blocked(x, 8), packed, out, activation=RELU)
         got = np.empty((2, 24, 5, 7), np.float32)
         layout.blocked_to_nchw(out, got)
-        np.testing.assert_allclose(got, conv2d_reference(x, w, None, None, (1, 1), (1, 1),
-                                                         (0, 0, 0, 0), 1, RELU, 0, 0),
+        np.testing.assert_allclose(got, reference("conv2d")(x, w, activation="relu"),
                                    rtol=1e-5, atol=1e-5)
     assert len(packed.launches) == 1
     xb = _to_blocked(x, 8)
@@ -500,8 +501,9 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
     bias[:o] = random((o,), rng)
     residual_nchw = random((n, o, oh, ow), rng)
     residual = _to_blocked(residual_nchw, block)
-    expected = conv2d_reference(x, w_oihw, bias[:o], residual_nchw, strides, (1, 1), padding,
-                                groups, RELU)
+    expected = apply_activation(reference("conv2d")(x, w_oihw, bias[:o], strides=strides,
+                                                    padding=padding, groups=groups)
+                                + residual_nchw, RELU)
     saved = numba.get_num_threads()
     results = {}
     try:
@@ -642,7 +644,7 @@ def test_winograd_rounds_about_ten_times_more_than_the_direct_sum():
     x = random((1, 64, 20, 20), rng)
     w_oihw = random((64, 64, 3, 3), rng) / 24
     packed = K.pack_conv2d_filter(w_oihw, 64, 1, 8)
-    expected = conv2d_reference(x, w_oihw, None, None, (1, 1), (1, 1), (1, 1, 1, 1), 1)
+    expected = reference("conv2d")(x, w_oihw, padding=1)
     errors = {}
     for algorithm in ("direct", "winograd"):
         out = np.empty((1, 8, 20, 20, 8), np.float32)
