@@ -3,6 +3,8 @@
 Plain functions on numpy arrays, destination-passing (they write into an
 ``out`` array the caller allocated), with no import of the jitnn runtime.
 ``_config`` holds the numba settings every kernel module applies first.
+Their spec is the float64 reference of the op each serves
+(``jitnn.registry.reference(name)``), which the tests compare them with.
 
 Modules:
 
@@ -14,8 +16,8 @@ Modules:
 * ``layout`` (with ``layout_nhwc``, ``layout_simd``, ``layout_tuning``):
   activation reorders between plain and blocked tensors;
 * ``filter_packing``: filters into the blocked layout the convolutions read;
-* ``eltwise`` (and its numpy spec, ``eltwise_reference``), ``pool``,
-  ``concat``: elementwise ops, pooling, channel concatenation;
+* ``eltwise``, ``pool``, ``concat``: elementwise ops, pooling, channel
+  concatenation;
 * ``epilogue``, ``simd``, ``stack``: activations and intrinsics they share;
 * ``buffers``: 64-byte aligned allocation (``aligned_empty``).
 """

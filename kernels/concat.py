@@ -146,7 +146,3 @@ def concat_channels(inputs, channels, out):
             _copy_rows_parallel(x.reshape(-1), outf, geom, tasks, min(tasks, threads))
     return out
 
-
-def concat_reference(inputs):
-    """The spec: ``np.concatenate`` of NCHW inputs along axis 1."""
-    return np.concatenate([np.asarray(x) for x in inputs], axis=1)

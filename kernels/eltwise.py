@@ -57,7 +57,9 @@ Parallel over contiguous ranges of (N x channel blocks x chunks of a channel
 block's plane), one range per thread; small tensors run serially (a parallel
 region costs a few microseconds).
 
-The spec, numpy references of every function here, is :mod:`.eltwise_reference`.
+The spec is the ops' float64 references (``jitnn.registry.reference(name)``):
+tests/test_eltwise_kernels.py checks every function here against them (a
+fused chain against their composition).
 """
 
 from __future__ import annotations

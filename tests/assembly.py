@@ -13,7 +13,8 @@ from jitnn.kernels._config import jit
 def fresh_asm(monkeypatch, name, run, *, module, driver_tables):
     """Compile kernel ``name`` of kernel module ``module`` and its drivers
     (the dicts named ``driver_tables`` there) in this process (the cache keeps
-    no assembly) by running ``run`` with fresh dispatchers; return the assembly of every specialization of the kernel and of every driver.
+    no assembly) by running ``run`` with fresh dispatchers; return the assembly
+    of every specialization of the kernel and of every driver.
 
     The drivers matter most: a driver's object code embeds its own copy of
     the kernels it calls, optimized again with the driver, and that copy is

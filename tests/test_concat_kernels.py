@@ -1,12 +1,13 @@
-"""Channel concatenation of blocked tensors (kernels/concat.py) against
-``np.concatenate``; the output starts as NaN and its padding lanes must be 0."""
+"""Channel concatenation of blocked tensors (kernels/concat.py) against the
+op's reference (``np.concatenate``); the output starts as NaN and its padding
+lanes must be 0."""
 
 import numpy as np
 import pytest
 
 from jitnn import layouts
 from jitnn.kernels import concat as K
-from tests.helpers import random
+from tests.helpers import random, reference
 
 BLOCKS = (4, 8, 16)
 CHANNEL_LISTS = [
@@ -42,14 +43,14 @@ def _check(out, expected):
 @pytest.mark.parametrize("channels", CHANNEL_LISTS, ids=str)
 def test_concat(channels, cb):
     xs = [random((2, c, 5, 7), seed=i) for i, c in enumerate(channels)]
-    _check(_concat(xs, cb), K.concat_reference(xs))
+    _check(_concat(xs, cb), reference("concat")(xs, 1))
 
 
 @pytest.mark.parametrize("cb", (1, 32))
 def test_concat_other_block_sizes(cb):
     for channels in [(3, 5), (32, 7, 40)]:
         xs = [random((2, c, 3, 5), seed=i) for i, c in enumerate(channels)]
-        _check(_concat(xs, cb), K.concat_reference(xs))
+        _check(_concat(xs, cb), reference("concat")(xs, 1))
 
 
 def test_aligned_detection():
@@ -68,7 +69,7 @@ def test_parallel_path(channels, threads, record_calls):
     out = _concat(xs, 8)
     assert out.size >= K._PARALLEL_MIN
     assert (len(calls) > 0) == (threads == 2)   # the larger inputs only
-    _check(out, K.concat_reference(xs))
+    _check(out, reference("concat")(xs, 1))
 
 
 def test_errors():

@@ -1,4 +1,5 @@
-"""Elementwise kernels (kernels/eltwise.py) against their numpy references.
+"""Elementwise kernels (kernels/eltwise.py) against the ops' float64
+references (looked up by name; a fused chain against their composition).
 
 Inputs are blocked with zero padding lanes; outputs start as NaN so an
 element the kernel forgets to write fails the test, and every output's
@@ -12,9 +13,8 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import eltwise as E
-from jitnn.kernels import eltwise_reference as R
 from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
-from tests.helpers import uniform
+from tests.helpers import apply_activation, reference, uniform
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 17, 64)
@@ -59,14 +59,14 @@ def test_unary_blocked(activation, channels, cb):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_unary(_blocked(x, cb), out, channels, activation, p0, p1)
-    _check(out, R.unary_reference(x, activation, p0, p1), channels)
+    _check(out, apply_activation(x, activation, p0, p1), channels)
 
 
 def test_unary_in_place_and_sigmoid_padding():
     x = uniform((3, 5, 9, 11), seed=1)
     xb = _blocked(x, 8)
     E.eltwise_unary(xb, xb, 5, "sigmoid")          # sigmoid(0) = 0.5 must not reach padding
-    _check(xb, R.unary_reference(x, "sigmoid"), 5)
+    _check(xb, apply_activation(x, "sigmoid"), 5)
 
 
 @pytest.mark.parametrize("activation", ["relu", "clamp", "gelu"])
@@ -76,7 +76,7 @@ def test_unary_plain(activation, shape):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(x)
     E.eltwise_unary_plain(x, out, activation, p0, p1)
-    np.testing.assert_allclose(out, R.unary_reference(x, activation, p0, p1),
+    np.testing.assert_allclose(out, apply_activation(x, activation, p0, p1),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -125,8 +125,8 @@ def test_binary_blocked(op, kind, channels, cb):
             y_ref = y_ref.reshape(1, -1, 1, 1)
         elif kind.startswith("nc"):
             y_ref = y_ref.reshape(*y_ref.shape, 1, 1)
-        expected = (R.binary_reference(op, y_ref, x) if reverse
-                    else R.binary_reference(op, x, y_ref))
+        expected = (reference(op)(y_ref, x) if reverse
+                    else reference(op)(x, y_ref))
         _check(out, expected, channels)
 
 
@@ -138,7 +138,7 @@ def test_binary_with_fused_activation(activation):
     p0, p1 = ACTIVATION_PARAMS[activation]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_binary(_blocked(x, cb), v, out, channels, "add", activation, p0, p1)
-    expected = R.unary_reference(x + v.reshape(1, -1, 1, 1).astype(np.float64), activation,
+    expected = apply_activation(x + v.reshape(1, -1, 1, 1).astype(np.float64), activation,
                                  p0, p1)
     _check(out, expected, channels)
 
@@ -169,7 +169,7 @@ def test_binary_plain(shape):
     for op in OPS:
         out = _nan_like(x)
         E.eltwise_binary_plain(x, y, out, op, "leaky_relu", 0.2)
-        expected = R.unary_reference(R.binary_reference(op, x, y), "leaky_relu", 0.2)
+        expected = apply_activation(reference(op)(x, y), "leaky_relu", 0.2)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
     out = _nan_like(x)
     E.eltwise_binary_plain(x, 2.5, out, "sub", reverse=True)
@@ -195,11 +195,11 @@ def test_batch_normalization(channels, cb):
     variance = rng.uniform(0.1, 2.0, channels).astype(np.float32)
     a, b = E.batch_norm_fold(mean, variance, scale, bias, epsilon=1e-3)
     assert a.dtype == b.dtype == np.float32 and a.shape == b.shape == (channels,)
-    reference = R.batch_normalization_reference(x, mean, variance, scale, bias, 1e-3)
+    normalized = reference("batch_normalization")(x, mean, variance, scale, bias, epsilon=1e-3)
     for activation, (p0, p1) in [("none", (0, 0)), ("relu", (0, 0)), ("clamp", (0.5, 6))]:
         out = _nan_like(_blocked(x, cb))
         E.batch_normalization(_blocked(x, cb), a, b, out, channels, activation, p0, p1)
-        _check(out, R.unary_reference(reference, activation, p0, p1), channels,
+        _check(out, apply_activation(normalized, activation, p0, p1), channels,
                rtol=1e-5, atol=1e-5)
 
 
@@ -211,13 +211,13 @@ def test_batch_norm_fold_defaults_and_conv_folding():
     a, b = E.batch_norm_fold(mean, variance)
     x = rng.standard_normal((1, 4, 3, 3))
     np.testing.assert_allclose(x * a.reshape(1, 4, 1, 1) + b.reshape(1, 4, 1, 1),
-                               R.batch_normalization_reference(x, mean, variance), rtol=1e-5,
+                               reference("batch_normalization")(x, mean, variance), rtol=1e-5,
                                atol=1e-6)
     w, conv_bias = rng.standard_normal((4, 4)), rng.standard_normal(4)   # 1x1 conv
     conv = np.einsum("oc,nchw->nohw", w, x) + conv_bias.reshape(1, 4, 1, 1)
     folded = (np.einsum("oc,nchw->nohw", w * a[:, None], x)
               + (conv_bias * a + b).reshape(1, 4, 1, 1))
-    np.testing.assert_allclose(folded, R.batch_normalization_reference(conv, mean, variance),
+    np.testing.assert_allclose(folded, reference("batch_normalization")(conv, mean, variance),
                                rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="one length"):
         E.batch_norm_fold(mean, variance[:3])
@@ -225,33 +225,63 @@ def test_batch_norm_fold_defaults_and_conv_folding():
 
 # --- fused chains ---------------------------------------------------------------------
 
+_BINARY_NAMES = {code: name for name, code in E.BINARY_OPS.items()}
+
+
+def _plain_operand(v, x):
+    """A chain operand in plain form, shaped to broadcast against NCHW ``x``."""
+    v = np.asarray(v, np.float64)
+    if v.ndim == 1 and x.ndim >= 2:          # per-channel
+        return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+    if v.ndim == 2 and x.ndim > 2:           # per-(n, c)
+        return v.reshape(v.shape + (1,) * (x.ndim - 2))
+    return v                                 # same shape, or a scalar
+
+
+def _chain_reference(x, steps):
+    """The steps of ``E.eltwise_chain`` composed from the ops' references, on
+    plain NCHW ``x`` with plain operands (NCHW tensor, ``(C,)``, ``(N, C)``, scalar)."""
+    t = np.asarray(x, np.float64)
+    for step in steps:
+        if step[0] == "activation":
+            t = apply_activation(t, *step[1:])
+        elif step[0] == "binary":
+            _, code, operand, reverse = step
+            y = _plain_operand(operand, t)
+            binary = reference(_BINARY_NAMES[code])
+            t = binary(y, t) if reverse else binary(t, y)
+        else:                                # affine: t * scale[c] + bias[c]
+            t = t * _plain_operand(step[1], t) + _plain_operand(step[2], t)
+    return t
+
+
 def _chain_case(rng, x, cb, seed):
-    """A random chain: (kernel steps, reference steps, operand blocked arrays)."""
+    """A random chain: (its kernel steps, the same steps with plain operands)."""
     n, c, h, w = x.shape
-    steps, reference = [], []
+    steps, plain_steps = [], []
     for i in range(rng.integers(2, 7)):
         choice = rng.integers(0, 4)
         if choice == 0:
             name = rng.choice(sorted(ACTIVATIONS))
             p0, p1 = ACTIVATION_PARAMS[name]
             steps.append(E.activation_step(name, p0, p1))
-            reference.append(E.activation_step(name, p0, p1))
+            plain_steps.append(E.activation_step(name, p0, p1))
         elif choice == 1:
             kind = rng.choice(KINDS)
             op = rng.choice(["add", "sub", "mul", "maximum", "minimum"])
             y, y_plain = _operands(kind, x, cb, seed=seed + i, divisor=False)
             reverse = bool(rng.integers(0, 2))
             steps.append(E.binary_step(op, y, reverse))
-            reference.append(E.binary_step(op, y_plain, reverse))
+            plain_steps.append(E.binary_step(op, y_plain, reverse))
         elif choice == 2:
             y, y_plain = _operands("channel", x, cb, seed=seed + i, divisor=True)
             steps.append(E.binary_step("div", y))
-            reference.append(E.binary_step("div", y_plain))
+            plain_steps.append(E.binary_step("div", y_plain))
         else:
             scale, bias = uniform((c,), seed + i), uniform((c,), seed + 100 + i)
             steps.append(E.affine_step(scale, bias))
-            reference.append(E.affine_step(scale, bias))
-    return steps, reference
+            plain_steps.append(E.affine_step(scale, bias))
+    return steps, plain_steps
 
 
 @pytest.mark.parametrize("cb", BLOCKS)
@@ -260,10 +290,10 @@ def test_chain_against_composed_references(channels, cb):
     rng = np.random.default_rng(channels * 10 + cb)
     for trial in range(4):
         x = uniform((2, channels, 5, 3), seed=trial)
-        steps, reference = _chain_case(rng, x, cb, seed=trial * 50)
+        steps, plain_steps = _chain_case(rng, x, cb, seed=trial * 50)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, R.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+        _check(out, _chain_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cb", (1, 32))
@@ -272,10 +302,10 @@ def test_chain_other_block_sizes(cb):
     rng = np.random.default_rng(cb)
     for channels in (3, 33):
         x = uniform((2, channels, 5, 3), seed=channels)
-        steps, reference = _chain_case(rng, x, cb, seed=channels)
+        steps, plain_steps = _chain_case(rng, x, cb, seed=channels)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, R.eltwise_chain_reference(x, reference), channels, rtol=1e-4, atol=1e-4)
+        _check(out, _chain_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
 
 
 def test_chain_bottleneck_tail_in_place():
@@ -286,8 +316,8 @@ def test_chain_bottleneck_tail_in_place():
     resb = _blocked(res, cb)
     steps = [E.affine_step(a, b), E.binary_step("add", resb), E.activation_step("relu")]
     E.eltwise_chain(_blocked(x, cb), steps, resb, channels)
-    reference = [E.affine_step(a, b), E.binary_step("add", res), E.activation_step("relu")]
-    _check(resb, R.eltwise_chain_reference(x, reference), channels)
+    plain_steps = [E.affine_step(a, b), E.binary_step("add", res), E.activation_step("relu")]
+    _check(resb, _chain_reference(x, plain_steps), channels)
 
 
 def test_chain_four_tensor_operands_and_empty_chain():
@@ -297,8 +327,8 @@ def test_chain_four_tensor_operands_and_empty_chain():
     steps = [E.binary_step(op, _blocked(y, cb)) for op, y in zip(OPS, ys)]
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-    reference = [E.binary_step(op, y) for op, y in zip(OPS, ys)]
-    _check(out, R.eltwise_chain_reference(x, reference), channels)
+    plain_steps = [E.binary_step(op, y) for op, y in zip(OPS, ys)]
+    _check(out, _chain_reference(x, plain_steps), channels)
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), [], out, channels)          # a copy
     _check(out, x, channels, rtol=0, atol=0)
@@ -319,8 +349,8 @@ def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
     assert len(calls) == (0 if threads == 1 else 1)
-    reference = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
-    _check(out, R.eltwise_chain_reference(x, reference), channels)
+    plain_steps = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
+    _check(out, _chain_reference(x, plain_steps), channels)
 
 
 # --- validation ------------------------------------------------------------------------
@@ -384,13 +414,13 @@ def test_vector_exp_within_2_ulp_with_overflow_denormals_and_specials():
     assert got[0] == np.inf and got[1] == 0 and np.isnan(got[2]) and got[3] == 0
 
 
-@pytest.mark.parametrize("activation, reference, max_ulp", [
+@pytest.mark.parametrize("activation, exact, max_ulp", [
     ("sigmoid", lambda x: np.exp(np.minimum(x, 0)) / (1 + np.exp(-np.abs(x))), 3),
     ("tanh", np.tanh, 2)])
-def test_sigmoid_and_tanh_within_a_few_ulp(activation, reference, max_ulp):
+def test_sigmoid_and_tanh_within_a_few_ulp(activation, exact, max_ulp):
     out = _nan_like(_SWEEP)
     E.eltwise_unary_plain(_SWEEP, out, activation)
-    want = reference(_SWEEP.astype(np.float64))
+    want = exact(_SWEEP.astype(np.float64))
     # sigmoid far below 0 is a denormal or 0 in float32: within one denormal step
     assert _ulp_error(out, want).max() <= max_ulp
     if activation == "tanh":

@@ -1,4 +1,4 @@
-"""Pooling kernels (kernels/pool.py) against their numpy references.
+"""Pooling kernels (kernels/pool.py) against the ops' float64 references.
 
 Outputs start as NaN so an element the kernel forgets fails the test, and
 the padding lanes of every output must be exactly zero.
@@ -9,7 +9,7 @@ import pytest
 
 from jitnn import layouts
 from jitnn.kernels import pool as P
-from tests.helpers import uniform
+from tests.helpers import reference, uniform
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 16, 17, 64)
@@ -35,7 +35,7 @@ def _output_size(shape, geometry):
 
 
 def _run(kind, x, cb, geometry, out_size=None):
-    """Pool NCHW ``x`` blocked at ``cb``; returns (blocked result, reference)."""
+    """Pool NCHW ``x`` blocked at ``cb``; returns (blocked result, the op's reference)."""
     kernel, strides, dilations, padding, _ = geometry
     oh, ow = out_size or _output_size(x.shape, geometry)
     xb = layouts.reference_nchw_to_blocked(x, cb)
@@ -45,10 +45,11 @@ def _run(kind, x, cb, geometry, out_size=None):
     else:
         P.average_pool2d(xb, out, kernel, strides, dilations, padding,
                          count_include_pad=kind == "average_include_pad")
-    reference = P.pool2d_reference(x, "max" if kind == "max" else "average", (oh, ow), kernel,
-                                   strides, dilations, padding,
-                                   count_include_pad=kind == "average_include_pad")
-    return out, reference
+    options = {} if kind == "max" else {"count_include_pad": kind == "average_include_pad"}
+    want = reference("max_pool2d" if kind == "max" else "average_pool2d")(
+        x, kernel, strides=strides, dilations=dilations, padding=padding, output_sizes=(oh, ow),
+        **options)
+    return out, want
 
 
 def _check(out, expected, channels):
@@ -65,8 +66,8 @@ def _check(out, expected, channels):
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=str)
 def test_pool_geometries(geometry, kind, channels, cb):
     x = uniform((2, channels, 11, 13), seed=channels)
-    out, reference = _run(kind, x, cb, geometry)
-    _check(out, reference, channels)
+    out, want = _run(kind, x, cb, geometry)
+    _check(out, want, channels)
 
 
 @pytest.mark.parametrize("cb", BLOCKS)
@@ -74,8 +75,8 @@ def test_pool_geometries(geometry, kind, channels, cb):
 @pytest.mark.parametrize("kind", KINDS)
 def test_pool_channels(kind, channels, cb):
     x = uniform((2, channels, 9, 7), seed=channels + 1)
-    out, reference = _run(kind, x, cb, GEOMETRIES[1])
-    _check(out, reference, channels)
+    out, want = _run(kind, x, cb, GEOMETRIES[1])
+    _check(out, want, channels)
 
 
 @pytest.mark.parametrize("cb", (1, 32))
@@ -84,8 +85,8 @@ def test_pool_other_block_sizes(kind, cb):
     """Block sizes 1 (one lane per vector) and 32 (four 8-lane groups)."""
     for channels, geometry in [(3, GEOMETRIES[1]), (33, GEOMETRIES[4])]:
         x = uniform((2, channels, 9, 10), seed=channels)
-        out, reference = _run(kind, x, cb, geometry)
-        _check(out, reference, channels)
+        out, want = _run(kind, x, cb, geometry)
+        _check(out, want, channels)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -96,8 +97,8 @@ def test_windows_partly_and_wholly_outside(kind):
     geometry = ((3, 3), (2, 2), (1, 1), (1, 0, 0, 1), "ceil")
     oh, ow = _output_size(x.shape, geometry)
     assert (oh - 1) * 2 - 1 + 3 > 5 + 0       # the last window rows end past the padding
-    out, reference = _run(kind, x, 8, geometry)
-    _check(out, reference, 9)
+    out, want = _run(kind, x, 8, geometry)
+    _check(out, want, 9)
     for size in ((oh + 1, ow), (oh, ow + 1)):
         with pytest.raises(ValueError, match="every window must hold an input element"):
             _run(kind, x, 8, geometry, out_size=size)
@@ -109,10 +110,10 @@ def test_parallel_path(kind, threads, record_calls):
     same rows go through one plain call."""
     calls = record_calls(P, "_pool_parallel")
     x = uniform((2, 17, 40, 41), seed=4)
-    out, reference = _run(kind, x, 8, GEOMETRIES[0])
+    out, want = _run(kind, x, 8, GEOMETRIES[0])
     assert out.size >= P._PARALLEL_MIN
     assert len(calls) == (0 if threads == 1 else 1)
-    _check(out, reference, 17)
+    _check(out, want, 17)
 
 
 @pytest.mark.parametrize("cb", BLOCKS)
@@ -122,7 +123,7 @@ def test_global_average_pool(channels, cb):
     xb = layouts.reference_nchw_to_blocked(x, cb)
     out = np.full((2, xb.shape[1], 1, 1, cb), np.nan, np.float32)
     P.global_average_pool2d(xb, out)
-    _check(out, P.global_average_pool2d_reference(x), channels)
+    _check(out, reference("global_average_pool2d")(x), channels)
 
 
 @pytest.mark.parametrize("cb", (8, 16))
@@ -133,15 +134,15 @@ def test_global_average_pool_many_planes(cb, threads):
     xb = layouts.reference_nchw_to_blocked(x, cb)
     out = np.full((3, xb.shape[1], 1, 1, cb), np.nan, np.float32)
     P.global_average_pool2d(xb, out)
-    _check(out, P.global_average_pool2d_reference(x), 300)
+    _check(out, reference("global_average_pool2d")(x), 300)
 
 
 def test_max_ignores_padding_for_negative_inputs():
     """Padding never wins a max: an all-negative input stays negative."""
     x = -np.abs(uniform((1, 3, 4, 4), seed=5)) - 1
-    out, reference = _run("max", x, 4, GEOMETRIES[0])
-    assert np.all(reference < 0)
-    _check(out, reference, 3)
+    out, want = _run("max", x, 4, GEOMETRIES[0])
+    assert np.all(want < 0)
+    _check(out, want, 3)
 
 
 def test_pool_output_size():
@@ -228,9 +229,9 @@ def test_ceil_and_large_strides(kind, channels, cb):
     for shape in ((2, channels, 7, 11), (2, channels, 5, 8)):
         x = -np.abs(uniform(shape, seed=channels)) - 0.5
         for geometry in CEIL_GEOMETRIES:
-            out, reference = _run(kind, x, cb, geometry)
-            assert np.all(reference < 0)
-            _check(out, reference, channels)
+            out, want = _run(kind, x, cb, geometry)
+            assert np.all(want < 0)
+            _check(out, want, channels)
 
 
 @pytest.mark.parametrize("kind", KINDS)
