@@ -1,8 +1,9 @@
 """The shape of the code: the runtime's modules import each other in one
 direction (no cycle, counting imports inside functions), the kernels never
 import the runtime, the scheduler knows no kernel module, no source file
-grows into a wall, and no test module imports another (what tests share is
-in tests/helpers.py and the other non-test modules of tests/).
+grows into a wall, no test module imports another (what tests share is
+in tests/helpers.py and the other non-test modules of tests/), and each op's
+reference is defined once (the tests look it up by name in the registry).
 
 Imports under ``if TYPE_CHECKING:`` are left out: they never run."""
 
@@ -179,3 +180,27 @@ def test_the_test_import_check_sees_every_form():
     for source in ("from tests.helpers import random", "from .helpers import random",
                    "from tests import helpers", "import test_a.b"):
         assert not _test_modules_imported(ast.parse(source)), source
+
+
+def _reference_names() -> set[str]:
+    """The function names of the registered ops' references."""
+    from jitnn import registry
+    names = set()
+    for op in registry.ops():
+        function = getattr(op.reference, "func", op.reference)     # a functools.partial
+        names.add(function.__name__)
+    return names
+
+
+def test_each_op_reference_is_defined_once():
+    names = _reference_names()
+    assert {"conv2d_reference", "binary_reference", "concat_reference"} <= names
+    where: dict[str, list[str]] = {}
+    for root in (RUNTIME, KERNELS, TESTS):
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+                    where.setdefault(node.name, []).append(
+                        f"{path.relative_to(ROOT)}:{node.lineno}")
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, f"op references defined more than once: {twice}"

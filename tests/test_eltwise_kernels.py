@@ -238,7 +238,7 @@ def _plain_operand(v, x):
     return v                                 # same shape, or a scalar
 
 
-def _chain_reference(x, steps):
+def _steps_reference(x, steps):
     """The steps of ``E.eltwise_chain`` composed from the ops' references, on
     plain NCHW ``x`` with plain operands (NCHW tensor, ``(C,)``, ``(N, C)``, scalar)."""
     t = np.asarray(x, np.float64)
@@ -293,7 +293,7 @@ def test_chain_against_composed_references(channels, cb):
         steps, plain_steps = _chain_case(rng, x, cb, seed=trial * 50)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, _chain_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
+        _check(out, _steps_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("cb", (1, 32))
@@ -305,7 +305,7 @@ def test_chain_other_block_sizes(cb):
         steps, plain_steps = _chain_case(rng, x, cb, seed=channels)
         out = _nan_like(_blocked(x, cb))
         E.eltwise_chain(_blocked(x, cb), steps, out, channels)
-        _check(out, _chain_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
+        _check(out, _steps_reference(x, plain_steps), channels, rtol=1e-4, atol=1e-4)
 
 
 def test_chain_bottleneck_tail_in_place():
@@ -317,7 +317,7 @@ def test_chain_bottleneck_tail_in_place():
     steps = [E.affine_step(a, b), E.binary_step("add", resb), E.activation_step("relu")]
     E.eltwise_chain(_blocked(x, cb), steps, resb, channels)
     plain_steps = [E.affine_step(a, b), E.binary_step("add", res), E.activation_step("relu")]
-    _check(resb, _chain_reference(x, plain_steps), channels)
+    _check(resb, _steps_reference(x, plain_steps), channels)
 
 
 def test_chain_four_tensor_operands_and_empty_chain():
@@ -328,7 +328,7 @@ def test_chain_four_tensor_operands_and_empty_chain():
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
     plain_steps = [E.binary_step(op, y) for op, y in zip(OPS, ys)]
-    _check(out, _chain_reference(x, plain_steps), channels)
+    _check(out, _steps_reference(x, plain_steps), channels)
     out = _nan_like(_blocked(x, cb))
     E.eltwise_chain(_blocked(x, cb), [], out, channels)          # a copy
     _check(out, x, channels, rtol=0, atol=0)
@@ -350,7 +350,7 @@ def test_parallel_path_and_plane_chunks(cb, threads, record_calls):
     E.eltwise_chain(_blocked(x, cb), steps, out, channels)
     assert len(calls) == (0 if threads == 1 else 1)
     plain_steps = [E.binary_step("mul", v), E.binary_step("add", y), E.activation_step("sigmoid")]
-    _check(out, _chain_reference(x, plain_steps), channels)
+    _check(out, _steps_reference(x, plain_steps), channels)
 
 
 # --- validation ------------------------------------------------------------------------
