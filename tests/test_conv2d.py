@@ -9,7 +9,7 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv2d import conv2d_reference
-from tests.helpers import random
+from tests.helpers import assert_schedule, random
 from tests.wpt import arguments, float32_cases
 
 
@@ -92,11 +92,9 @@ def test_output_stays_blocked_and_a_chain_reorders_once_each_way():
     h = jitnn.conv2d(e, ws[2], padding=1, activation="relu")
     assert h.layout == f"nChw{ctx.block}c" and h.pending
     assert ctx.stats == jitnn.Stats()  # nothing ran yet, not even filter packing
-    out = h.numpy()
-    stats = ctx.stats
-    assert stats.reorders == 2  # one in, one out
-    assert stats.filter_packs == 3
-    assert stats.launches == 3 and stats.flushes == 1
+    with assert_schedule(ctx, kernels=3, reorders=2):  # one reorder in, one out
+        out = h.numpy()
+    assert ctx.stats.filter_packs == 3 and ctx.stats.flushes == 1
     want = np.asarray(x)
     for w in ws:
         want = conv2d_reference(want, np.asarray(w), padding=1, activation="relu")
@@ -116,9 +114,8 @@ def test_a_plain_input_shared_by_two_convs_is_reordered_once():
     ctx = jitnn.Context()
     x = ctx.tensor(random((1, 16, 6, 6), 12))
     w1, w2 = ctx.tensor(random((8, 16, 1, 1), 13)), ctx.tensor(random((8, 16, 3, 3), 14))
-    ctx.reset_stats()
-    jitnn.read_all([jitnn.conv2d(x, w1), jitnn.conv2d(x, w2, padding=1)])
-    assert ctx.stats.reorders == 1 + 2
+    with assert_schedule(ctx, reorders=1 + 2):
+        jitnn.read_all([jitnn.conv2d(x, w1), jitnn.conv2d(x, w2, padding=1)])
 
 
 def test_numpy_inputs_are_copied_at_the_call(monkeypatch):
@@ -164,12 +161,10 @@ def test_bad_arguments_name_the_option_and_shapes(kwargs, error, message):
     w = random(kwargs.pop("w", (4, 3, 3, 3)), 1)
     if "bias" in kwargs:
         kwargs["bias"] = random(kwargs["bias"], 2)
-    ctx = jitnn.default_context()
-    before = ctx.stats.launches
-    with pytest.raises(error, match=message) as info:
-        jitnn.conv2d(x, w, **kwargs)
+    with assert_schedule(jitnn.default_context(), kernels=0):   # nothing ran
+        with pytest.raises(error, match=message) as info:
+            jitnn.conv2d(x, w, **kwargs)
     assert isinstance(info.value, jitnn.JitnnError)
-    assert ctx.stats.launches == before  # nothing ran
 
 
 def test_complex_input_is_a_type_error():

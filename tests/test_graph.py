@@ -7,7 +7,7 @@ import pytest
 
 import jitnn
 from jitnn.ops.conv2d import conv2d_reference
-from tests.helpers import random
+from tests.helpers import assert_schedule, random
 
 
 def _close(got, want, atol=2e-4):
@@ -41,16 +41,15 @@ def test_builder_infers_shapes_and_the_graph_lists_its_io(conv_graph):
 def test_dispatch_is_lazy_and_reading_twice_gives_the_same_values(conv_graph):
     ctx, graph, w = conv_graph
     x = random((2, 5, 7, 6), 2)
-    ctx.reset_stats()
-    outs = ctx.dispatch(graph, {"x": ctx.tensor(x)})
+    with assert_schedule(ctx, kernels=0):
+        outs = ctx.dispatch(graph, {"x": ctx.tensor(x)})
     assert set(outs) == {"y", "pooled"} and all(t.pending for t in outs.values())
-    assert ctx.stats.launches == 0
     want_y, want_pooled = _want(x, w)
-    first = outs["y"].numpy()
-    _close(first, want_y)
-    _close(outs["y"].numpy(), first)             # twice: same values, no recomputation
-    _close(outs["pooled"].numpy(), want_pooled)
-    assert ctx.stats.launches == 2 and ctx.stats.fused_ops == 1   # conv+relu, pool
+    with assert_schedule(ctx, kernels=2, fused=1):   # conv+relu, pool
+        first = outs["y"].numpy()
+        _close(first, want_y)
+        _close(outs["y"].numpy(), first)         # twice: same values, no recomputation
+        _close(outs["pooled"].numpy(), want_pooled)
 
 
 def test_dispatch_many_times_reuses_the_packed_constants(conv_graph):
@@ -174,9 +173,8 @@ def test_graph_of_a_bottleneck_fuses_like_eager_ops():
             y = b.relu(y)
     graph = b.build({"out": b.relu(b.add(y, x))})
     x_np = random((1, c, 9, 9), 6)
-    ctx.reset_stats()
-    got = ctx.dispatch(graph, {"x": x_np})["out"].numpy()
-    assert ctx.stats.launches == 3 and ctx.stats.reorders == 2
+    with assert_schedule(ctx, kernels=3, reorders=2):
+        got = ctx.dispatch(graph, {"x": x_np})["out"].numpy()
     want = x_np.astype(np.float64)
     for i, (w, mean, var) in enumerate(params):
         want = (conv2d_reference(want, w, padding=w.shape[2] // 2) - mean[:, None, None]) \

@@ -10,8 +10,8 @@ import jitnn
 from jitnn import layouts
 from jitnn.ops.eltwise import binary_reference, unary_reference
 from jitnn.ops.normalization import batch_normalization_reference
-from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
-                           random)
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
+                           expected_layout, make, random)
 
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
 
@@ -99,12 +99,10 @@ def test_unary_chain_stays_blocked_without_reorders():
     x = random((2, 9, 5, 5), 3)
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
     t._materialize()
-    ctx.reset_stats()
     y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
-    y._materialize()
+    with assert_schedule(ctx, kernels=1, reorders=0, fused=2):    # the chain as one pass
+        y._materialize()
     assert y.layout == "nChw8c"
-    # the scheduler runs the chain as one pass over memory
-    assert ctx.stats.reorders == 0 and ctx.stats.launches == 1 and ctx.stats.fused_ops == 2
     want = np.tanh(np.clip(x.astype(np.float64), 0, 0.5))
     assert_close(y.numpy(), want)
 
@@ -113,10 +111,9 @@ def test_unary_chain_under_the_eager_policy_runs_op_by_op():
     ctx = jitnn.Context(block=8, policy="eager")
     x = random((2, 9, 5, 5), 3)
     t = jitnn.reorder(ctx.tensor(x), "nChw8c")
-    ctx.reset_stats()
-    y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
+    with assert_schedule(ctx, kernels=3, fused=0):
+        y = jitnn.tanh(jitnn.clamp(jitnn.relu(t), max_value=0.5))
     assert not y.pending                      # ran at the call
-    assert ctx.stats.launches == 3 and ctx.stats.fused_ops == 0
     assert_close(y.numpy(), np.tanh(np.clip(x.astype(np.float64), 0, 0.5)))
 
 
@@ -263,40 +260,39 @@ def test_reorders_counted_and_done_once():
     plain_y = ctx.tensor(y)
     blocked_y = jitnn.reorder(ctx.tensor(y), "nChw8c")
     t._materialize(), blocked_y._materialize()
-    ctx.reset_stats()
-    jitnn.add(t, blocked_y)._materialize()             # same layout: no reorder
-    jitnn.add(t, y[:1, :, :1, :1])._materialize()      # per-(n, c) from plain: no reorder
-    jitnn.add(t, 2.0)._materialize()
-    assert ctx.stats.reorders == 0 and ctx.stats.launches == 3
-    first = jitnn.add(t, plain_y)
-    second = jitnn.sub(plain_y, t)
-    assert ctx.stats.launches == 3                     # pending: nothing ran yet
-    first._materialize(), second._materialize()
-    assert ctx.stats.reorders == 1                     # plain_y reordered once, then reused
-    assert ctx.stats.reorder_bytes == 2 * 2 * 4 * 4 * 8 * 4
+    with assert_schedule(ctx, kernels=3, reorders=0):
+        jitnn.add(t, blocked_y)._materialize()             # same layout: no reorder
+        jitnn.add(t, y[:1, :, :1, :1])._materialize()      # per-(n, c) from plain: no reorder
+        jitnn.add(t, 2.0)._materialize()
+    with assert_schedule(ctx, kernels=0, reorders=0):      # pending: nothing runs yet
+        first = jitnn.add(t, plain_y)
+        second = jitnn.sub(plain_y, t)
+    before = ctx.stats.reorder_bytes
+    with assert_schedule(ctx, reorders=1):                 # plain_y reordered once, then reused
+        first._materialize(), second._materialize()
+    assert ctx.stats.reorder_bytes - before == 2 * 2 * 4 * 4 * 8 * 4
     assert_close(second.numpy(), y - x)
-    ctx.reset_stats()
-    jitnn.add(ctx.tensor(x), ctx.tensor(y))._materialize()   # plain + plain: plain, no reorder
-    assert ctx.stats.reorders == 0
+    with assert_schedule(ctx, reorders=0):                 # plain + plain: plain, no reorder
+        jitnn.add(ctx.tensor(x), ctx.tensor(y))._materialize()
 
 
 def test_binary_errors_raise_before_anything_runs():
     ctx = jitnn.Context()
     x = jitnn.reorder(ctx.tensor(random((2, 3, 4, 5))), "nChw8c")
     x._materialize()
-    ctx.reset_stats()
-    with pytest.raises(jitnn.JitnnValueError,
-                       match=r"add: the shapes do not broadcast .* a \(2, 3, 4, 5\), b \(2, 4, 4, 5\)"):
-        jitnn.add(x, np.ones((2, 4, 4, 5), np.float32))
-    with pytest.raises(ValueError, match=r"minimum: the shapes do not broadcast .* b \(3,\)"):
-        jitnn.minimum(x, np.ones(3, np.float32))
-    with pytest.raises(jitnn.JitnnTypeError, match=r"mul: b"):
-        jitnn.mul(x, "two")
-    with pytest.raises(jitnn.JitnnTypeError, match=r"div: a"):
-        jitnn.div([[1, 2], [3]], 2.0)
-    with pytest.raises(jitnn.JitnnValueError, match=r"sub: the tensors belong to different contexts"):
-        jitnn.sub(x, jitnn.Context().tensor(np.ones(1)))
-    assert ctx.stats.launches == 0 and ctx.stats.reorders == 0
+    with assert_schedule(ctx, kernels=0, reorders=0):
+        with pytest.raises(jitnn.JitnnValueError, match=r"add: the shapes do not broadcast "
+                           r".* a \(2, 3, 4, 5\), b \(2, 4, 4, 5\)"):
+            jitnn.add(x, np.ones((2, 4, 4, 5), np.float32))
+        with pytest.raises(ValueError, match=r"minimum: the shapes do not broadcast .* b \(3,\)"):
+            jitnn.minimum(x, np.ones(3, np.float32))
+        with pytest.raises(jitnn.JitnnTypeError, match=r"mul: b"):
+            jitnn.mul(x, "two")
+        with pytest.raises(jitnn.JitnnTypeError, match=r"div: a"):
+            jitnn.div([[1, 2], [3]], 2.0)
+        with pytest.raises(jitnn.JitnnValueError,
+                           match=r"sub: the tensors belong to different contexts"):
+            jitnn.sub(x, jitnn.Context().tensor(np.ones(1)))
 
 
 def test_scalars_and_numpy_numbers():

@@ -9,8 +9,8 @@ import pytest
 import jitnn
 from jitnn.ops.pool import (average_pool2d_reference, global_average_pool2d_reference,
                             max_pool2d_reference)
-from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
-                           random)
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
+                           expected_layout, make, random)
 
 REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference}
 
@@ -128,11 +128,10 @@ def test_plain_input_is_pooled_without_a_reorder():
     ctx = jitnn.Context(block=8)
     x = ctx.tensor(random((2, 9, 8, 8), 34))
     x_nhwc = ctx.tensor(random((2, 8, 8, 9), 35))
-    ctx.reset_stats()
-    for t in (jitnn.max_pool2d(x, 2, strides=2), jitnn.average_pool2d(x_nhwc, 3, layout="nhwc"),
-              jitnn.global_average_pool2d(x)):
-        t._materialize()
-    assert ctx.stats.reorders == 0 and ctx.stats.launches == 3
+    with assert_schedule(ctx, kernels=3, reorders=0):
+        for t in (jitnn.max_pool2d(x, 2, strides=2),
+                  jitnn.average_pool2d(x_nhwc, 3, layout="nhwc"), jitnn.global_average_pool2d(x)):
+            t._materialize()
 
 
 def test_webnn_output_sizes():

@@ -14,8 +14,8 @@ from jitnn.ops.normalization import batch_normalization_reference, softmax_refer
 from jitnn.ops.pool import global_average_pool2d_reference, max_pool2d_reference
 from jitnn.ops.shape import (concat_reference, flatten_reference, reshape_reference,
                              transpose_reference)
-from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, expected_layout, make,
-                           random)
+from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
+                           expected_layout, make, random)
 
 
 # --- reshape, flatten, transpose, softmax ------------------------------------------------
@@ -64,15 +64,13 @@ def test_blocked_input_read_back_once_or_for_free():
     pooled = jitnn.global_average_pool2d(jitnn.reorder(ctx.tensor(random((2, 64, 3, 3), 43)),
                                                        "nChw8c"))
     odd._materialize(), pooled._materialize()
-    ctx.reset_stats()
-    for t in (jitnn.reshape(odd, (14, 9)), jitnn.flatten(odd), jitnn.transpose(odd),
-              jitnn.softmax(odd, 1)):
-        t._materialize()
-    assert ctx.stats.reorders == 1                     # one plain copy of `odd`, shared
-    ctx.reset_stats()
-    flat = jitnn.flatten(pooled)
-    assert_close(flat.numpy(), pooled.numpy().reshape(2, 64))
-    assert ctx.stats.reorders == 1                     # pooled.numpy() only: flatten was free
+    with assert_schedule(ctx, reorders=1):             # one plain copy of `odd`, shared
+        for t in (jitnn.reshape(odd, (14, 9)), jitnn.flatten(odd), jitnn.transpose(odd),
+                  jitnn.softmax(odd, 1)):
+            t._materialize()
+    with assert_schedule(ctx, reorders=1):             # pooled.numpy() only: flatten was free
+        flat = jitnn.flatten(pooled)
+        assert_close(flat.numpy(), pooled.numpy().reshape(2, 64))
     assert np.shares_memory(flat._materialize(), pooled._materialize())
 
 
@@ -144,18 +142,15 @@ def test_concat_mixed_inputs_and_reorders():
     blocked4 = jitnn.reorder(ctx.tensor(xs[2]), "nChw4c")
     plain = ctx.tensor(xs[0])
     blocked8._materialize(), blocked4._materialize()
-    ctx.reset_stats()
-    got = jitnn.concat([plain, blocked8, blocked4], 1)
-    assert got.layout == "nChw8c"                       # the first blocked input's layout
-    got._materialize()
     # plain -> nChw8c (1); nChw4c -> plain -> nChw8c (2)
-    assert ctx.stats.reorders == 3 and ctx.stats.launches == 1
+    with assert_schedule(ctx, kernels=1, reorders=3):
+        got = jitnn.concat([plain, blocked8, blocked4], 1)
+        assert got.layout == "nChw8c"                   # the first blocked input's layout
+        got._materialize()
     assert_close(got.numpy(), concat_reference(xs, 1))
     assert_padding_lanes_zero(got)
-    ctx.reset_stats()
-    aligned = jitnn.concat([blocked8, blocked8], 1)
-    aligned._materialize()
-    assert ctx.stats.reorders == 0 and ctx.stats.launches == 1
+    with assert_schedule(ctx, kernels=1, reorders=0):
+        jitnn.concat([blocked8, blocked8], 1)._materialize()
 
 
 def test_concat_nhwc_blocked_along_its_channel_axis():

@@ -10,7 +10,7 @@ import jitnn
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.lrn import lrn_reference
 from jitnn.ops.normalization import batch_normalization_reference
-from tests.helpers import random
+from tests.helpers import assert_schedule, random
 
 RTOL = 2e-4
 
@@ -47,34 +47,28 @@ def test_seed_chain_does_two_reorders_and_three_launches(seed):
     ctx.reset_stats()
     h, _ = _seed_chain(ctx, a, ws)
     assert h.pending and ctx.stats == jitnn.Stats()     # nothing ran at the calls
-    _close(h.numpy(), want)
-    stats = ctx.stats
-    assert (stats.reorders, stats.launches, stats.flushes) == (2, 3, 1)
-    assert stats.fused_ops == 3                         # each relu went into its conv
-    assert stats.reorder_bytes == 2 * 16 * 11 * 13 * 4
+    with assert_schedule(ctx, kernels=3, reorders=2, fused=3):   # each relu into its conv
+        _close(h.numpy(), want)
+    assert ctx.stats.flushes == 1 and ctx.stats.reorder_bytes == 2 * 16 * 11 * 13 * 4
 
 
 def test_seed_chain_with_activation_option_is_the_same_plan(seed):
     ctx, a, ws, want = seed
-    ctx.reset_stats()
     h = a
     for w in ws:
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
-    _close(h.numpy(), want)
-    assert (ctx.stats.reorders, ctx.stats.launches, ctx.stats.fused_ops) == (2, 3, 0)
+    with assert_schedule(ctx, kernels=3, reorders=2, fused=0):
+        _close(h.numpy(), want)
 
 
 def test_held_intermediate_is_materialized_and_its_read_adds_one_reorder(seed):
     ctx, a, ws, want = seed
-    ctx.reset_stats()
     h, (c, e) = _seed_chain(ctx, a, ws)       # the caller holds c and e
     h.numpy()
     assert not c.pending and not e.pending    # kept (blocked), computed once
     assert c.layout == e.layout == f"nChw{ctx.block}c"
-    before = ctx.stats
-    c_values = c.numpy()
-    after = ctx.stats
-    assert after.reorders == before.reorders + 1 and after.launches == before.launches
+    with assert_schedule(ctx, kernels=0, reorders=1):
+        c_values = c.numpy()
     _close(c_values, _relu(conv2d_reference(np.asarray(a, np.float64), np.asarray(ws[0]),
                                             padding=1)))
 
@@ -86,15 +80,14 @@ def test_intermediates_nobody_holds_are_never_materialized(seed):
     gc.collect()
     text = jitnn.explain(h)
     assert "6 op(s) recorded -> 3 kernel launch(es), 3 fused away" in text
-    ctx.reset_stats()
-    _close(h.numpy(), want)
-    assert ctx.stats.launches == 3
+    with assert_schedule(ctx, kernels=3):
+        _close(h.numpy(), want)
     # the held conv output without relu is kept: relu cannot be fused into it
-    ctx.reset_stats()
     conv_out = jitnn.conv2d(a, ws[0], padding=1)
     y = jitnn.relu(conv_out)
-    y.numpy()
-    assert not conv_out.pending and ctx.stats.launches == 2 and ctx.stats.fused_ops == 0
+    with assert_schedule(ctx, kernels=2, fused=0):
+        y.numpy()
+    assert not conv_out.pending
 
 
 def test_intermediate_read_by_a_later_pending_op_is_kept():
@@ -130,18 +123,17 @@ def test_batch_norm_folds_into_conv_and_residual_relu_fuse():
     b_np = random((9,), 7)
     bn = _bn_params(9, 8)
     x = ctx.tensor(x_np)
-    ctx.reset_stats()
     y = jitnn.relu(jitnn.add(
         jitnn.batch_normalization(jitnn.conv2d(x, w_np, b_np, padding=1),
                                   *[ctx.tensor(p) for p in bn]), x))
     text = jitnn.explain(y)
     assert "conv2d + batch_normalization + add + relu" in text
-    got = y.numpy()
+    # x reordered once for the conv, reused as the residual; one conv launch
+    with assert_schedule(ctx, kernels=1, reorders=2, fused=3):
+        got = y.numpy()
     want = conv2d_reference(x_np, w_np, b_np, padding=1)
     want = _relu(batch_normalization_reference(want, *bn) + x_np)
     _close(got, want, atol=5e-4)
-    # x reordered once for the conv, reused as the residual; one conv launch
-    assert ctx.stats.launches == 1 and ctx.stats.reorders == 2 and ctx.stats.fused_ops == 3
 
 
 def test_elementwise_chain_after_conv_is_one_pass():
@@ -149,15 +141,13 @@ def test_elementwise_chain_after_conv_is_one_pass():
     x_np = random((1, 17, 6, 7), 9)
     w_np = random((17, 17, 1, 1), 10, 0.3)
     x = ctx.tensor(x_np)
-    ctx.reset_stats()
     conv = jitnn.relu(jitnn.conv2d(x, w_np))           # relu fuses into the conv
     y = jitnn.tanh(jitnn.mul(jitnn.sigmoid(jitnn.add(conv, 0.5)), 2.0))
     del conv
-    got = y.numpy()
+    with assert_schedule(ctx, kernels=2, fused=4):     # conv + relu; add, sigmoid, mul, tanh
+        got = y.numpy()                                # in one pass
     want = np.tanh(2.0 / (1 + np.exp(-(_relu(conv2d_reference(x_np, w_np)) + 0.5))))
     _close(got, want)
-    assert ctx.stats.launches == 2      # conv + relu; add, sigmoid, mul, tanh in one pass
-    assert ctx.stats.fused_ops == 4
 
 
 def _sigmoid(x):
@@ -171,16 +161,15 @@ def test_elementwise_chain_on_plain_data_is_one_pass(shape):
     ctx = jitnn.Context()
     x_np, y_np = random(shape, 40), random(shape, 41)
     x, y = ctx.tensor(x_np), ctx.tensor(y_np)
-    ctx.reset_stats()
     t = jitnn.sub(2.0, jitnn.mul(y, jitnn.sigmoid(jitnn.add(x, 0.5))))
     out = jitnn.maximum(jitnn.leaky_relu(jitnn.tanh(t), alpha=0.2), y)
     del t                                   # held, it would be kept (its own pass)
-    got = out.numpy()
+    with assert_schedule(ctx, kernels=1, reorders=0, fused=6):
+        got = out.numpy()
     inner = np.tanh(2.0 - y_np * _sigmoid(x_np + 0.5))
     want = np.maximum(np.where(inner >= 0, inner, 0.2 * inner), y_np)
     _close(got, want)
     assert out.layout == x.layout
-    assert (ctx.stats.launches, ctx.stats.fused_ops, ctx.stats.reorders) == (1, 6, 0)
     assert "add + sigmoid + mul + sub + tanh + leaky_relu + maximum" in jitnn.explain(out)
 
 
@@ -188,15 +177,14 @@ def test_plain_chain_keeps_what_is_held_and_stops_at_broadcasts():
     ctx = jitnn.Context()
     x_np, row_np = random((4, 6), 42), random((6,), 43)
     x = ctx.tensor(x_np)
-    ctx.reset_stats()
     held = jitnn.relu(jitnn.add(x, 1.0))               # the caller keeps it
     shifted = jitnn.add(held, row_np)                  # a broadcast row: its own pass
     out = jitnn.sigmoid(jitnn.mul(shifted, 3.0))       # mul + sigmoid: one pass
-    got_out, got_held = jitnn.read_all([out, held])
+    with assert_schedule(ctx, kernels=3, fused=2):
+        got_out, got_held = jitnn.read_all([out, held])
     want_held = _relu(x_np + 1.0)
     _close(got_held, want_held)
     _close(got_out, _sigmoid((want_held + row_np) * 3.0))
-    assert ctx.stats.launches == 3 and ctx.stats.fused_ops == 2
 
 
 @pytest.mark.parametrize("policy", ["plain", "eager"])
@@ -204,10 +192,9 @@ def test_plain_chain_fuses_only_under_the_blocked_policy(policy):
     ctx = jitnn.Context(policy=policy)
     x_np = random((3, 5), 44)
     x = ctx.tensor(x_np)
-    ctx.reset_stats()
-    got = jitnn.sigmoid(jitnn.mul(jitnn.relu(x), 2.0)).numpy()
+    with assert_schedule(ctx, kernels=3, fused=0):
+        got = jitnn.sigmoid(jitnn.mul(jitnn.relu(x), 2.0)).numpy()
     _close(got, _sigmoid(_relu(x_np) * 2.0))
-    assert (ctx.stats.launches, ctx.stats.fused_ops) == (3, 0)
 
 
 def test_plain_chain_runs_in_place_over_a_dead_intermediate():
@@ -354,11 +341,10 @@ def test_eager_and_plain_policies_run_at_the_call(seed):
         ctx = jitnn.Context(block=8, policy=policy)
         a = ctx.tensor(np.asarray(a_np))
         wts = [ctx.tensor(np.asarray(w)) for w in ws]
-        ctx.reset_stats()
-        h, _ = _seed_chain(ctx, a, wts)
-        assert not h.pending and h.layout == layout
-        _close(h.numpy(), want)
-        assert ctx.stats.reorders == reorders and ctx.stats.launches == 6
+        with assert_schedule(ctx, kernels=6, reorders=reorders):
+            h, _ = _seed_chain(ctx, a, wts)
+            assert not h.pending and h.layout == layout
+            _close(h.numpy(), want)
 
 
 def test_the_conv_algorithm_shows_in_explain_and_agrees(seed):
@@ -470,11 +456,10 @@ def test_matmul_bias_and_activation_fuse_into_one_gemm():
     a_np, w_np = random((9, 33), 60), random((33, 17), 61, 0.3)
     bias_np, res_np = random((17,), 62), random((9, 17), 63)
     w = ctx.tensor(w_np)
-    ctx.reset_stats()
     y = jitnn.relu(jitnn.add(jitnn.matmul(a_np, w), bias_np))     # a fully connected layer
     assert "matmul + add + relu" in jitnn.explain(y)
-    _close(y.numpy(), _relu(a_np.astype(np.float64) @ w_np + bias_np), atol=1e-4)
-    assert ctx.stats.launches == 1 and ctx.stats.fused_ops == 2
+    with assert_schedule(ctx, kernels=1, fused=2):
+        _close(y.numpy(), _relu(a_np.astype(np.float64) @ w_np + bias_np), atol=1e-4)
     # residual (same shape, operand order swapped) + sigmoid; gemm with alpha keeps alpha
     z = jitnn.sigmoid(jitnn.add(res_np, jitnn.gemm(a_np, w, alpha=0.5)))
     want = 1 / (1 + np.exp(-(0.5 * (a_np.astype(np.float64) @ w_np) + res_np)))
