@@ -85,8 +85,18 @@ HOST_AVX512 = bool(_HOST_FEATURES.get("avx512f", False))
 HOST_AVX2 = bool(_HOST_FEATURES.get("avx2", False))
 #: the host's SIMD level, as ``jitnn info`` names it
 HOST_SIMD = "AVX-512" if HOST_AVX512 else "AVX2" if HOST_AVX2 else "no AVX2"
-#: float32 channels per block on this host: one vector register's worth
-HOST_BLOCK = 16 if HOST_AVX512 else 8 if HOST_AVX2 else 4
+#: LLVM's name for the host CPU (``znver3``, ``sapphirerapids``, ...)
+HOST_CPU = _llvm.get_host_cpu_name()
+#: AVX-512 hosts whose 512-bit instructions run on 256-bit units (AMD Zen 4):
+#: there, 8-channel blocks ran whole models faster than 16 (batch 1, models in
+#: the same process, two rounds each on 1 and 2 threads; 2026-11-28):
+#: ResNet-50 1.21x / 1.31-1.41x, MobileNetV2 1.16-1.42x / 1.27-1.56x,
+#: an Inception-style net 0.82-1.15x / 1.06-1.14x
+HALF_WIDTH_AVX512 = frozenset({"znver4"})
+#: float32 channels per block on this host: one vector register's worth, 8
+#: where AVX-512 runs at half width
+HOST_BLOCK = 16 if HOST_AVX512 and HOST_CPU not in HALF_WIDTH_AVX512 else \
+    8 if HOST_AVX2 else 4
 
 
 def _tune_for_avx512() -> bool:
