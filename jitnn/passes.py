@@ -128,24 +128,38 @@ def collect(ctx: "Context", roots: list[Value], order: list[Value], kept: set[in
     return plan
 
 
+def _fuse_by_rule(plan: Plan, rule_of, repeat: bool = False) -> int:
+    """Fuse each op step into the one step reading its value where the rule
+    ``rule_of(kind)`` of the step's node kind (``fold``, ``absorb`` or
+    ``merge``: ``(node, consumer, value, consumer's value) -> node or None``)
+    allows; with ``repeat``, sweep again until nothing changes (a fused node
+    may absorb its new reader too). Returns how many ops were fused away."""
+    fused = 0
+    changed = True
+    while changed:
+        changed = False
+        for step in list(plan.steps):
+            if step.kind != "op" or step.removed:
+                continue
+            rule = rule_of(kind_of(step.node))
+            reader = _fusible(plan, step.value) if rule is not None else None
+            if reader is None:
+                continue
+            node = rule(step.node, reader.node, step.value, reader.value)
+            if node is not None:
+                _fuse(plan, step, reader, node)
+                fused += 1
+                changed = repeat
+    _drop_removed(plan)
+    plan.fused_ops += fused
+    return fused
+
+
 def fold_batch_norms(plan: Plan) -> Plan:
     """An anchor whose value only one op reads folds that op into its weights
     where its kind's ``fold`` rule allows (conv2d -> batch_normalization: the
     normalization folded into the conv's filter and bias)."""
-    folded = 0
-    for step in list(plan.steps):
-        if step.kind != "op":
-            continue
-        fold = kind_of(step.node).fold
-        reader = _fusible(plan, step.value) if fold is not None else None
-        if reader is None:
-            continue
-        node = fold(step.node, reader.node, step.value)
-        if node is not None:
-            _fuse(plan, step, reader, node)
-            folded += 1
-    _drop_removed(plan)
-    plan.fused_ops += folded
+    folded = _fuse_by_rule(plan, lambda kind: kind.fold)
     plan.log.append(f"fold_batch_norms: {folded} folded into a conv2d")
     return plan
 
@@ -154,24 +168,7 @@ def fuse_epilogues(plan: Plan) -> Plan:
     """An anchor absorbs the single reader of its value into its kernel's
     epilogue where its kind's ``absorb`` rule allows, again and again
     (conv2d -> add(same-shape tensor) -> activation as one launch)."""
-    fused = 0
-    changed = True
-    while changed:
-        changed = False
-        for step in list(plan.steps):
-            if step.kind != "op" or step.removed:
-                continue
-            absorb = kind_of(step.node).absorb
-            reader = _fusible(plan, step.value) if absorb is not None else None
-            if reader is None:
-                continue
-            node = absorb(step.node, reader.node, step.value, reader.value)
-            if node is not None:
-                _fuse(plan, step, reader, node)
-                fused += 1
-                changed = True
-    _drop_removed(plan)
-    plan.fused_ops += fused
+    fused = _fuse_by_rule(plan, lambda kind: kind.absorb, repeat=True)
     plan.log.append(f"fuse_epilogues: {fused} op(s) fused into conv2d epilogues")
     return plan
 
@@ -180,20 +177,7 @@ def fuse_eltwise_chains(plan: Plan) -> Plan:
     """Single-consumer elementwise ops run as one pass where their kind's
     ``merge`` rule allows (on blocked data, and on plain data when each op's
     operand is a scalar or has the chain's shape)."""
-    fused = 0
-    for step in list(plan.steps):
-        if step.kind != "op" or step.removed:
-            continue
-        merge = kind_of(step.node).merge
-        reader = _fusible(plan, step.value) if merge is not None else None
-        if reader is None:
-            continue
-        node = merge(step.node, reader.node, step.value, reader.value)
-        if node is not None:
-            _fuse(plan, step, reader, node)
-            fused += 1
-    _drop_removed(plan)
-    plan.fused_ops += fused
+    fused = _fuse_by_rule(plan, lambda kind: kind.merge)
     plan.log.append(f"fuse_eltwise_chains: {fused} op(s) merged into elementwise passes")
     return plan
 

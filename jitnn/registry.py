@@ -49,9 +49,10 @@ class NodeKind:
     kernel_layouts: Optional[Callable[["Node", "Value"], tuple]] = None
     #: ``(value, node) -> inputs`` whose buffer its kernel may overwrite with its output
     inplace_inputs: Optional[Callable[["Value", "Node"], list]] = None
-    #: anchor: ``(node, consumer) -> node`` with a following op folded into its
-    #: weights, or None (a batch normalization into a conv's filter)
-    fold: Optional[Callable[["Node", "Node"], Optional["Node"]]] = None
+    #: anchor: ``(node, consumer, value, consumer's value) -> node`` with the
+    #: following op folded into its weights, or None (a batch normalization
+    #: into a conv's filter)
+    fold: Optional[Callable[["Node", "Node", "Value", "Value"], Optional["Node"]]] = None
     #: anchor: ``(node, consumer, value, consumer's value) -> node`` with the
     #: following op in its epilogue, or None
     absorb: Optional[Callable[["Node", "Node", "Value", "Value"], Optional["Node"]]] = None

@@ -32,16 +32,11 @@ class _Builder:
         self.count += 1
         return f"{prefix}_{self.count}"
 
-    def constant(self, array: np.ndarray, prefix: str = "w") -> str:
+    def constant(self, array, prefix: str = "w", dtype=np.float32) -> str:
+        """An initializer of ``array`` as ``dtype``; returns its name."""
         from onnx import numpy_helper
         name = self.name(prefix)
-        self.initializers.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
-        return name
-
-    def int64(self, values, prefix: str = "i") -> str:
-        from onnx import numpy_helper
-        name = self.name(prefix)
-        self.initializers.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype), name))
         return name
 
     def node(self, op: str, inputs: list[str], **attributes) -> str:
@@ -136,7 +131,7 @@ def csp_block_net(channels: int = 24, size: int = 17, batch: int = 2, blocks: in
     split = b.name("split")
     halves = [split + "_a", split + "_b"]
     from onnx import helper
-    b.nodes.append(helper.make_node("Split", [x, b.int64([channels, channels])],
+    b.nodes.append(helper.make_node("Split", [x, b.constant([channels, channels], "i", np.int64)],
                                     halves, name=split, axis=1))
     part = halves[1]
     for _ in range(blocks):

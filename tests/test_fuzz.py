@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
+hypothesis = pytest.importorskip(
+    "hypothesis",
+    reason="the fuzz suite needs hypothesis (in the test extra: pip install -e \".[test]\")")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from .bad_calls import bad_calls_2d, bad_calls_4d, expect_error  # noqa: E402

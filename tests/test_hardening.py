@@ -15,6 +15,8 @@ from jitnn.ops.matmul import matmul_reference
 from .helpers import assert_close, random as _random
 from .onnx_models import csp_block_net, efficientnet_b0, evaluate
 
+ONNX_MISSING = 'the ONNX model tests need onnx (in the test extra: pip install -e ".[test]")'
+
 #: float32 results of long sums, against float64 references
 _close = functools.partial(assert_close, tol=1e-4)
 
@@ -129,7 +131,7 @@ def _compare_with_reference(model, batch_seed=1, computes=2):
 
 
 def test_efficientnet_b0_matches_its_reference():
-    pytest.importorskip("onnx")
+    pytest.importorskip("onnx", reason=ONNX_MISSING)
     import jitnn.onnx  # noqa: F401
     # half width: the SE steps' buffers still collide on the old planner
     _compare_with_reference(efficientnet_b0(width=0.5, size=64, batch=1))
@@ -138,13 +140,13 @@ def test_efficientnet_b0_matches_its_reference():
 @pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 2])
 def test_full_efficientnet_b0_matches_its_reference(batch):
-    pytest.importorskip("onnx")
+    pytest.importorskip("onnx", reason=ONNX_MISSING)
     import jitnn.onnx  # noqa: F401
     _compare_with_reference(efficientnet_b0(size=224, batch=batch), computes=1)
 
 
 def test_csp_stage_matches_its_reference():
-    pytest.importorskip("onnx")
+    pytest.importorskip("onnx", reason=ONNX_MISSING)
     import jitnn.onnx  # noqa: F401
     _compare_with_reference(csp_block_net())
 

@@ -247,12 +247,7 @@ def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray
     if cached is not None:
         return cached
     plain = plain_buffer(t)          # outside t's lock: it may derive too
-    return t._derive(key, lambda: reorder_to_blocked(ctx, plain, block, axes))
-
-
-def reorder_to_blocked(ctx: Context, plain: np.ndarray, block: int, axes: str) -> np.ndarray:
-    """A plain 4-D array with logical axes ``axes`` reordered to ``nChw{block}c`` (counted)."""
-    return to_blocked(ctx, plain, axes, block)
+    return t._derive(key, lambda: to_blocked(ctx, plain, axes, block))
 
 
 def plain_layout(ndim: int, axes: str = "nchw") -> str:

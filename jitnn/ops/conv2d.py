@@ -465,7 +465,7 @@ def _plain_conv(node: Node) -> bool:
     return a["bn"] is None and a["residual"] is None and a["activation"][0] == epilogue.NONE
 
 
-def _fold(node: Node, consumer: Node, v: Value) -> Node | None:
+def _fold(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     """conv2d -> batch_normalization (per channel, inference) as one conv2d with
     the normalization folded into its filter and bias."""
     if not _plain_conv(node) or consumer.kind != "eltwise" or consumer.inputs[0] is not v \

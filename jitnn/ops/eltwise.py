@@ -37,11 +37,9 @@ from ..kernels.buffers import aligned_empty
 from ..kernels import epilogue
 from ..limits import real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
-from ..tensor import exact
-from ..tensor import Node, Tensor, Value
+from ..tensor import Node, Tensor, Value, exact, to_blocked
 from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
-                      is_number, pending, plain_buffer, plain_layout, reorder_to_blocked,
-                      value_of)
+                      is_number, pending, plain_buffer, plain_layout, value_of)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -212,8 +210,8 @@ def resolve_operand(ctx: Context, operand: tuple) -> object:
             return np.ascontiguousarray(np.broadcast_to(values[0], (c,)), np.float32)
         return np.ascontiguousarray(np.broadcast_to(values, (n, c)), np.float32)
     _, _, padded, shape, block, axes = operand
-    return reorder_to_blocked(ctx, np.broadcast_to(plain_buffer(y).reshape(padded), shape),
-                              block, axes)
+    return to_blocked(ctx, np.broadcast_to(plain_buffer(y).reshape(padded), shape), axes,
+                      block)
 
 
 def operand_sig(operand: tuple) -> tuple:
