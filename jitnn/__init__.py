@@ -12,26 +12,22 @@ _memory.tune_allocator()
 from .context import POLICIES, Context, default_context, host_block, read_all
 from .instrumentation import Stats
 from .errors import JitnnError, JitnnExecutionError, JitnnTypeError, JitnnValueError
-from .tensor import Tensor, reorder, tensor
+from .tensor import DTYPES, Tensor, reorder, tensor
 from .scheduler import explain
 from .graph import Graph, GraphBuilder, Operand
 from .show import show_layout
-from .ops import (add, average_pool2d, batch_normalization, clamp, concat, conv2d,
-                  conv_transpose2d, div, flatten,
-                  gelu, gemm, global_average_pool2d, hard_swish, leaky_relu, matmul, max_pool2d,
-                  maximum, minimum, mul, relu, reshape, sigmoid, softmax, sub, tanh, transpose)
-from .ops import gather, lrn, slice  # noqa: A004 - WebNN's name
+from . import ops as _ops  # registers every op (jitnn/registry.py)
+from . import registry as _registry
+
+# every registered op is jitnn.<name> (the eager op; GraphBuilder.<name> too)
+globals().update({_op.name: _op.function for _op in _registry.ops()})
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Context", "Stats", "conv2d", "conv_transpose2d", "gemm", "matmul", "Tensor",
-    "add", "sub", "mul", "div", "maximum", "minimum", "relu", "clamp", "sigmoid", "tanh",
-    "leaky_relu", "hard_swish", "gelu", "max_pool2d", "average_pool2d", "global_average_pool2d",
-    "batch_normalization", "softmax", "reshape", "flatten", "transpose", "concat",
-    "lrn", "gather", "slice",
+__all__ = sorted([_op.name for _op in _registry.ops()] + [
+    "Context", "Stats", "Tensor", "DTYPES",
     "JitnnError", "JitnnExecutionError", "JitnnTypeError", "JitnnValueError",
     "default_context", "host_block", "read_all", "reorder", "tensor", "__version__",
     "explain", "POLICIES", "Graph", "GraphBuilder", "Operand",
     "show_layout",
-]
+])

@@ -124,9 +124,9 @@ class Context:
         return (f"Context(num_threads={self.num_threads}, block={self.block}, "
                 f"policy={self.policy!r}{algorithm})")
 
-    def tensor(self, data: object) -> Tensor:
-        """A Tensor holding a float32 copy of ``data`` (see :func:`jitnn.tensor`)."""
-        return Tensor._from_host(self, data)
+    def tensor(self, data: object, dtype: object = None) -> Tensor:
+        """A Tensor holding a copy of ``data`` (see :func:`jitnn.tensor`)."""
+        return Tensor._from_host(self, data, dtype)
 
     @property
     def stats(self) -> Stats:
@@ -241,7 +241,7 @@ class Context:
         jitnn/replay.py, which also lists when a call takes the first path).
         """
         _graph_method(graph, "_dispatch", "compute")
-        replay.check_outputs(graph.outputs, outputs)
+        replay.check_outputs(graph.outputs, outputs, graph._output_dtypes)
         replay.compute(self, graph, inputs, outputs)
         return dict(outputs)
 

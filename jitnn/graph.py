@@ -31,7 +31,7 @@ from .context import Context, default_context
 from .errors import JitnnTypeError, JitnnValueError
 from .layouts import plain_tag
 from .limits import shape_arg
-from .tensor import FLOAT32, Node, Tensor, Value, as_float32_copy
+from .tensor import FLOAT32, Node, Tensor, Value, as_array_copy, dtype_arg
 
 
 #: the eager ops a builder offers as methods (same names and arguments): every
@@ -55,10 +55,11 @@ class Operand:
 
     @property
     def dtype(self) -> np.dtype:
-        return FLOAT32
+        return self._placeholder.dtype
 
     def __repr__(self) -> str:
-        return f"Operand(#{self._index}, shape={self.shape})"
+        kind = "" if self.dtype == FLOAT32 else f", dtype={self.dtype}"
+        return f"Operand(#{self._index}, shape={self.shape}{kind})"
 
 
 def _never_run(ctx, node, value, out):
@@ -114,12 +115,14 @@ class GraphBuilder:
         self._count += 1
         return operand
 
-    def _placeholder(self, shape: tuple[int, ...]) -> Tensor:
+    def _placeholder(self, shape: tuple[int, ...], dtype: np.dtype = FLOAT32) -> Tensor:
         node = Node("input", (), kind="placeholder", run=_never_run)
-        return Tensor._wrap(Value(self._shape_ctx, shape, _plain_tag(len(shape)), node=node))
+        return Tensor._wrap(Value(self._shape_ctx, shape, _plain_tag(len(shape)), node=node,
+                                  dtype=dtype))
 
-    def input(self, name: str, shape, dtype: str = "float32") -> Operand:
-        """A named graph input of ``shape`` (float32: jitnn's compute type)."""
+    def input(self, name: str, shape, dtype: object = "float32") -> Operand:
+        """A named graph input of ``shape`` and ``dtype`` (float32, or an
+        integer type: token ids, masks, indices)."""
         self._check_open("input")
         if not isinstance(name, str) or not name:
             raise JitnnTypeError(f"GraphBuilder.input: name must be a non-empty str, got {name!r}")
@@ -127,18 +130,16 @@ class GraphBuilder:
             raise JitnnValueError(f"GraphBuilder.input: an input named {name!r} exists already")
         # ints only (int(2.7) and int("22") would pass), within jitnn/limits.py's bounds
         dims = shape_arg("GraphBuilder.input", "shape", shape)
-        if np.dtype(dtype) != FLOAT32:
-            raise JitnnTypeError(
-                f"GraphBuilder.input: {name!r} has dtype {dtype}; jitnn computes in float32 "
-                "(convert the data: jitnn.tensor rounds float64 and converts integers)")
-        operand = self._operand(self._placeholder(dims))
+        kind = dtype_arg(f"GraphBuilder.input {name!r}", dtype)
+        operand = self._operand(self._placeholder(dims, kind))
         self._inputs[name] = operand
         return operand
 
-    def constant(self, array) -> Operand:
-        """A constant (copied now; a filter is packed once and reused by every dispatch)."""
+    def constant(self, array, dtype: object = None) -> Operand:
+        """A constant (copied now; a filter is packed once and reused by every
+        dispatch), of ``dtype`` or the array's own type (``jitnn.tensor``'s rules)."""
         self._check_open("constant")
-        values = as_float32_copy(array, op="GraphBuilder.constant")
+        values = as_array_copy(array, "GraphBuilder.constant", dtype)
         real = Tensor._holding(self._ctx, values)
         placeholder = Tensor._holding(self._shape_ctx, values)
         operand = self._operand(placeholder)
@@ -160,7 +161,7 @@ class GraphBuilder:
             if tensor.context is not self._ctx:
                 raise JitnnValueError(f"GraphBuilder.{op}: a tensor of another context than "
                                       "the builder's")
-            return self._placeholder(tensor.shape)
+            return self._placeholder(tensor.shape, tensor.dtype)
 
         def for_inference(value: Any) -> Any:
             return _substitute(_substitute(value, shape_of, Tensor), placeholder_of)
@@ -185,9 +186,11 @@ class GraphBuilder:
         self._built = True
         graph = Graph(
             self._ctx, inputs={name: op.shape for name, op in self._inputs.items()},
+            input_dtypes={name: op.dtype for name, op in self._inputs.items()},
             input_index={name: op._index for name, op in self._inputs.items()},
             constants=dict(self._constants), ops=tuple(self._ops),
-            outputs={name: (op._index, op.shape) for name, op in outputs.items()})
+            outputs={name: (op._index, op.shape) for name, op in outputs.items()},
+            output_dtypes={name: op.dtype for name, op in outputs.items()})
         self._ops, self._constants = [], {}
         return graph
 
@@ -219,12 +222,15 @@ class Graph:
     (at most :data:`jitnn.replay.IDLE_PROGRAMS` of them, with their
     intermediate buffers: see jitnn/replay.py); they go with the graph."""
 
-    __slots__ = ("_ctx", "_inputs", "_input_index", "_constants", "_ops", "_outputs",
-                 "_programs", "_programs_lock")
+    __slots__ = ("_ctx", "_inputs", "_input_dtypes", "_input_index", "_constants", "_ops",
+                 "_outputs", "_output_dtypes", "_programs", "_programs_lock")
 
-    def __init__(self, ctx, inputs, input_index, constants, ops, outputs):
+    def __init__(self, ctx, inputs, input_index, constants, ops, outputs,
+                 input_dtypes=None, output_dtypes=None):
         self._ctx = ctx
         self._inputs = inputs
+        self._input_dtypes = input_dtypes or {name: FLOAT32 for name in inputs}
+        self._output_dtypes = output_dtypes or {name: FLOAT32 for name in outputs}
         self._input_index = input_index
         self._constants = constants
         self._ops = ops
@@ -240,6 +246,14 @@ class Graph:
     @property
     def outputs(self) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, (_, shape) in self._outputs.items()}
+
+    @property
+    def input_dtypes(self) -> dict[str, np.dtype]:
+        return dict(self._input_dtypes)
+
+    @property
+    def output_dtypes(self) -> dict[str, np.dtype]:
+        return dict(self._output_dtypes)
 
     def __repr__(self) -> str:
         ops = ", ".join(r.op for r in self._ops)
@@ -279,16 +293,26 @@ class Graph:
         items: dict[str, Tensor | np.ndarray] = {}
         for name, value in inputs.items():
             expected = self._inputs[name]
+            dtype = self._input_dtypes[name]
             if isinstance(value, Tensor):
                 if value.context is not ctx:
                     raise JitnnTypeError(f"{op}: input {name!r} belongs to another context")
+                if value.dtype != dtype:
+                    raise JitnnTypeError(f"{op}: input {name!r} must be a {dtype} tensor, "
+                                         f"got a {value.dtype} one")
                 item: Tensor | np.ndarray = value
-            elif borrow_outside is not None and _borrowable(value, borrow_outside):
+            elif borrow_outside is not None and _borrowable(value, borrow_outside, dtype):
                 item = value
             else:
-                # another dtype (float64, ints, bools) converts by value, as
-                # jitnn.tensor does; a non-numeric one is refused, naming the input
-                item = as_float32_copy(value, op=f"{op}: input {name!r}")
+                # another dtype converts by value into the input's (float64
+                # rounds, ints and bools convert, as jitnn.tensor(..., dtype=)
+                # does); floats into an integer input, or a non-numeric
+                # array, are refused, naming the input
+                if dtype != FLOAT32 and getattr(np.asarray(value), "dtype", None) is not None \
+                        and np.asarray(value).dtype.kind == "f":
+                    raise JitnnTypeError(f"{op}: input {name!r} is {dtype}, got floating-point "
+                                         f"data ({np.asarray(value).dtype})")
+                item = as_array_copy(value, f"{op}: input {name!r}", dtype)
             if item.shape != expected:
                 raise JitnnTypeError(
                     f"{op}: input {name!r} has shape {item.shape}, expected {expected}")
@@ -338,12 +362,12 @@ class Graph:
         return found
 
 
-def _borrowable(array: object, outputs: Sequence[np.ndarray]) -> bool:
+def _borrowable(array: object, outputs: Sequence[np.ndarray], dtype: np.dtype = FLOAT32) -> bool:
     """True when ``array`` may be read in place instead of copied: it is a
-    float32, C-contiguous, aligned and writeable ndarray (the kernels are
+    ``dtype``, C-contiguous, aligned and writeable ndarray (the kernels are
     compiled for those; a read-only or unaligned one would compile others)
     whose memory does not overlap an output's (an output that is an input, or
     a view of one, is still read while the others are written)."""
-    return (isinstance(array, np.ndarray) and array.dtype == FLOAT32
+    return (isinstance(array, np.ndarray) and array.dtype == dtype
             and array.flags.c_contiguous and array.flags.aligned and array.flags.writeable
             and not any(np.may_share_memory(array, out) for out in outputs))

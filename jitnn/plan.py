@@ -86,7 +86,7 @@ def _physical_shape(shape: tuple[int, ...], layout: str, axes: str) -> tuple[int
 
 
 def physical_bytes(v: Value) -> int:
-    return 4 * math.prod(physical_shape(v))
+    return v.dtype.itemsize * math.prod(physical_shape(v))
 
 
 def mib(count: int) -> str:

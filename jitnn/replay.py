@@ -123,9 +123,11 @@ class Program:
             _clear(self.dynamic)
 
 
-def check_outputs(names: Mapping[str, tuple], outputs: object) -> None:
+def check_outputs(names: Mapping[str, tuple], outputs: object,
+                  dtypes: Mapping[str, np.dtype] | None = None) -> None:
     """``compute``'s output arrays: exactly the graph's outputs, each a
-    writeable C-contiguous float32 array of its shape, none sharing memory."""
+    writeable C-contiguous array of its shape and dtype (float32 unless
+    ``dtypes`` says), none sharing memory."""
     if not isinstance(outputs, Mapping):
         raise JitnnTypeError(f"compute: outputs must be a dict {{name: array}}, "
                              f"got {type(outputs).__name__}")
@@ -136,11 +138,12 @@ def check_outputs(names: Mapping[str, tuple], outputs: object) -> None:
             f"compute: outputs must name exactly the graph's outputs {sorted(names)}; "
             + (f"unknown {unknown[0]!r}" if unknown else f"missing {missing[0]!r}"))
     for name, array in outputs.items():
-        if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
+        dtype = np.dtype(np.float32) if dtypes is None else dtypes[name]
+        if not isinstance(array, np.ndarray) or array.dtype != dtype \
                 or array.shape != names[name] or not array.flags.c_contiguous \
                 or not array.flags.writeable:
             raise JitnnTypeError(
-                f"compute: output {name!r} must be a writeable C-contiguous float32 array "
+                f"compute: output {name!r} must be a writeable C-contiguous {dtype} array "
                 f"of shape {names[name]}, got "
                 + (f"{array.dtype} {array.shape}" if isinstance(array, np.ndarray)
                    else type(array).__name__))

@@ -1,4 +1,9 @@
-"""Tensor: an immutable float32 value owned by a Context.
+"""Tensor: an immutable value owned by a Context.
+
+Its data type is float32 (what every compute kernel works in) or one of the
+integer types of WebNN: int32, int64, uint32, int8, uint8 (uint8 also holds
+booleans: comparisons and logical ops give 0 or 1). float16 is not a jitnn
+data type: convert it with ``dtype="float32"``.
 
 A Tensor has a logical shape (what the user sees) and a physical layout (how
 its buffer lies in memory now): plain row-major (``"nchw"`` for a 4-D tensor,
@@ -32,17 +37,36 @@ if TYPE_CHECKING:
 
 FLOAT32 = np.dtype(np.float32)
 
+#: the data types a tensor may have (float32 first: the compute type)
+DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
+    np.float32, np.int32, np.int64, np.uint32, np.int8, np.uint8))
+#: their names, as WebNN and ``dtype=`` spell them
+DTYPE_NAMES = tuple(d.name for d in DTYPES)
+
 #: numpy dtype kinds that convert to float32 by value: bool, ints, floats.
 _NUMERIC_KINDS = "biuf"
 
+#: host integer types jitnn does not keep, and the type that holds each one's values
+_WIDENED = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.int32),
+            np.dtype(np.bool_): np.dtype(np.uint8)}
 
-def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
-    """A new C-contiguous float32 array with the values of ``data``.
 
-    float64 is rounded to the nearest float32; integers and bools convert by
-    value (exact up to 2**24 in magnitude). Complex numbers, objects, strings
-    and ragged nested lists are rejected with a :class:`JitnnTypeError`.
-    """
+def dtype_arg(op: str, dtype: object, name: str = "dtype") -> np.dtype:
+    """A jitnn data type from a name (``"float32"``, ``"int64"``, WebNN's
+    spelling) or a numpy dtype; float16 and anything else is refused."""
+    try:
+        found = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError:
+        found = None
+    if found is None or found not in DTYPES or isinstance(dtype, bool):
+        extra = (" (float16 is not a jitnn data type: convert the data to float32)"
+                 if found == np.float16 else "")
+        raise JitnnTypeError(f"{op}: {name} must be one of {', '.join(DTYPE_NAMES)}, "
+                             f"got {dtype!r}{extra}")
+    return found
+
+
+def _host_array(data: object, op: str) -> np.ndarray:
     if isinstance(data, np.ndarray):
         array = data
     else:
@@ -56,8 +80,55 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
         raise JitnnTypeError(
             f"{op}: expected real numbers (bool, int or float), got dtype "
             f"{array.dtype} from a {type(data).__name__}")
+    return array
+
+
+def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
+    """A new C-contiguous float32 array with the values of ``data``.
+
+    float64 is rounded to the nearest float32; integers and bools convert by
+    value (exact up to 2**24 in magnitude). Complex numbers, objects, strings
+    and ragged nested lists are rejected with a :class:`JitnnTypeError`.
+    """
+    array = _host_array(data, op)
     out = aligned_empty(array.shape)    # 64-byte aligned, as every tensor buffer
     np.copyto(out, array, casting="unsafe")
+    return out
+
+
+def natural_dtype(array: np.ndarray, op: str = "tensor") -> np.dtype:
+    """The jitnn data type a host array keeps: floats become float32 (float16
+    is refused), bools uint8, int16/uint16 int32, uint64 int64 (if its values
+    fit); the other integer types stay."""
+    dtype = array.dtype
+    if dtype.kind == "f":
+        if dtype == np.float16:
+            raise JitnnTypeError(
+                f"{op}: float16 is not a jitnn data type (jitnn computes in float32); "
+                "convert it: jitnn.tensor(data, dtype='float32')")
+        return FLOAT32
+    if dtype in DTYPES:
+        return dtype
+    if dtype in _WIDENED:
+        return _WIDENED[dtype]
+    if dtype == np.uint64:
+        if array.size and array.max() > np.iinfo(np.int64).max:
+            raise JitnnValueError(f"{op}: uint64 values above 2**63 - 1 do not fit int64, "
+                                  "the widest jitnn integer type")
+        return np.dtype(np.int64)
+    raise JitnnTypeError(f"{op}: dtype {dtype} is not a jitnn data type "
+                         f"({', '.join(DTYPE_NAMES)})")
+
+
+def as_array_copy(data: object, op: str = "tensor", dtype: object = None) -> np.ndarray:
+    """A new aligned, C-contiguous array with the values of ``data``, of
+    ``dtype`` (converted by value, as numpy's ``astype``) or else of the data's
+    own type (:func:`natural_dtype`)."""
+    array = _host_array(data, op)
+    target = natural_dtype(array, op) if dtype is None else dtype_arg(op, dtype)
+    out = aligned_empty(array.shape, target)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.copyto(out, array, casting="unsafe")
     return out
 
 
@@ -156,12 +227,16 @@ class Value:
     """
 
     __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_node", "_lock",
-                 "_derived", "_handle", "_consumers", "_plan", "_released", "__weakref__")
+                 "_derived", "_handle", "_consumers", "_plan", "_released", "_dtype",
+                 "__weakref__")
 
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
                  data: np.ndarray | None = None, node: Node | None = None,
-                 axes: str = "nchw"):
+                 axes: str = "nchw", dtype: np.dtype = FLOAT32):
         self._ctx = ctx
+        # float32, or an integer type (then the layout is plain: only float32
+        # is ever blocked)
+        self._dtype = dtype if data is None else data.dtype
         self._shape = tuple(map(int, shape))
         # every op's result passes here before it is recorded: one that no
         # memory could hold is refused at the call (jitnn/limits.py). A count
@@ -193,7 +268,7 @@ class Value:
     layout = property(lambda self: self._layout)
     ndim = property(lambda self: len(self._shape))
     size = property(lambda self: math.prod(self._shape))
-    dtype = property(lambda self: FLOAT32)
+    dtype = property(lambda self: self._dtype)
 
     @property
     def held(self) -> bool:
@@ -213,7 +288,8 @@ class Value:
 
     def __repr__(self) -> str:
         state = ", pending" if self._data is None else ""
-        return f"Value({self._shape}, {self._layout}{state})"
+        kind = "" if self._dtype == FLOAT32 else f", {self._dtype}"
+        return f"Value({self._shape}, {self._layout}{kind}{state})"
 
     def _materialize(self) -> np.ndarray:
         """The physical buffer, running the pending work it needs first."""
@@ -253,8 +329,8 @@ class Value:
         if not isinstance(out, np.ndarray):
             raise JitnnTypeError(
                 f"{op}: out must be a numpy.ndarray, got {type(out).__name__}")
-        if out.dtype != FLOAT32:
-            raise JitnnTypeError(f"{op}: out must have dtype float32, got {out.dtype}")
+        if out.dtype != self._dtype:
+            raise JitnnTypeError(f"{op}: out must have dtype {self._dtype}, got {out.dtype}")
         if out.shape != self._shape:
             raise JitnnValueError(
                 f"{op}: out has shape {out.shape} but the tensor's shape is {self._shape}")
@@ -270,7 +346,7 @@ class Value:
         """One copy from the physical buffer into ``out`` (allocated if None)."""
         data = self._materialize()
         if out is None:
-            out = aligned_empty(self._shape)
+            out = aligned_empty(self._shape, self._dtype)
         if layouts.block_of(self._layout) is None:
             np.copyto(out, data)
             return out
@@ -280,7 +356,8 @@ class Value:
 
 
 class Tensor:
-    """An immutable float32 tensor. Make one with ``jitnn.tensor(array)``.
+    """An immutable tensor (float32, or an integer type: see :data:`DTYPES`).
+    Make one with ``jitnn.tensor(array)``.
 
     The user's handle on a :class:`Value`. Ops return pending Tensors; reading
     one (:meth:`numpy`, ``np.asarray``, :meth:`read_async`, ``jitnn.read_all``)
@@ -292,7 +369,8 @@ class Tensor:
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
                  data: np.ndarray | None = None,
                  producer: Callable[[], np.ndarray] | None = None,
-                 axes: str = "nchw", inputs: tuple = (), op: str = "op"):
+                 axes: str = "nchw", inputs: tuple = (), op: str = "op",
+                 dtype: np.dtype = FLOAT32):
         # Internal: users call ctx.tensor() / jitnn.tensor(). An op passes
         # ``producer`` (a closure computing the buffer) and the ``inputs`` it
         # reads, or builds a Node itself and uses Tensor._wrap.
@@ -304,7 +382,7 @@ class Tensor:
             # node recorded for its flush, so its op names it (see Node.sig)
             node = Node(op, tuple(_value_of(t) for t in inputs),
                         run=lambda ctx_, node_, value_, out_: producer(), sig=("opaque", op))
-        value = Value(ctx, shape, layout, data=data, node=node, axes=axes)
+        value = Value(ctx, shape, layout, data=data, node=node, axes=axes, dtype=dtype)
         self._v = value
         value._handle = weakref.ref(self)
         if node is not None:
@@ -321,12 +399,12 @@ class Tensor:
         return handle
 
     @classmethod
-    def _from_host(cls, ctx: "Context", data: object) -> "Tensor":
+    def _from_host(cls, ctx: "Context", data: object, dtype: object = None) -> "Tensor":
         if isinstance(data, Tensor):
-            if data._v._ctx is ctx:
+            if data._v._ctx is ctx and (dtype is None or np.dtype(dtype) == data.dtype):
                 return data  # tensors are immutable: sharing is a copy
             data = data.numpy()
-        return cls._holding(ctx, as_float32_copy(data))
+        return cls._holding(ctx, as_array_copy(data, "tensor", dtype))
 
     @classmethod
     def _holding(cls, ctx: "Context", array: np.ndarray) -> "Tensor":
@@ -342,7 +420,7 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return FLOAT32
+        return self._v._dtype
 
     @property
     def ndim(self) -> int:
@@ -370,7 +448,7 @@ class Tensor:
     def __repr__(self) -> str:
         v = self._v
         state = ", pending" if v._data is None else ""
-        return f"Tensor(shape={v._shape}, dtype=float32, layout={v._layout}{state})"
+        return f"Tensor(shape={v._shape}, dtype={v._dtype}, layout={v._layout}{state})"
 
     # Tensors are immutable values: a copy is the same tensor. One lives in its
     # context's memory and work queue, so it does not pickle; its values do.
@@ -408,7 +486,7 @@ class Tensor:
     def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
         """The values in standard (row-major) layout, as an array the caller owns.
 
-        With ``out`` (float32, this shape, C-contiguous, writeable) the values
+        With ``out`` (the tensor's dtype and shape, C-contiguous, writeable) the values
         are written into it with one copy and ``out`` is returned.
         """
         if out is not None:
@@ -428,11 +506,14 @@ def _value_of(t: "Tensor | Value") -> Value:
     return t._v if isinstance(t, Tensor) else t
 
 
-def tensor(data: object, ctx: "Context | None" = None) -> Tensor:
-    """A Tensor holding a float32 copy of ``data`` (later changes to ``data``
-    never leak in). float64 is rounded to float32, integers and bools convert
-    by value; complex, object, string and ragged input raise ``TypeError``."""
-    return (ctx or default_context()).tensor(data)
+def tensor(data: object, ctx: "Context | None" = None, dtype: object = None) -> Tensor:
+    """A Tensor holding a copy of ``data`` (later changes to ``data`` never
+    leak in). Without ``dtype``: floats become float32 (float64 is rounded;
+    float16 is refused), integer arrays keep their type (int16 and uint16
+    widen to int32, uint64 to int64), bools become uint8 (0/1, WebNN's
+    booleans). ``dtype=`` converts by value to one of :data:`DTYPES`.
+    Complex, object, string and ragged input raise ``TypeError``."""
+    return (ctx or default_context()).tensor(data, dtype=dtype)
 
 
 def reorder(t: Tensor | np.ndarray, layout: str, *, axes: str | None = None) -> Tensor:

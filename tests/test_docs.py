@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from jitnn import registry
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -243,6 +245,9 @@ def _module_parts(path: Path) -> tuple[str, ...]:
     return tuple(relative)
 
 
+_REGISTERED_OPS = {op.name for op in registry.ops()}
+
+
 def _resolve_in_files(files: list[Path], rest: list[str], depth: int = 0) -> bool:
     """``rest[0]`` defined at the top of one of ``files`` (following an import
     of it), and each later part of ``rest`` inside the definition before it."""
@@ -273,6 +278,10 @@ def _resolve_in_files(files: list[Path], rest: list[str], depth: int = 0) -> boo
 
 def _resolve_dotted(parts: tuple[str, ...], depth: int = 0) -> bool:
     """Whether ``jitnn.<...>`` names a module, package or a definition in one."""
+    if len(parts) >= 2 and parts[0] == "jitnn" and parts[1] in _REGISTERED_OPS:
+        # jitnn.<op> is set from the op registry: follow it to the op's function
+        function = registry.op(parts[1]).function
+        parts = tuple(function.__module__.split(".")) + (function.__name__,) + parts[2:]
     for split in range(len(parts), 0, -1):
         files = _files_of(_package_dir(parts[:split]))
         if not files:

@@ -141,8 +141,12 @@ def test_a_builder_builds_once_and_errors_name_the_op():
         b.conv2d(x, b.constant(np.zeros((4, 4, 3, 3), np.float32)))
     with pytest.raises(jitnn.JitnnValueError, match="exists already"):
         b.input("x", (1, 3, 8, 8))
-    with pytest.raises(TypeError, match="float32"):
-        b.input("y", (1, 3), dtype="int32")
+    with pytest.raises(TypeError, match="float16 is not a jitnn data type"):
+        b.input("y", (1, 3), dtype="float16")
+    ids = b.input("ids", (1, 3), dtype="int32")
+    assert ids.dtype == np.int32
+    with pytest.raises(TypeError, match="relu: x must have dtype float32, got a int32 tensor"):
+        b.relu(ids)
     g = b.build({"out": b.relu(x)})
     with pytest.raises(jitnn.JitnnValueError, match="already built its graph"):
         b.relu(x)
@@ -338,9 +342,10 @@ def test_compute_keeps_nothing_of_the_callers_inputs_between_calls():
 def test_compute_reads_float32_inputs_in_place_and_copies_the_others(monkeypatch):
     import jitnn.graph
     copies = []
-    copy = jitnn.graph.as_float32_copy
-    monkeypatch.setattr(jitnn.graph, "as_float32_copy",
-                        lambda data, op="tensor": copies.append(data) or copy(data, op))
+    copy = jitnn.graph.as_array_copy
+    monkeypatch.setattr(jitnn.graph, "as_array_copy",
+                        lambda data, op="tensor", dtype=None: copies.append(data)
+                        or copy(data, op, dtype))
     ctx = jitnn.Context()
     graph = _resnet_block_graph(ctx)
     inputs = _block_inputs(5)
@@ -418,10 +423,10 @@ def test_a_constant_is_copied_once_at_the_call(monkeypatch):
     copied = []
     for name in ("jitnn.graph", "jitnn.tensor"):
         module = importlib.import_module(name)
-        copy = module.as_float32_copy
-        monkeypatch.setattr(module, "as_float32_copy",
-                            lambda data, op="tensor", copy=copy: copied.append(data)
-                            or copy(data, op))
+        copy = module.as_array_copy
+        monkeypatch.setattr(module, "as_array_copy",
+                            lambda data, op="tensor", dtype=None, copy=copy: copied.append(data)
+                            or copy(data, op, dtype))
     ctx = jitnn.Context()
     w = random((8, 5, 3, 3), 1, 0.3)
     b = jitnn.GraphBuilder(ctx)

@@ -61,18 +61,76 @@ def test_tensor_attributes(ctx):
     assert repr(t) == "Tensor(shape=(2, 3, 4, 5), dtype=float32, layout=nchw)"
 
 
-@pytest.mark.parametrize("data,expected", [
-    (np.array([1.5, 2.25], np.float64), [1.5, 2.25]),
-    (np.array([1, -2, 3], np.int64), [1, -2, 3]),
-    (np.array([True, False]), [1, 0]),
-    (np.array([0.5], np.float16), [0.5]),
-    ([[1, 2], [3, 4]], [[1, 2], [3, 4]]),
-    (3.0, 3.0),
+@pytest.mark.parametrize("data,dtype,expected", [
+    (np.array([1.5, 2.25], np.float64), np.float32, [1.5, 2.25]),
+    (np.array([1, -2, 3], np.int64), np.int64, [1, -2, 3]),
+    (np.array([1, -2, 3], np.int32), np.int32, [1, -2, 3]),
+    (np.array([7, 2**32 - 1], np.uint32), np.uint32, [7, 2**32 - 1]),
+    (np.array([-128, 127], np.int8), np.int8, [-128, 127]),
+    (np.array([0, 255], np.uint8), np.uint8, [0, 255]),
+    (np.array([-5, 300], np.int16), np.int32, [-5, 300]),
+    (np.array([65535], np.uint16), np.int32, [65535]),
+    (np.array([2**40], np.uint64), np.int64, [2**40]),
+    (np.array([True, False]), np.uint8, [1, 0]),     # WebNN's booleans
+    ([[1, 2], [3, 4]], np.int64, [[1, 2], [3, 4]]),
+    ([[1.0, 2], [3, 4]], np.float32, [[1, 2], [3, 4]]),
+    (3.0, np.float32, 3.0),
 ])
-def test_numeric_input_converts_to_float32(ctx, data, expected):
+def test_host_data_keeps_its_type(ctx, data, dtype, expected):
     t = ctx.tensor(data)
-    assert t.dtype == np.float32
-    np.testing.assert_array_equal(t.numpy(), np.asarray(expected, np.float32))
+    assert t.dtype == dtype
+    read = t.numpy()
+    assert read.dtype == dtype
+    np.testing.assert_array_equal(read, np.asarray(expected, dtype))
+    assert jitnn.tensor(data).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64", "uint32", "int8", "uint8",
+                                   np.float32, np.dtype(np.int64)])
+def test_explicit_dtype_converts_by_value(ctx, dtype):
+    t = ctx.tensor(np.array([[1.75, -2.25], [3.0, 100.5]]), dtype=dtype)
+    assert t.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(
+        t.numpy(), np.array([[1.75, -2.25], [3.0, 100.5]]).astype(dtype))
+    assert repr(t).startswith(f"Tensor(shape=(2, 2), dtype={np.dtype(dtype).name}")
+
+
+def test_float16_is_refused_with_how_to_convert(ctx):
+    half = np.array([0.5, 1.5], np.float16)
+    with pytest.raises(TypeError, match="float16 is not a jitnn data type.*dtype='float32'"):
+        ctx.tensor(half)
+    with pytest.raises(TypeError, match="float16 is not a jitnn data type"):
+        ctx.tensor(half, dtype="float16")
+    np.testing.assert_array_equal(ctx.tensor(half, dtype="float32").numpy(), [0.5, 1.5])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int16", "complex64", "bool", True, "nonsense"])
+def test_unknown_dtype_is_refused(ctx, dtype):
+    with pytest.raises(TypeError, match="tensor: dtype must be one of float32, int32"):
+        ctx.tensor([1, 2], dtype=dtype)
+
+
+def test_uint64_beyond_int64_is_refused(ctx):
+    with pytest.raises(ValueError, match="uint64 values above"):
+        ctx.tensor(np.array([2**63], np.uint64))
+
+
+def test_integer_tensor_reads_into_an_out_of_its_type(ctx):
+    t = ctx.tensor(np.arange(6, dtype=np.int32).reshape(2, 3))
+    out = np.empty((2, 3), np.int32)
+    assert t.numpy(out=out) is out
+    np.testing.assert_array_equal(out, np.arange(6).reshape(2, 3))
+    with pytest.raises(TypeError, match="out must have dtype int32"):
+        t.numpy(out=np.empty((2, 3), np.float32))
+
+
+def test_float_only_op_refuses_an_integer_tensor_naming_it(ctx):
+    t = ctx.tensor(np.arange(6, dtype=np.int32).reshape(1, 6))
+    with pytest.raises(TypeError, match=r"relu: x must have dtype float32, got a int32 tensor "
+                                        r"\(convert it with jitnn.cast\)"):
+        jitnn.relu(t)
+    # a host integer array given to a float op converts by value, as before
+    np.testing.assert_array_equal(jitnn.relu(np.array([[-1, 2]])).numpy(), [[0, 2]])
 
 
 def test_float64_is_rounded_to_float32(ctx):

@@ -1,21 +1,8 @@
 """The ops: one module per op family, each with its shape inference and
 validation, its numpy reference (the spec, plain NCHW, float64) and its
-lowering to a kernel."""
+lowering to a kernel. Importing a module registers its ops
+(jitnn/registry.py); ``jitnn.<name>`` and ``GraphBuilder.<name>`` are every
+registered op."""
 
-from .conv2d import conv2d
-from .conv_transpose2d import conv_transpose2d
-from .gather import gather
-from .lrn import lrn
-from .slice import slice  # noqa: A004 - WebNN's name
-from .eltwise import (add, clamp, div, gelu, hard_swish, leaky_relu, maximum, minimum, mul,
-                      relu, sigmoid, sub, tanh)
-from .matmul import gemm, matmul
-from .normalization import batch_normalization, softmax
-from .pool import average_pool2d, global_average_pool2d, max_pool2d
-from .shape import concat, flatten, reshape, transpose
-
-__all__ = ["add", "average_pool2d", "batch_normalization", "clamp", "concat", "conv2d",
-           "conv_transpose2d", "div",
-           "flatten", "gelu", "gemm", "global_average_pool2d", "hard_swish", "leaky_relu",
-           "matmul", "max_pool2d", "maximum", "minimum", "mul", "relu", "reshape", "sigmoid",
-           "softmax", "sub", "tanh", "transpose", "lrn", "gather", "slice"]
+from . import (conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # noqa: F401
+               normalization, pool, shape, slice)

@@ -11,7 +11,8 @@ from ..defaults import default_context
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import epilogue
 from ..limits import check_max, is_number, real_arg  # noqa: F401 - is_number for the ops
-from ..tensor import Node, Tensor, Value, as_float32_copy, to_blocked
+from ..tensor import (DTYPES, FLOAT32, Node, Tensor, Value, as_array_copy, as_float32_copy,
+                      to_blocked)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -64,16 +65,45 @@ def context_of(op: str, *values: object) -> Context:
     return default_context() if ctx is None else ctx
 
 
-def as_tensor(ctx: Context, value: object, op: str, name: str) -> Tensor:
+#: what ``as_tensor``'s ``dtypes`` takes for an op that computes in float32 only
+FLOAT_ONLY = (FLOAT32,)
+#: ... and for one that takes every jitnn data type
+ANY_DTYPE = DTYPES
+#: the integer types (indices, masks, and the integer math of WebNN's ops)
+INTEGER_DTYPES = tuple(d for d in DTYPES if d.kind in "iu")
+
+
+def as_tensor(ctx: Context, value: object, op: str, name: str,
+              dtypes: tuple = FLOAT_ONLY) -> Tensor:
     """A Tensor argument, or an array-like copied into one (once: the copy
-    becomes the tensor's buffer, as in ``ctx.tensor``)."""
+    becomes the tensor's buffer, as in ``ctx.tensor``).
+
+    ``dtypes``: the data types the op takes for this argument. A Tensor of
+    another type is refused, naming the op; a host array converts to float32
+    when the op computes in float32 only (``FLOAT_ONLY``, the default), else
+    keeps its own type (``jitnn.tensor``'s rules) if the op takes it."""
     if isinstance(value, Tensor):
+        if value.dtype not in dtypes:
+            raise JitnnTypeError(
+                f"{op}: {name} must have dtype {_names(dtypes)}, got a {value.dtype} tensor"
+                + (" (convert it with jitnn.cast)" if FLOAT32 in dtypes else ""))
         return value
     try:
-        array = as_float32_copy(value, op=f"{op}: {name}")
+        if dtypes == FLOAT_ONLY:
+            array = as_float32_copy(value, op=f"{op}: {name}")
+        else:
+            array = as_array_copy(value, op=f"{op}: {name}")
+            if array.dtype not in dtypes:
+                raise JitnnTypeError(
+                    f"{op}: {name} must have dtype {_names(dtypes)}, got {array.dtype} data")
     except JitnnTypeError as error:
         raise JitnnTypeError(str(error)) from None
     return Tensor._holding(ctx, array)
+
+
+def _names(dtypes: tuple) -> str:
+    names = [d.name for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def value_of(t: "Tensor | Value | None") -> "Value | None":
@@ -257,12 +287,35 @@ def plain_layout(ndim: int, axes: str = "nchw") -> str:
 
 def plain_result(ctx: Context, shape: tuple[int, ...],
                  compute: Callable[[np.ndarray], np.ndarray], x: Tensor, op: str,
-                 axes: str = "nchw") -> Tensor:
-    """The pending plain result ``compute(values of x)`` (``plain_buffer``).
+                 axes: str = "nchw", dtype: np.dtype | None = None) -> Tensor:
+    """The pending plain result ``compute(values of x)`` (``plain_buffer``), of
+    ``dtype`` (``x``'s by default).
 
     The producer holds ``x``'s Value, not the caller's handle: a handle it
     kept would count as the caller holding ``x``, and ``x`` would be kept (an
     array of its own at every run) instead of a buffer the plan reuses."""
-    xv = value_of(x)
-    return Tensor(ctx, shape, plain_layout(len(shape), axes),
-                  producer=lambda: compute(plain_buffer(xv)), axes=axes, inputs=(x,), op=op)
+    return plain_op(ctx, op, (x,), shape, compute, axes=axes,
+                    dtype=x.dtype if dtype is None else dtype)
+
+
+def plain_op(ctx: Context, op: str, inputs: Sequence[Tensor], shape: tuple[int, ...],
+             compute: Callable[..., np.ndarray], *, dtype: np.dtype = FLOAT32,
+             axes: str = "nchw") -> Tensor:
+    """The pending plain result ``compute(*plain values of inputs)``, of
+    ``shape`` and ``dtype``: an op that runs as numpy code on plain buffers
+    (index and shape work, integer math). ``compute`` must return a new
+    C-contiguous array of that shape and dtype (it is cast if its dtype
+    differs), never one of its inputs' buffers."""
+    values = tuple(value_of(t) for t in inputs)
+    dtype = np.dtype(dtype)
+
+    def produce() -> np.ndarray:
+        result = compute(*(plain_buffer(v) for v in values))
+        if result.dtype != dtype or not result.flags.c_contiguous \
+                or any(result is v._data for v in values):
+            result = np.ascontiguousarray(result, dtype)
+            if any(result is v._data for v in values):
+                result = result.copy()
+        return result.reshape(shape)
+    return Tensor(ctx, shape, plain_layout(len(shape), axes), producer=produce, axes=axes,
+                  inputs=tuple(inputs), op=op, dtype=dtype)
