@@ -173,6 +173,14 @@ def _add_explain_parser(commands) -> None:
     parser.set_defaults(run=explain_model)
 
 
+def list_ops(args: argparse.Namespace) -> int:
+    """``jitnn ops``: the op table (docs/ops.md's), as markdown."""
+    from . import ops as _ops  # noqa: F401 - registers every op
+    from . import registry
+    print(registry.markdown_table(), end="")
+    return 0
+
+
 def _suite_description(name: str) -> str:
     from .bench import load
     try:
@@ -191,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_demo_parser(commands)
     _add_bench_parser(commands)
     _add_explain_parser(commands)
+    ops_parser = commands.add_parser(
+        "ops", help="every op: its WebNN and ONNX names, data types, layouts and fusion "
+                    "(docs/ops.md's table)")
+    ops_parser.set_defaults(run=list_ops)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.argv = argv

@@ -78,6 +78,7 @@ class OpDef:
     layouts: str = "plain"         # what it reads and writes: "blocked or plain", ...
     fusion: str = ""               # how it fuses, in words (docs, explain)
     builder: bool = True           # a GraphBuilder method
+    dtypes: tuple = ("float32",)   # the data types of its (main) input
 
 
 _KINDS: dict[str, NodeKind] = {}
@@ -118,3 +119,16 @@ def ops() -> list[OpDef]:
 def reference(name: str) -> Callable:
     """The float64 reference of op ``name`` (what tests compare with)."""
     return _OPS[name].reference
+
+
+def markdown_table() -> str:
+    """The op table of docs/ops.md: every op, its WebNN and ONNX names, its
+    data types, the layouts it runs in and how it fuses."""
+    rows = ["| op | WebNN | ONNX | dtypes | layouts | fusion |",
+            "|---|---|---|---|---|---|"]
+    for entry in ops():
+        cells = (f"`{entry.name}`", f"`{entry.webnn}`" if entry.webnn else "-",
+                 ", ".join(entry.onnx) or "-", ", ".join(entry.dtypes), entry.layouts,
+                 entry.fusion or "-")
+        rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
