@@ -1,12 +1,13 @@
-"""Pooling on blocked tensors: max_pool2d, average_pool2d, global_average_pool2d.
+"""Pooling on blocked tensors: max_pool2d, average_pool2d, l2_pool2d,
+global_average_pool2d.
 
 Buffers (float32, C-contiguous; ``cb`` is the channel block, one of 1, 4, 8,
 16, 32; ``C_phys = ceil(C / cb) * cb``; lanes past ``C`` are padding):
 
 * input:  ``x: (N, C_phys // cb, H, W, cb)``; padding lanes zero
 * output: ``out: (N, C_phys // cb, OH, OW, cb)``, every element written (``out``
-  may come from ``np.empty``); padding lanes come out zero because the max and
-  the average of zeros are zero
+  may come from ``np.empty``); padding lanes come out zero because the max,
+  the average and the L2 norm of zeros are zero
 * global average pooling: ``out: (N, C_phys // cb, 1, 1, cb)``, any ``cb`` (nhwc
   data comes as one block of all C channels) (its memory is
   also ``(N, C_phys)``, the per-(n, c) operand of ``eltwise``)
@@ -17,9 +18,10 @@ output row ``oh`` reads input row ``oh * sh - top + kh * dh`` (columns alike).
 The caller gives the output size, so it may use ceil rounding
 (:func:`pool_output_size` computes both roundings); then the last window can
 reach past the explicit padding. No padded copy of the input is made: each
-window is clipped to the input. Every window must hold at least one tap
-inside the input (else ValueError): a window of padding alone has no max
-and no average, and writing some value there would invent data.
+window is clipped to the input. For max and average, every window must hold
+at least one tap inside the input (else ValueError): a window of padding
+alone has no max and no average, and writing some value there would invent
+data. The L2 norm of such a window is that of nothing, 0.
 
 * max: the maximum over the taps inside the input (padding never wins, as if
   it were -inf).
@@ -28,6 +30,8 @@ and no average, and writing some value there would invent data.
   inside the explicitly padded input ``[-top, H + bottom) x [-left, W + right)``
   (``count_include_pad=True``); taps past the explicit padding (ceil rounding)
   never count, as in ONNX and PyTorch.
+* l2: ``sqrt`` of the sum of the squares of the taps inside the input
+  (padding adds nothing; squares summed in float32).
 
 How it is fast. The tap ranges and divisors of every output row and column
 are computed once per call (``rows``, ``cols`` tables), so the kernel never
@@ -65,8 +69,12 @@ _MAX_LANES = 32
 #
 # rows: int64 (3, OH) = [first kh, end kh, divisor rows] per output row,
 # cols: int64 (3, OW) = [first kw, end kw, divisor columns] per output column;
-# geom: (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1),
-# where output columns [c0, c1) see the whole window width ("interior").
+# geom: (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1),
+# kind one of AVERAGE, MAX, L2, and output columns [c0, c1) see the whole
+# window width ("interior").
+
+#: what a pooling kernel computes (``geom``'s ``kind``)
+AVERAGE, MAX, L2 = 0, 1, 2
 
 #: output pixels per interior tile: 4 independent accumulators hide the
 #: latency of vmaxps/vaddps (a single chain would wait ~3 cycles per tap)
@@ -79,7 +87,8 @@ def _make_pool_rows(G: int):
     operation). Captures only the int ``G``, so numba's cache keeps it."""
 
     def pool_rows(xf, outf, geom, rows, cols, offsets, first, last):
-        CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1 = geom
+        CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1 = geom
+        is_max, is_l2 = kind == MAX, kind == L2
         acc = numba.carray(stack_empty(32, np.float32), (_TILE, 8))
         for task in range(first, last):
             oh = task % OH
@@ -110,20 +119,28 @@ def _make_pool_rows(G: int):
                                     for lane in range(G):
                                         acc[t, lane] = nan_maximum(
                                             xf[np.uint64(p + t * sw * cb + lane)], acc[t, lane])
+                            elif is_l2:
+                                for t in range(_TILE):
+                                    for lane in range(G):
+                                        v = xf[np.uint64(p + t * sw * cb + lane)]
+                                        acc[t, lane] += v * v
                             else:
                                 for t in range(_TILE):
                                     for lane in range(G):
                                         acc[t, lane] += xf[np.uint64(p + t * sw * cb + lane)]
                         for t in range(_TILE):
-                            divisor = np.float32(1.0 if is_max
+                            divisor = np.float32(1.0 if is_max or is_l2
                                                  else rows[2, oh] * cols[2, ow + t])
                             for lane in range(G):
-                                outf[np.uint64(o + t * cb + g + lane)] = acc[t, lane] / divisor
+                                r = acc[t, lane] / divisor
+                                outf[np.uint64(o + t * cb + g + lane)] = \
+                                    np.sqrt(r) if is_l2 else r
                     ow += _TILE
                     continue
-                # one pixel, its window clipped to the input (border, tail)
-                kw0, kw1 = cols[0, ow], cols[1, ow]     # never empty: _pool2d checks
-                divisor = np.float32(1.0 if is_max else rows[2, oh] * cols[2, ow])
+                # one pixel, its window clipped to the input (border, tail);
+                # empty for l2 only (_pool2d checks the others)
+                kw0, kw1 = cols[0, ow], cols[1, ow]
+                divisor = np.float32(1.0 if is_max or is_l2 else rows[2, oh] * cols[2, ow])
                 for g in range(0, cb, G):
                     for lane in range(G):
                         acc[0, lane] = _NEG_INF if is_max else _ZERO
@@ -135,11 +152,16 @@ def _make_pool_rows(G: int):
                                 for lane in range(G):
                                     acc[0, lane] = nan_maximum(xf[np.uint64(p + lane)],
                                                                acc[0, lane])
+                            elif is_l2:
+                                for lane in range(G):
+                                    v = xf[np.uint64(p + lane)]
+                                    acc[0, lane] += v * v
                             else:
                                 for lane in range(G):
                                     acc[0, lane] += xf[np.uint64(p + lane)]
                     for lane in range(G):
-                        outf[np.uint64(o + g + lane)] = acc[0, lane] / divisor
+                        r = acc[0, lane] / divisor
+                        outf[np.uint64(o + g + lane)] = np.sqrt(r) if is_l2 else r
                 ow += 1
 
     pool_rows.__name__ = pool_rows.__qualname__ = f"pool_rows_g{G}"
@@ -265,7 +287,7 @@ def _check_array(what, a, ndim=5):
         raise ValueError(f"pool: {what} must be C-contiguous")
 
 
-def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_pad):
+def _pool2d(x, out, kernel, strides, dilations, padding, kind, count_include_pad):
     _check_array("x", x)
     _check_array("out", out)
     N, CB, H, W, cb = x.shape
@@ -285,7 +307,7 @@ def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_p
     rows = _tap_table(OH, H, KH, sh, dh, pt, pb, count_include_pad)
     cols = _tap_table(OW, W, KW, sw, dw, pl, pr, count_include_pad)
     for axis, table in (("row", rows), ("column", cols)):
-        empty = _first_empty(table)
+        empty = -1 if kind == L2 else _first_empty(table)
         if empty >= 0:
             raise ValueError(f"pool: every window must hold an input element, but the window "
                              f"of output {axis} {empty} lies wholly in the padding or past it "
@@ -293,7 +315,7 @@ def _pool2d(x, out, kernel, strides, dilations, padding, is_max, count_include_p
                              f"{(sh, sw)}, dilations {(dh, dw)}, padding {(pt, pb, pl, pr)})")
     interior = np.flatnonzero((cols[0] == 0) & (cols[1] == KW))   # a contiguous range
     c0, c1 = (int(interior[0]), int(interior[-1]) + 1) if interior.size else (0, 0)
-    geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, int(is_max), c0, c1)
+    geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1)
     xf, outf = x.reshape(-1), out.reshape(-1)
     tasks = N * CB * OH
     threads = numba_threads()
@@ -311,7 +333,7 @@ def max_pool2d(x, out, kernel, strides=1, dilations=1, padding=0):
     OW, cb)`` with the caller's OH, OW (see :func:`pool_output_size`).
     ``kernel``, ``strides``, ``dilations``: an int or ``(h, w)``; ``padding``:
     an int, ``(h, w)`` or ``[top, bottom, left, right]``. Returns ``out``."""
-    return _pool2d(x, out, kernel, strides, dilations, padding, True, False)
+    return _pool2d(x, out, kernel, strides, dilations, padding, MAX, False)
 
 
 def average_pool2d(x, out, kernel, strides=1, dilations=1, padding=0,
@@ -319,7 +341,14 @@ def average_pool2d(x, out, kernel, strides=1, dilations=1, padding=0,
     """Average pooling (arguments as :func:`max_pool2d`). The divisor counts
     the taps inside the input, or with ``count_include_pad`` the taps inside
     the explicitly padded input (never those past it). Returns ``out``."""
-    return _pool2d(x, out, kernel, strides, dilations, padding, False, count_include_pad)
+    return _pool2d(x, out, kernel, strides, dilations, padding, AVERAGE, count_include_pad)
+
+
+def l2_pool2d(x, out, kernel, strides=1, dilations=1, padding=0):
+    """L2 pooling (arguments as :func:`max_pool2d`): ``sqrt`` of the sum of
+    the squares of the window's taps inside the input (a window wholly in the
+    padding or past the input gives 0). Returns ``out``."""
+    return _pool2d(x, out, kernel, strides, dilations, padding, L2, False)
 
 
 def global_average_pool2d(x, out):

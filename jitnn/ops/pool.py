@@ -1,5 +1,5 @@
 """Pooling: max_pool2d, average_pool2d (WebNN's options, plus ONNX's
-``count_include_pad``) and global_average_pool2d.
+``count_include_pad``), l2_pool2d and global_average_pool2d.
 
 A blocked input stays blocked (same block); a plain input is pooled where it
 lies, without a reorder: plain NCHW is ``nChw1c`` (``x[..., None]``) and plain
@@ -13,13 +13,21 @@ ONNX and the WebNN conformance tests do: the plain ceil formula would add a
 window with no input element in it (webnn issue 935 leaves its value open).
 ``output_sizes`` may give the floor or the ceil size per axis (WebNN).
 
-Every window must hold at least one element of the input: a geometry where
-one lies wholly in the padding (padding >= the window, or dilated taps that
-skip the input) is refused with a JitnnValueError, since such a window has no
-max and no average. Padding never takes part in a max; the average divides by
-the number of window elements inside the input, or with
-``count_include_pad=True`` inside the explicitly padded input (ONNX; elements
-past the explicit padding never count).
+For max and average pooling every window must hold at least one element of
+the input: a geometry where one lies wholly in the padding (padding >= the
+window, or dilated taps that skip the input) is refused with a
+JitnnValueError, since such a window has no max and no average. Padding
+never takes part in a max; the average divides by the number of window
+elements inside the input, or with ``count_include_pad=True`` inside the
+explicitly padded input (ONNX; elements past the explicit padding never
+count). L2 pooling is ``sqrt`` of the sum of the squares of the window's
+elements inside the input: padding adds nothing, so a window of padding
+alone gives 0 (allowed).
+
+(WebNN's conformance vectors for l2Pool2d have two cases whose expected
+values are wrong: ``roundingType=ceil`` and ``outputSizes ignores
+roundingType=floor``, where WPT summed the squares of the windows past the
+input's right edge without taking the root; jitnn gives the roots.)
 """
 
 from __future__ import annotations
@@ -113,6 +121,8 @@ def _pool_reference(kind: str, x, window_dimensions, strides, dilations, padding
             in_padding.append(padded[window])
     values, in_input, in_padding = np.stack(values), np.stack(in_input), np.stack(in_padding)
     count = in_input.sum(axis=0)                        # (oh, ow) input taps per window
+    if kind == "l2_pool2d":                             # padding adds 0 to the sum
+        return _nhwc_if(np.sqrt((values ** 2 * in_input[:, None, None]).sum(axis=0)), layout)
     if not count.all():
         raise ValueError(f"{kind}: a window holds no input element (the op refuses this geometry)")
     if kind == "max_pool2d":
@@ -120,6 +130,10 @@ def _pool_reference(kind: str, x, window_dimensions, strides, dilations, padding
     else:
         divisor = in_padding.sum(axis=0) if count_include_pad else count
         out = (values * in_input[:, None, None]).sum(axis=0) / divisor
+    return _nhwc_if(out, layout)
+
+
+def _nhwc_if(out: np.ndarray, layout: str) -> np.ndarray:
     return out.transpose(0, 2, 3, 1) if layout == "nhwc" else out
 
 
@@ -137,6 +151,15 @@ def average_pool2d_reference(x, window_dimensions=None, *, strides=1, dilations=
     """The spec: WebNN average pooling (ONNX's ``count_include_pad``) in float64."""
     return _pool_reference("average_pool2d", x, window_dimensions, strides, dilations, padding,
                            rounding_type, output_sizes, layout, count_include_pad)
+
+
+def l2_pool2d_reference(x, window_dimensions=None, *, strides=1, dilations=1, padding=0,
+                        rounding_type: str = "floor", output_sizes=None,
+                        layout: str = "nchw") -> np.ndarray:
+    """The spec: WebNN L2 pooling in float64, ``sqrt`` of the sum of the
+    squares of each window's input elements (padding adds nothing)."""
+    return _pool_reference("l2_pool2d", x, window_dimensions, strides, dilations, padding,
+                           rounding_type, output_sizes, layout, False)
 
 
 def global_average_pool2d_reference(x, *, layout: str = "nchw") -> np.ndarray:
@@ -231,10 +254,10 @@ def _pool2d(op: str, x, window_dimensions, strides, dilations, padding, rounding
         raise JitnnValueError(f"{op}: the output would be {oh}x{ow}: the window does not fit "
                               f"({geometry})")
     # A window of padding alone has no max and no average (the kernels would
-    # have to invent a value): refuse the geometry.
+    # have to invent a value): refuse the geometry. Its L2 norm is 0.
     for axis, empty in (("row", _empty_window(h, kh, sh, dh, pad[0], oh)),
                         ("column", _empty_window(w, kw, sw, dw, pad[2], ow))):
-        if empty is not None:
+        if empty is not None and op != "l2_pool2d":
             raise JitnnValueError(
                 f"{op}: every window must hold at least one input element, but all taps of "
                 f"the window of output {axis} {empty} fall in the padding ({geometry}, "
@@ -242,6 +265,9 @@ def _pool2d(op: str, x, window_dimensions, strides, dilations, padding, rounding
     if op == "max_pool2d":
         def run(x5: np.ndarray, out5: np.ndarray) -> None:
             pool_kernels.max_pool2d(x5, out5, (kh, kw), (sh, sw), (dh, dw), pad)
+    elif op == "l2_pool2d":
+        def run(x5: np.ndarray, out5: np.ndarray) -> None:
+            pool_kernels.l2_pool2d(x5, out5, (kh, kw), (sh, sw), (dh, dw), pad)
     else:
         def run(x5: np.ndarray, out5: np.ndarray) -> None:
             pool_kernels.average_pool2d(x5, out5, (kh, kw), (sh, sw), (dh, dw), pad,
@@ -276,6 +302,15 @@ def average_pool2d(x, window_dimensions=None, *, strides=1, dilations=1, padding
                    rounding_type, output_sizes, layout, count_include_pad)
 
 
+def l2_pool2d(x, window_dimensions=None, *, strides=1, dilations=1, padding=0,
+              rounding_type: str = "floor", output_sizes=None, layout: str = "nchw") -> Tensor:
+    """WebNN l2Pool2d (options as :func:`max_pool2d`): ``sqrt`` of the sum of
+    the squares of each window's elements inside the input (padding adds
+    nothing; a window of padding alone gives 0)."""
+    return _pool2d("l2_pool2d", x, window_dimensions, strides, dilations, padding,
+                   rounding_type, output_sizes, layout, False)
+
+
 def global_average_pool2d(x, *, layout: str = "nchw") -> Tensor:
     """The mean over H and W: ``(N, C, H, W)`` -> ``(N, C, 1, 1)`` (or
     ``(N, H, W, C)`` -> ``(N, 1, 1, C)`` with ``layout="nhwc"``), in ``x``'s layout."""
@@ -287,6 +322,8 @@ register_op(OpDef("max_pool2d", max_pool2d, max_pool2d_reference, webnn="maxPool
                   onnx=("MaxPool",), layouts="blocked or plain, as its input"))
 register_op(OpDef("average_pool2d", average_pool2d, average_pool2d_reference,
                   webnn="averagePool2d", onnx=("AveragePool",),
+                  layouts="blocked or plain, as its input"))
+register_op(OpDef("l2_pool2d", l2_pool2d, l2_pool2d_reference, webnn="l2Pool2d",
                   layouts="blocked or plain, as its input"))
 register_op(OpDef("global_average_pool2d", global_average_pool2d,
                   global_average_pool2d_reference, onnx=("GlobalAveragePool",),
