@@ -115,7 +115,7 @@ def pad(x, beginning_padding: Sequence[int], ending_padding: Sequence[int], *,
         raise JitnnValueError(f"{op}: mode must be one of {tuple(MODES)}, got {mode!r}")
     fill = _pad_value(op, value, x.dtype)
     for axis, (b, e, size) in enumerate(zip(begin, end, x.shape)):
-        if mode == "reflection" and max(b, e) >= size:
+        if mode == "reflection" and max(b, e) >= size and max(b, e) > 0:
             raise JitnnValueError(
                 f"{op}: reflection padding must be smaller than the axis it pads, but axis "
                 f"{axis} of x {x.shape} has size {size} and padding ({b}, {e})")
