@@ -5,4 +5,4 @@ lowering to a kernel. Importing a module registers its ops
 registered op."""
 
 from . import (conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # noqa: F401
-               normalization, pad, pool, resample, shape, slice)
+               normalization, pad, pool, reduction, resample, shape, slice)

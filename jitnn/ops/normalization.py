@@ -1,10 +1,27 @@
-"""batch_normalization (inference, WebNN) and softmax.
+"""The normalizations (WebNN): batch_normalization (inference),
+layer_normalization, instance_normalization; and softmax.
 
 batch_normalization folds ``mean``, ``variance``, ``scale``, ``bias`` and
 ``epsilon`` into one per-channel ``x * a + b`` (float64 fold, then float32) and
 runs it with the optional activation in one pass. Along the channel axis of a
 blocked input it stays blocked (padding lanes zero although ``b`` is not);
 any other case runs on the plain values.
+
+layer_normalization and instance_normalization run the kernels of
+kernels/normalization.py (statistics in float64):
+
+* layer_normalization over the channel axis of a blocked 4-D tensor
+  (ConvNeXt's LayerNorm over C per pixel) reads and writes the blocked buffer
+  (padding lanes stay zero: their scale and bias are zero); over the last
+  axes of a plain tensor (a transformer's ``(N, S, D)`` over D) it normalizes
+  rows; over a run of adjacent axes in the middle, it runs the blocked
+  kernel on a ``(before, run, after, 1)`` view; other axis sets are
+  transposed so that the axes come last (numpy copies), as is a blocked
+  input normalized over other axes after it is read back (one reorder).
+  ``scale`` and ``bias`` have the shape of the normalized axes in the order
+  ``axes`` lists them (WebNN).
+* instance_normalization of a blocked input in its own layout reads and
+  writes the blocked buffer; plain NCHW and NHWC are read in place.
 
 softmax works on plain data (a blocked input is read back first).
 """
@@ -13,9 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels import epilogue
+from ..kernels import normalization as norm_kernels
 from ..kernels.buffers import aligned_empty
 from ..limits import real_arg
 from ..plan_cache import exact
@@ -25,6 +44,7 @@ from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocke
                       parse_activation, pending, plain_buffer, plain_layout, plain_result,
                       value_of)
 from .eltwise import batch_norm_scale_shift, eltwise_node
+from .reduction import axes_arg
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -53,6 +73,50 @@ def softmax_reference(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
+
+
+def layer_normalization_reference(x, scale=None, bias=None, *, axes=None,
+                                  epsilon: float = 1e-5) -> np.ndarray:
+    """``(x - mean) / sqrt(var + epsilon) * scale + bias``, the mean and the
+    variance over ``axes`` (None: all but the first; ``[]``: none, so the
+    result is ``bias``, or 0), float64. ``scale`` and ``bias`` have the sizes
+    of ``axes`` in the order ``axes`` lists them (WebNN)."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(1, x.ndim)) if axes is None else tuple(int(a) % x.ndim for a in axes)
+    if axes:
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    else:
+        mean, var = x, np.zeros_like(x)
+    out = (x - mean) / np.sqrt(var + epsilon)
+    shape = [x.shape[i] if i in axes else 1 for i in range(x.ndim)]
+
+    def broadcast(v) -> np.ndarray:       # axes order -> the input's axis order
+        return np.asarray(v, np.float64).transpose(np.argsort(axes)).reshape(shape)
+
+    if scale is not None:
+        out = out * broadcast(scale)
+    if bias is not None:
+        out = out + broadcast(bias)
+    return out
+
+
+def instance_normalization_reference(x, scale=None, bias=None, *, epsilon: float = 1e-5,
+                                     layout: str = "nchw") -> np.ndarray:
+    """Each ``(n, c)`` plane normalized over H and W, times ``scale[c]``, plus
+    ``bias[c]`` (``layout`` "nchw" or "nhwc"), float64."""
+    x = np.asarray(x, np.float64)
+    spatial, channel = ((2, 3), 1) if layout == "nchw" else ((1, 2), 3)
+    mean = x.mean(axis=spatial, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=spatial, keepdims=True)
+    out = (x - mean) / np.sqrt(var + epsilon)
+    shape = [1, 1, 1, 1]
+    shape[channel] = x.shape[channel]
+    if scale is not None:
+        out = out * np.asarray(scale, np.float64).reshape(shape)
+    if bias is not None:
+        out = out + np.asarray(bias, np.float64).reshape(shape)
+    return out
 
 
 # --- the ops ---------------------------------------------------------------------------
@@ -143,8 +207,167 @@ def softmax(x, axis: int = -1) -> Tensor:
 
     return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
 
+def _epsilon(op: str, epsilon: object) -> float:
+    if not is_number(epsilon) or not epsilon >= 0:
+        raise JitnnValueError(f"{op}: epsilon must be a number >= 0, got {epsilon!r}")
+    return real_arg(op, "epsilon", epsilon)        # finite: inf would zero every x - mean
+
+
+def _scale_bias(ctx, op: str, scale, bias, shape: tuple[int, ...], what: str) -> tuple:
+    """``scale`` and ``bias`` as Tensors of ``shape`` (or None)."""
+    found = []
+    for name, value in (("scale", scale), ("bias", bias)):
+        if value is None:
+            found.append(None)
+            continue
+        t = as_tensor(ctx, value, op, name)
+        if t.shape != shape:
+            raise JitnnValueError(f"{op}: {name} must have shape {shape} ({what}), got "
+                                  f"{t.shape}")
+        found.append(t)
+    return tuple(found)
+
+
+def _flat(value, default: float, order: tuple, size: int, padded: int) -> np.ndarray:
+    """float32 ``(padded,)``: ``value``'s plain values transposed by ``order``
+    and flattened (``default`` for None), zeros from ``size`` on."""
+    out = np.zeros(padded, np.float32)
+    if value is None:
+        out[:size] = default
+    else:
+        out[:size] = plain_buffer(value).transpose(order).reshape(-1)
+    return out
+
+
+def layer_normalization(x, scale=None, bias=None, *, axes=None,
+                        epsilon: float = 1e-5) -> Tensor:
+    """WebNN layerNormalization: ``(x - mean) / sqrt(var + epsilon) * scale +
+    bias``, the mean and variance over ``axes`` (None, WebNN's default: every
+    axis but the first; negative axes count from the end). ``scale`` and
+    ``bias`` (default 1 and 0) have the sizes of those axes, in the order
+    ``axes`` gives them. Blocked in, blocked out over the channel axis of a
+    4-D tensor; see the module docstring for the other cases."""
+    op = "layer_normalization"
+    ctx = context_of(op, x, scale, bias)
+    x = as_tensor(ctx, x, op, "input")
+    axes = tuple(range(1, x.ndim)) if axes is None else axes_arg(op, axes, x.ndim)
+    dims = tuple(x.shape[a] for a in axes)
+    scale, bias = _scale_bias(ctx, op, scale, bias, dims,
+                              f"the sizes of axes {list(axes)} of input {x.shape}")
+    epsilon = _epsilon(op, epsilon)
+    order = tuple(int(i) for i in np.argsort(axes))         # axes order -> sorted axes
+    size = int(np.prod(dims, dtype=np.int64))
+    xv, sv, bv = value_of(x), value_of(scale), value_of(bias)
+    inputs = (x,) + tuple(t for t in (scale, bias) if t is not None)
+
+    if is_blocked(x) and axes == (channel_axis(x._axes),):
+        block = layouts.block_of(x.layout)
+        n, h, w = (x.shape[0], *((x.shape[2:]) if x._axes == "nchw" else x.shape[1:3]))
+        blocks = -(-size // block)
+        view = (n, blocks, h * w, block)
+
+        def produce_blocked() -> np.ndarray:
+            data = xv._materialize()
+            out = aligned_empty(data.shape)
+            s = _flat(sv, 1.0, order, size, blocks * block)
+            b = _flat(bv, 0.0, order, size, blocks * block)
+            ctx.launcher.launch(norm_kernels.layer_norm_groups, data.reshape(view), s, b,
+                                epsilon, size, out.reshape(view))
+            return out
+        return Tensor(ctx, x.shape, x.layout, producer=produce_blocked, axes=x._axes,
+                      inputs=inputs, op=op)
+
+    shape, ranked = x.shape, sorted(axes)
+    adjacent = ranked == list(range(ranked[0], ranked[0] + len(ranked))) if ranked else True
+    perm = None
+    if not ranked:                                   # each element alone: (size, 1) rows
+        before, after = x.size, 1
+    elif adjacent:
+        before = int(np.prod(shape[:ranked[0]], dtype=np.int64))
+        after = int(np.prod(shape[ranked[-1] + 1:], dtype=np.int64))
+    else:                                            # the axes last, by a transpose
+        perm = tuple(i for i in range(x.ndim) if i not in axes) + tuple(ranked)
+        before, after = x.size // max(size, 1), 1
+
+    def produce_plain() -> np.ndarray:
+        data = plain_buffer(xv)
+        if perm is not None:
+            data = np.ascontiguousarray(data.transpose(perm))
+        out = aligned_empty(data.shape)
+        s = _flat(sv, 1.0, order, size, size)
+        b = _flat(bv, 0.0, order, size, size)
+        if out.size:
+            if after == 1:
+                ctx.launcher.launch(norm_kernels.layer_norm_rows, data.reshape(before, size),
+                                    s, b, epsilon, out.reshape(before, size))
+            else:
+                view = (before, size, after, 1)
+                ctx.launcher.launch(norm_kernels.layer_norm_groups, data.reshape(view), s, b,
+                                    epsilon, size, out.reshape(view))
+        if perm is not None:
+            out = np.ascontiguousarray(out.transpose(np.argsort(perm)))
+        return out
+
+    axes_tag = x._axes if x.ndim == 4 else "nchw"
+    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes_tag), producer=produce_plain,
+                  axes=axes_tag, inputs=inputs, op=op)
+
+
+def instance_normalization(x, scale=None, bias=None, *, epsilon: float = 1e-5,
+                           layout: str = "nchw") -> Tensor:
+    """WebNN instanceNormalization: each ``(n, c)`` plane of a 4-D ``x``
+    normalized over H and W, times ``scale[c]`` plus ``bias[c]`` (``(C,)``,
+    default 1 and 0); ``layout`` "nchw" or "nhwc" says where C is. A blocked
+    input in that layout stays blocked."""
+    op = "instance_normalization"
+    ctx = context_of(op, x, scale, bias)
+    if layout not in layouts.ACTIVATION_LAYOUTS:
+        raise JitnnValueError(f"{op}: layout must be 'nchw' or 'nhwc', got {layout!r}")
+    x = as_tensor(ctx, x, op, "input")
+    if x.ndim != 4:
+        raise JitnnValueError(f"{op}: input must be 4-D ({layout}), got shape {x.shape}")
+    ca = channel_axis(layout)
+    channels = x.shape[ca]
+    scale, bias = _scale_bias(ctx, op, scale, bias, (channels,),
+                              f"the {channels} channels of {layout} input {x.shape}")
+    epsilon = _epsilon(op, epsilon)
+    n = x.shape[0]
+    h, w = x.shape[2:] if layout == "nchw" else x.shape[1:3]
+    xv, sv, bv = value_of(x), value_of(scale), value_of(bias)
+    inputs = (x,) + tuple(t for t in (scale, bias) if t is not None)
+    blocked = is_blocked(x) and x._axes == layout
+    if blocked:
+        block = layouts.block_of(x.layout)
+        blocks = -(-channels // block)
+        view, groups = (n * blocks, h * w, block), (blocks, block)
+    elif layout == "nchw":
+        view, groups = (n * channels, h * w, 1), (channels, 1)
+    else:
+        view, groups = (n, h * w, channels), (1, channels)
+
+    def produce() -> np.ndarray:
+        data = xv._materialize() if blocked else plain_buffer(xv)
+        out = aligned_empty(data.shape)
+        size = groups[0] * groups[1]
+        s = _flat(sv, 1.0, (0,), channels, size).reshape(groups)
+        b = _flat(bv, 0.0, (0,), channels, size).reshape(groups)
+        if out.size:
+            ctx.launcher.launch(norm_kernels.instance_normalization, data.reshape(view), s, b,
+                                epsilon, out.reshape(view))
+        return out
+
+    return Tensor(ctx, x.shape, x.layout if blocked else layout, producer=produce,
+                  axes=layout, inputs=inputs, op=op)
+
 register_op(OpDef("batch_normalization", batch_normalization, batch_normalization_reference,
                   webnn="batchNormalization", onnx=("BatchNormalization",), kinds=("eltwise",),
                   layouts="blocked or plain, as its input",
                   fusion="folded into the conv before it; else an elementwise pass"))
 register_op(OpDef("softmax", softmax, softmax_reference, webnn="softmax", onnx=("Softmax",)))
+register_op(OpDef("layer_normalization", layer_normalization, layer_normalization_reference,
+                  webnn="layerNormalization",
+                  layouts="blocked or plain: blocked in and out over the channel axis of a "
+                          "4-D tensor; else plain"))
+register_op(OpDef("instance_normalization", instance_normalization,
+                  instance_normalization_reference, webnn="instanceNormalization",
+                  layouts="blocked or plain, as its input (blocked in its own layout)"))

@@ -1,0 +1,400 @@
+"""Reductions (WebNN's ten: reduce_l1, reduce_l2, reduce_log_sum,
+reduce_log_sum_exp, reduce_max, reduce_mean, reduce_min, reduce_product,
+reduce_sum, reduce_sum_square), arg_min / arg_max and cumulative_sum.
+
+Reductions take WebNN's options: ``axes`` (default: every axis; an empty
+list reduces nothing, so each element is "reduced" alone: ``|x|`` for L1,
+``x^2`` for the sum of squares, ...) and ``keep_dimensions`` (default False).
+An axis may also be negative (from the end). Data types, as WebNN: float32
+for all; also int32, int64 and uint32 for reduce_l1, reduce_product,
+reduce_sum and reduce_sum_square (integer math that wraps, as the data
+type); every jitnn type for reduce_max and reduce_min.
+
+Lowering (float32): the Numba kernel of kernels/reduce.py, on an
+``(outer, R, inner)`` view of the data reduced over its middle axis.
+
+* A blocked input reduced over its spatial axes (H and W: global pooling;
+  or H or W alone, or no axis) is read in place, as ``(N * C_phys // cb,
+  H * W, cb)`` and the like: with ``keep_dimensions`` (or no axis) the result
+  stays blocked in the input's layout (padding lanes zero), else it is plain
+  (the ``(N, C)`` of a classifier head: a slice of the blocked result).
+* Any other blocked input is read back to plain first (one counted reorder).
+* A plain input reduced over adjacent axes (size-1 axes do not count) is
+  read in place; other axis sets are transposed first (a numpy copy) so that
+  the reduced axes come last.
+
+Integer inputs run as numpy on plain data. arg_min / arg_max (any data type,
+first index on ties: ONNX's ``select_last_index=0``) and cumulative_sum
+(float32 summed in float64, or the integer type) are plain numpy ops too.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+
+from .. import layouts
+from ..errors import JitnnTypeError, JitnnValueError
+from ..kernels import reduce as reduce_kernels
+from ..kernels.buffers import aligned_empty
+from ..registry import OpDef, register_op
+from ..tensor import FLOAT32, Tensor
+from ._common import (ANY_DTYPE, FLOAT_ONLY, as_tensor, axis_index, channel_axis, context_of,
+                      is_blocked, plain_layout, plain_op, value_of)
+
+#: the reductions (jitnn's short name -> WebNN's name)
+REDUCTIONS = {"l1": "reduceL1", "l2": "reduceL2", "log_sum": "reduceLogSum",
+              "log_sum_exp": "reduceLogSumExp", "max": "reduceMax", "mean": "reduceMean",
+              "min": "reduceMin", "product": "reduceProduct", "sum": "reduceSum",
+              "sum_square": "reduceSumSquare"}
+
+_WRAPPING_INTEGERS = tuple(np.dtype(t) for t in (np.int32, np.int64, np.uint32))
+#: the data types each reduction takes (WebNN's; jitnn has no float16 or uint64)
+DTYPES = {op: FLOAT_ONLY for op in REDUCTIONS}
+DTYPES.update(dict.fromkeys(("l1", "product", "sum", "sum_square"),
+                            FLOAT_ONLY + _WRAPPING_INTEGERS))
+DTYPES.update(dict.fromkeys(("max", "min"), ANY_DTYPE))
+#: cumulative_sum's data types (WebNN's, less float16 and uint64)
+CUMULATIVE_DTYPES = FLOAT_ONLY + _WRAPPING_INTEGERS
+
+
+# --- arguments ---------------------------------------------------------------------
+
+def axes_arg(op: str, axes: object, rank: int, name: str = "axes") -> tuple[int, ...]:
+    """A list of distinct axes of a rank-``rank`` tensor (each in ``[-rank,
+    rank)``), as non-negative ints in the order given. None is every axis."""
+    if axes is None:
+        return tuple(range(rank))
+    if isinstance(axes, (str, bytes)) or not isinstance(axes, Sequence) \
+            and not isinstance(axes, np.ndarray):
+        raise JitnnTypeError(f"{op}: {name} must be a list of ints, got {axes!r}")
+    found = []
+    for axis in list(axes):
+        if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+            raise JitnnTypeError(f"{op}: {name} must be a list of ints, got {axes!r}")
+        if not -rank <= axis < rank:
+            raise JitnnValueError(f"{op}: {name} must be in [{-rank}, {rank - 1}] for a "
+                                  f"rank-{rank} tensor, got {list(axes)!r}")
+        found.append(int(axis) % rank)
+    if len(set(found)) != len(found):
+        raise JitnnValueError(f"{op}: {name} must not repeat an axis, got {list(axes)!r}")
+    return tuple(found)
+
+
+def _bool_arg(op: str, name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise JitnnTypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool) -> tuple:
+    if keep:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def run_view(shape: tuple[int, ...], axes: tuple[int, ...]):
+    """How to see a plain tensor of ``shape`` as ``(outer, R, inner)`` reduced
+    over ``axes``: ``(None, (outer, R, inner))`` when the reduced axes are
+    adjacent once size-1 axes are left out, else ``(perm, (outer, R, 1))``:
+    transpose by ``perm`` (kept axes, then reduced) first."""
+    size = int(np.prod(shape, dtype=np.int64))
+    reduced = [a for a in sorted(axes) if shape[a] != 1]
+    count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    if not reduced:                                   # only size-1 axes: nothing to add up
+        return None, (size, 1, 1)
+    real = [i for i, d in enumerate(shape) if d != 1]
+    where = [real.index(a) for a in reduced]
+    if where == list(range(where[0], where[0] + len(where))):
+        outer = int(np.prod([shape[i] for i in real[:where[0]]], dtype=np.int64))
+        inner = int(np.prod([shape[i] for i in real[where[-1] + 1:]], dtype=np.int64))
+        return None, (outer, count, inner)
+    kept = [i for i in range(len(shape)) if i not in axes]
+    outer = int(np.prod([shape[i] for i in kept], dtype=np.int64))
+    return tuple(kept) + tuple(sorted(axes)), (outer, count, 1)
+
+
+# --- the spec ----------------------------------------------------------------------
+
+def reduction_reference(op: str, x, axes=None, keep_dimensions: bool = False) -> np.ndarray:
+    """WebNN's reduction ``op`` (a key of :data:`REDUCTIONS`) of ``x`` over
+    ``axes`` (None: all; ``[]``: none) in float64."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim)) if axes is None else tuple(int(a) % x.ndim for a in axes)
+    keep = {"axis": axes, "keepdims": bool(keep_dimensions)}
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if op == "sum":
+            return np.sum(x, **keep)
+        if op == "mean":
+            return np.mean(x, **keep) if axes else x.copy()
+        if op == "l1":
+            return np.sum(np.abs(x), **keep)
+        if op == "l2":
+            return np.sqrt(np.sum(x * x, **keep))
+        if op == "sum_square":
+            return np.sum(x * x, **keep)
+        if op == "log_sum":
+            return np.log(np.sum(x, **keep))
+        if op == "log_sum_exp":
+            m = np.max(x, axis=axes, keepdims=True) if x.size else np.zeros([1] * x.ndim)
+            shift = np.where(np.isinf(m), 0.0, m)
+            out = np.log(np.sum(np.exp(x - shift), axis=axes, keepdims=True)) + shift
+            return out if keep_dimensions else np.squeeze(out, axis=axes)
+        if op == "max":
+            return np.max(x, **keep)
+        if op == "min":
+            return np.min(x, **keep)
+        if op == "product":
+            return np.prod(x, **keep)
+    raise ValueError(f"reduction_reference: unknown reduction {op!r}")
+
+
+def arg_reduction_reference(op: str, x, axis: int, keep_dimensions: bool = False,
+                            output_data_type: str = "int32") -> np.ndarray:
+    """``op`` "min" or "max": the index of the first minimum / maximum along
+    ``axis`` (NaN counts as the extreme, as numpy's), as int64."""
+    x = np.asarray(x, np.float64)
+    function = np.argmin if op == "min" else np.argmax
+    return function(x, axis=axis, keepdims=bool(keep_dimensions)).astype(np.int64)
+
+
+def cumulative_sum_reference(x, axis: int, exclusive: bool = False,
+                             reversed: bool = False) -> np.ndarray:  # noqa: A002 (WebNN's name)
+    """The running sum along ``axis`` in float64: ``exclusive`` leaves each
+    element out of its own sum, ``reversed`` sums from the end."""
+    x = np.asarray(x, np.float64)
+    if reversed:
+        x = np.flip(x, axis)
+    out = np.cumsum(x, axis=axis)
+    if exclusive:
+        out = out - x
+    return np.flip(out, axis) if reversed else out
+
+
+# --- reductions ----------------------------------------------------------------------
+
+def _integer_reduce(op: str, data: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    dtype = data.dtype
+    if op == "l1":
+        data = np.abs(data)
+    elif op == "sum_square":
+        data = data * data
+    if op in ("l1", "sum", "sum_square"):
+        return np.sum(data, axis=axes, keepdims=keep, dtype=dtype)
+    if op == "product":
+        return np.prod(data, axis=axes, keepdims=keep, dtype=dtype)
+    function = np.max if op == "max" else np.min
+    return function(data, axis=axes, keepdims=keep) if axes else data.copy()
+
+
+def _spatial_view(x: Tensor, axes: tuple[int, ...]):
+    """For a blocked ``x`` reduced over ``axes``, all spatial (or none): the
+    ``(outer, R, inner)`` view of its buffer ``(N, CB, H, W, cb)`` and the
+    blocked result's buffer shape, or None."""
+    h_axis, w_axis = (2, 3) if x._axes == "nchw" else (1, 2)
+    if x.ndim != 4 or not set(axes) <= {h_axis, w_axis}:
+        return None
+    n, c = x.shape[0], x.shape[channel_axis(x._axes)]
+    h, w = x.shape[h_axis], x.shape[w_axis]
+    cb = layouts.block_of(x.layout)
+    blocks = -(-c // cb)
+    if set(axes) == {h_axis, w_axis}:
+        return (n * blocks, h * w, cb), (n, blocks, 1, 1, cb)
+    if axes == (h_axis,):
+        return (n * blocks, h, w * cb), (n, blocks, 1, w, cb)
+    if axes == (w_axis,):
+        return (n * blocks * h, w, cb), (n, blocks, h, 1, cb)
+    return (n * blocks * h * w, 1, cb), (n, blocks, h, w, cb)
+
+
+def _blocked_reduce(ctx, op: str, name: str, x: Tensor, axes: tuple[int, ...], keep: bool,
+                    out_shape: tuple, view: tuple, buffer_shape: tuple) -> Tensor:
+    code = reduce_kernels.OPS[op]
+    xv = value_of(x)
+    axes_tag = x._axes
+    channels = x.shape[channel_axis(axes_tag)]
+    cb = buffer_shape[4]
+    # padding lanes hold f(0, ..., 0): log(0) and log(H * W) are not 0
+    rezero = op in ("log_sum", "log_sum_exp") and channels % cb
+
+    def blocked_result() -> np.ndarray:
+        data = xv._materialize()
+        out = aligned_empty(buffer_shape)
+        ctx.launcher.launch(reduce_kernels.reduce, data.reshape(view),
+                            out.reshape(view[0], view[2]), code)
+        if rezero:
+            out[:, channels // cb, :, :, channels % cb:] = 0
+        return out
+
+    if keep or not axes:
+        return Tensor(ctx, out_shape, x.layout, producer=blocked_result, axes=axes_tag,
+                      inputs=(x,), op=name)
+
+    def plain_result() -> np.ndarray:
+        out = blocked_result()
+        n, blocks, h, w, lanes = out.shape
+        if axes_tag == "nchw":
+            logical = np.moveaxis(out, 4, 2).reshape(n, blocks * lanes, h, w)[:, :channels]
+        else:
+            logical = np.moveaxis(out, 1, 3).reshape(n, h, w, blocks * lanes)[..., :channels]
+        return np.ascontiguousarray(logical).reshape(out_shape)
+
+    return Tensor(ctx, out_shape, plain_layout(len(out_shape)), producer=plain_result,
+                  inputs=(x,), op=name)
+
+
+def _reduce(op: str, x, axes, keep_dimensions) -> Tensor:
+    name = f"reduce_{op}"
+    ctx = context_of(name, x)
+    x = as_tensor(ctx, x, name, "input", DTYPES[op])
+    axes = axes_arg(name, axes, x.ndim)
+    keep = _bool_arg(name, "keep_dimensions", keep_dimensions)
+    out_shape = _reduced_shape(x.shape, axes, keep)
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if count == 0 and x.dtype != FLOAT32 and op in ("max", "min"):
+        raise JitnnValueError(f"{name}: an integer maximum or minimum over no element "
+                              f"(axes {list(axes)} of input {x.shape}) has no value")
+    if x.dtype != FLOAT32:
+        return plain_op(ctx, name, (x,), out_shape,
+                        lambda data: _integer_reduce(op, data, axes, keep), dtype=x.dtype)
+    if is_blocked(x):
+        spatial = _spatial_view(x, axes)
+        if spatial is not None:
+            return _blocked_reduce(ctx, op, name, x, axes, keep, out_shape, *spatial)
+    perm, view = run_view(x.shape, axes)
+    code = reduce_kernels.OPS[op]
+
+    def compute(data: np.ndarray) -> np.ndarray:
+        if perm is not None:
+            data = np.ascontiguousarray(data.transpose(perm))
+        out = aligned_empty((view[0], view[2]))
+        ctx.launcher.launch(reduce_kernels.reduce, data.reshape(view), out, code)
+        return out.reshape(out_shape)
+
+    axes_tag = x._axes if x.ndim == 4 and len(out_shape) == 4 else "nchw"
+    return plain_op(ctx, name, (x,), out_shape, compute, axes=axes_tag)
+
+
+def _make_reduction(op: str):
+    def reduction(x, *, axes=None, keep_dimensions: bool = False) -> Tensor:
+        return _reduce(op, x, axes, keep_dimensions)
+    reduction.__name__ = reduction.__qualname__ = f"reduce_{op}"
+    reduction.__doc__ = (
+        f"WebNN {REDUCTIONS[op]}: the {_DESCRIPTIONS[op]} of ``x`` over ``axes`` "
+        "(None: every axis; ``[]``: none; negative axes count from the end), the "
+        "reduced axes kept as 1s with ``keep_dimensions``. Data types: "
+        f"{', '.join(d.name for d in DTYPES[op])}. See the module docstring for the "
+        "layouts.")
+    return reduction
+
+
+_DESCRIPTIONS = {"l1": "sum of absolute values", "l2": "square root of the sum of squares",
+                 "log_sum": "natural log of the sum",
+                 "log_sum_exp": "log of the sum of exponentials (max + log(sum(exp(x - max))))",
+                 "max": "maximum (NaN if any is NaN)", "mean": "mean",
+                 "min": "minimum (NaN if any is NaN)", "product": "product", "sum": "sum",
+                 "sum_square": "sum of squares"}
+
+reduce_l1 = _make_reduction("l1")
+reduce_l2 = _make_reduction("l2")
+reduce_log_sum = _make_reduction("log_sum")
+reduce_log_sum_exp = _make_reduction("log_sum_exp")
+reduce_max = _make_reduction("max")
+reduce_mean = _make_reduction("mean")
+reduce_min = _make_reduction("min")
+reduce_product = _make_reduction("product")
+reduce_sum = _make_reduction("sum")
+reduce_sum_square = _make_reduction("sum_square")
+
+
+# --- arg_min, arg_max ------------------------------------------------------------------
+
+_INDEX_TYPES = {"int32": np.dtype(np.int32), "int64": np.dtype(np.int64)}
+
+
+def _arg_reduce(op: str, x, axis, keep_dimensions, output_data_type) -> Tensor:
+    name = f"arg_{op}"
+    ctx = context_of(name, x)
+    x = as_tensor(ctx, x, name, "input", ANY_DTYPE)
+    if x.ndim < 1:
+        raise JitnnValueError(f"{name}: input must have rank >= 1, got a scalar")
+    axis = axis_index(name, "axis", axis, x.ndim)
+    keep = _bool_arg(name, "keep_dimensions", keep_dimensions)
+    dtype = _INDEX_TYPES.get(output_data_type if isinstance(output_data_type, str)
+                             else getattr(np.dtype(output_data_type)
+                                          if isinstance(output_data_type, (type, np.dtype))
+                                          else None, "name", None))
+    if dtype is None:
+        raise JitnnTypeError(f"{name}: output_data_type must be 'int32' or 'int64', got "
+                             f"{output_data_type!r}")
+    if x.shape[axis] == 0:
+        raise JitnnValueError(f"{name}: axis {axis} of input {x.shape} is empty: no index")
+    out_shape = _reduced_shape(x.shape, (axis,), keep)
+    function = np.argmin if op == "min" else np.argmax
+    return plain_op(ctx, name, (x,), out_shape,
+                    lambda data: function(data, axis=axis, keepdims=keep), dtype=dtype)
+
+
+def arg_min(x, axis: int, *, keep_dimensions: bool = False,
+            output_data_type: str = "int32") -> Tensor:
+    """WebNN argMin: the index of the first minimum of ``x`` along ``axis``,
+    as ``output_data_type`` ("int32" or "int64"); ``axis`` kept as 1 with
+    ``keep_dimensions``. Any data type; NaN counts as the minimum (numpy)."""
+    return _arg_reduce("min", x, axis, keep_dimensions, output_data_type)
+
+
+def arg_max(x, axis: int, *, keep_dimensions: bool = False,
+            output_data_type: str = "int32") -> Tensor:
+    """WebNN argMax: the index of the first maximum (as :func:`arg_min`)."""
+    return _arg_reduce("max", x, axis, keep_dimensions, output_data_type)
+
+
+# --- cumulative_sum ----------------------------------------------------------------------
+
+def cumulative_sum(x, axis: int, *, exclusive: bool = False,
+                   reversed: bool = False) -> Tensor:  # noqa: A002 (WebNN's option name)
+    """WebNN cumulativeSum: the running sum of ``x`` along ``axis``;
+    ``exclusive``: each element left out of its own sum (the first is 0);
+    ``reversed``: summed from the end. float32 (summed in float64, rounded
+    once), int32, int64, uint32 (wrapping)."""
+    op = "cumulative_sum"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "input", CUMULATIVE_DTYPES)
+    if x.ndim < 1:
+        raise JitnnValueError(f"{op}: input must have rank >= 1, got a scalar")
+    axis = axis_index(op, "axis", axis, x.ndim)
+    exclusive = _bool_arg(op, "exclusive", exclusive)
+    backward = _bool_arg(op, "reversed", reversed)
+    total = np.float64 if x.dtype == FLOAT32 else x.dtype
+
+    def compute(data: np.ndarray) -> np.ndarray:
+        if backward:
+            data = np.flip(data, axis)
+        out = np.cumsum(data, axis=axis, dtype=total)
+        if exclusive:
+            out = np.roll(out, 1, axis=axis)
+            out[(slice(None),) * axis + (0,)] = 0
+        return np.ascontiguousarray(np.flip(out, axis) if backward else out, dtype=x.dtype)
+
+    axes_tag = x._axes if x.ndim == 4 else "nchw"
+    return plain_op(ctx, op, (x,), x.shape, compute, dtype=x.dtype, axes=axes_tag)
+
+
+# --- registration --------------------------------------------------------------------
+
+_REDUCE_LAYOUTS = ("blocked or plain: a blocked input reduced over H and/or W (or no axis) "
+                   "is read in place, blocked out with keep_dimensions; else plain")
+for _op, _webnn in REDUCTIONS.items():
+    register_op(OpDef(f"reduce_{_op}", globals()[f"reduce_{_op}"],
+                      functools.partial(reduction_reference, _op), webnn=_webnn,
+                      layouts=_REDUCE_LAYOUTS, dtypes=tuple(d.name for d in DTYPES[_op])))
+for _op in ("min", "max"):
+    register_op(OpDef(f"arg_{_op}", globals()[f"arg_{_op}"],
+                      functools.partial(arg_reduction_reference, _op),
+                      webnn=f"arg{_op.capitalize()}", layouts="plain",
+                      dtypes=tuple(d.name for d in ANY_DTYPE)))
+register_op(OpDef("cumulative_sum", cumulative_sum, cumulative_sum_reference,
+                  webnn="cumulativeSum", layouts="plain",
+                  dtypes=tuple(d.name for d in CUMULATIVE_DTYPES)))

@@ -1,0 +1,292 @@
+"""Reductions over one run of axes: sum, mean, L1, L2, sum of squares,
+log-sum, log-sum-exp, max, min and product (WebNN's ten).
+
+Buffers (C-contiguous):
+
+* input:  ``x: (outer, R, inner)`` float32, reduced over its middle axis ``R``
+  for each ``(outer, inner)``. A blocked tensor ``(N, C_phys // cb, H, W, cb)``
+  reduced over H and W is ``(N * C_phys // cb, H * W, cb)`` (its padding lanes
+  are zero in, and come out as ``f(0, ..., 0)``: the caller re-zeroes them for
+  the ops where that is not 0, log-sum and log-sum-exp); over H alone it is
+  ``(N * C_phys // cb, H, W * cb)``. A plain tensor reduced over a run of
+  adjacent axes is ``(prod of the axes before, prod of the run, prod after)``.
+* output: ``out: (outer, inner)`` float32, every element written.
+
+Accuracy. Sums and products accumulate in float64 (the float32
+results of long float32 sums drift by ~sqrt(R) ulp; here only the final
+rounding remains for sums up to millions of terms); max and min are exact and
+carry NaN (numpy's ``maximum``). log-sum-exp takes the max first, so large
+inputs do not overflow: ``max + log(sum(exp(x - max)))``.
+
+How it is fast. Every accumulation is a loop over ``R`` rows of ``lanes``
+contiguous floats, adding into ``lanes`` float64 accumulators: the lane loop
+has no dependency between iterations, so LLVM's loop vectorizer turns it into
+AVX2 code without reassociating any sum (jitnn compiles without ``reassoc``).
+An ``inner`` of 1 (a contiguous row, e.g. a plain NCHW tensor over H and W)
+is read as ``R // 16`` rows of 16 lanes, whose 16 partial results and the
+tail are combined at the end. Blocked tensors give ``inner = cb`` lanes directly.
+Parallel over the ``outer`` rows (and over chunks of ``inner`` when it is
+wide), in contiguous ranges, one per thread; small inputs run serially.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from ._config import jit, numba_threads
+from .epilogue import nan_maximum, nan_minimum
+
+#: op codes (the ``op`` argument), WebNN's reductions in jitnn's names
+SUM, MEAN, L1, L2, SUM_SQUARE, LOG_SUM, LOG_SUM_EXP, MAX, MIN, PRODUCT = range(10)
+OPS = {"sum": SUM, "mean": MEAN, "l1": L1, "l2": L2, "sum_square": SUM_SQUARE,
+       "log_sum": LOG_SUM, "log_sum_exp": LOG_SUM_EXP, "max": MAX, "min": MIN,
+       "product": PRODUCT}
+
+# what is accumulated per element (internal)
+_ADD, _ABS, _SQUARE, _MAX, _MIN, _PRODUCT, _EXP = range(7)
+
+#: below this many input elements run serially (a parallel region costs microseconds)
+_PARALLEL_MIN = 32768
+#: lanes per task when ``inner`` is wide (a plain NHWC tensor over H and W)
+_LANE_CHUNK = 1024
+#: partial results of a contiguous row (``inner == 1``): 16 float64 lanes, 4 ymm
+_ROW_LANES = 16
+
+
+# --- the accumulation loops ------------------------------------------------------
+
+@jit()
+def _accumulate(xf, base, rows, stride, lanes, kind, acc, shift):
+    """``acc[l] = acc[l] (kind) g(x)`` over ``x = xf[base + i * stride + l]``,
+    ``i < rows``, ``l < lanes``; ``shift[l]`` is subtracted before ``exp``.
+    One loop per kind, so the lane loop is branch-free and vectorizes."""
+    if kind == _ADD:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] += np.float64(xf[np.uint64(p + l)])
+    elif kind == _ABS:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] += abs(np.float64(xf[np.uint64(p + l)]))
+    elif kind == _SQUARE:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                v = np.float64(xf[np.uint64(p + l)])
+                acc[l] += v * v
+    elif kind == _MAX:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] = nan_maximum(acc[l], np.float64(xf[np.uint64(p + l)]))
+    elif kind == _MIN:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] = nan_minimum(acc[l], np.float64(xf[np.uint64(p + l)]))
+    elif kind == _PRODUCT:
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] *= np.float64(xf[np.uint64(p + l)])
+    else:                                               # _EXP
+        for i in range(rows):
+            p = base + i * stride
+            for l in range(lanes):
+                acc[l] += math.exp(np.float64(xf[np.uint64(p + l)]) - shift[l])
+
+
+@jit()
+def _initial(kind):
+    if kind == _MAX:
+        return -np.inf
+    if kind == _MIN:
+        return np.inf
+    if kind == _PRODUCT:
+        return 1.0
+    return 0.0
+
+
+@jit()
+def _combine(kind, a, b):
+    """Two partial results of ``kind`` as one."""
+    if kind == _MAX:
+        return nan_maximum(a, b)
+    if kind == _MIN:
+        return nan_minimum(a, b)
+    if kind == _PRODUCT:
+        return a * b
+    return a + b
+
+
+@jit()
+def _kind_of(op):
+    if op == L1:
+        return _ABS
+    if op == L2 or op == SUM_SQUARE:
+        return _SQUARE
+    if op == MAX:
+        return _MAX
+    if op == MIN:
+        return _MIN
+    if op == PRODUCT:
+        return _PRODUCT
+    return _ADD                                         # sum, mean, log-sum (lse: see below)
+
+
+@jit()
+def _finish(op, value, count, shift):
+    """The op's result from its accumulated ``value`` over ``count`` elements."""
+    if op == MEAN:
+        return value / count
+    if op == L2:
+        return math.sqrt(value)
+    if op == LOG_SUM:
+        return math.log(value) if value > 0.0 else (-np.inf if value == 0.0 else np.nan)
+    if op == LOG_SUM_EXP:
+        if math.isinf(shift):                           # all -inf (-inf), or an inf (inf)
+            return shift
+        return shift + math.log(value)
+    return value
+
+
+@jit()
+def _reduce_lanes(xf, base, rows, stride, lanes, op, acc, shift):
+    """``acc[:lanes]`` = the op's accumulation over ``rows`` rows of ``lanes``
+    lanes (log-sum-exp: ``shift[:lanes]`` the max, ``acc`` the sum of exp)."""
+    kind = _kind_of(op)
+    if op == LOG_SUM_EXP:
+        for l in range(lanes):
+            shift[l] = -np.inf
+            acc[l] = 0.0
+        _accumulate(xf, base, rows, stride, lanes, _MAX, shift, shift)
+        _accumulate(xf, base, rows, stride, lanes, _EXP, acc, shift)
+        return
+    init = _initial(kind)
+    for l in range(lanes):
+        acc[l] = init
+    _accumulate(xf, base, rows, stride, lanes, kind, acc, shift)
+
+
+@jit()
+def _reduce_row(xf, base, count, op, lanes, acc, shift):
+    """One contiguous row of ``count`` floats, read as ``count // lanes`` rows
+    of ``lanes`` partial results, then the tail. ``lanes`` comes from Python
+    (:data:`_ROW_LANES`): as a runtime value it keeps the lane loops loops,
+    which the loop vectorizer takes; a literal 8 would unroll them into code
+    the SLP vectorizer left scalar here (the accumulators are a heap array).
+    Returns (accumulated value, shift)."""
+    kind = _kind_of(op)
+    rows = count // lanes
+    tail = base + rows * lanes
+    left = count - rows * lanes
+    if op == LOG_SUM_EXP:
+        for l in range(lanes):
+            shift[l] = -np.inf
+        _accumulate(xf, base, rows, lanes, lanes, _MAX, shift, shift)
+        m = -np.inf
+        for l in range(lanes):
+            m = nan_maximum(m, shift[l])
+        for i in range(left):
+            m = nan_maximum(m, np.float64(xf[np.uint64(tail + i)]))
+        if math.isinf(m) or m != m:
+            return 0.0, m                               # _finish gives m itself
+        for l in range(lanes):
+            shift[l] = m
+            acc[l] = 0.0
+        _accumulate(xf, base, rows, lanes, lanes, _EXP, acc, shift)
+        s = 0.0
+        for l in range(lanes):
+            s += acc[l]
+        for i in range(left):
+            s += math.exp(np.float64(xf[np.uint64(tail + i)]) - m)
+        return s, m
+    init = _initial(kind)
+    for l in range(lanes):
+        acc[l] = init
+    _accumulate(xf, base, rows, lanes, lanes, kind, acc, shift)
+    value = init
+    for l in range(lanes):
+        value = _combine(kind, value, acc[l])
+    acc[0] = init
+    _accumulate(xf, tail, left, 1, 1, kind, acc, shift)
+    return _combine(kind, value, acc[0]), 0.0
+
+
+@jit()
+def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
+    """Tasks ``[first, last)``: task ``t`` is outer row ``t // chunks``, lanes
+    ``[c * _LANE_CHUNK, ...)`` of its chunk ``c = t % chunks``."""
+    chunks = (inner + _LANE_CHUNK - 1) // _LANE_CHUNK
+    width = max(min(inner, _LANE_CHUNK), row_lanes)
+    acc = np.empty(width, np.float64)
+    shift = np.empty(width, np.float64)
+    for t in range(first, last):
+        o = t // chunks
+        l0 = (t % chunks) * _LANE_CHUNK
+        lanes = min(inner - l0, _LANE_CHUNK)
+        base = o * R * inner + l0
+        if inner == 1 and R >= 2 * row_lanes:
+            value, m = _reduce_row(xf, base, R, op, row_lanes, acc, shift)
+            outf[np.uint64(o)] = np.float32(_finish(op, value, R, m))
+            continue
+        _reduce_lanes(xf, base, R, inner, lanes, op, acc, shift)
+        for l in range(lanes):
+            outf[np.uint64(o * inner + l0 + l)] = np.float32(_finish(op, acc[l], R, shift[l]))
+
+
+@jit(parallel=True)
+def _reduce_parallel(xf, outf, R, inner, op, row_lanes, tasks, groups):
+    for g in prange(groups):
+        _reduce_tasks(xf, outf, R, inner, op, row_lanes, g * tasks // groups,
+                      (g + 1) * tasks // groups)
+
+
+# --- checked wrappers ------------------------------------------------------------
+
+def _check(x, what="x", ndim=3, dtype=np.float32):
+    if not isinstance(x, np.ndarray) or x.dtype != dtype:
+        raise ValueError(f"reduce: {what} must be a {np.dtype(dtype).name} numpy array, "
+                         f"got {getattr(x, 'dtype', type(x))}")
+    if x.ndim != ndim or not x.flags.c_contiguous:
+        raise ValueError(f"reduce: {what} must be a C-contiguous {ndim}-D array, got shape "
+                         f"{x.shape}")
+
+
+def _groups(tasks: int, elements: int) -> int:
+    threads = numba_threads()
+    if elements < _PARALLEL_MIN or tasks < 2 or threads == 1:
+        return 1
+    return min(tasks, threads)
+
+
+def reduce(x, out, op):
+    """``out[o, i]`` = reduction ``op`` (a name of :data:`OPS` or its code)
+    of ``x[o, :, i]``. ``x: (outer, R, inner)``, ``out: (outer, inner)``,
+    both float32. Returns ``out``."""
+    code = OPS[op] if isinstance(op, str) else int(op)
+    if not 0 <= code < len(OPS):
+        raise ValueError(f"reduce: unknown op {op!r}")
+    _check(x)
+    _check(out, "out", 2)
+    outer, R, inner = x.shape
+    if out.shape != (outer, inner):
+        raise ValueError(f"reduce: out has shape {out.shape}, expected {(outer, inner)} "
+                         f"for x {x.shape}")
+    if np.may_share_memory(x, out):
+        raise ValueError("reduce: out must not overlap x")
+    if out.size == 0:
+        return out
+    tasks = outer * ((inner + _LANE_CHUNK - 1) // _LANE_CHUNK)
+    groups = _groups(tasks, x.size)
+    xf, outf = x.reshape(-1), out.reshape(-1)
+    if groups == 1:
+        _reduce_tasks(xf, outf, R, inner, code, _ROW_LANES, 0, tasks)
+    else:
+        _reduce_parallel(xf, outf, R, inner, code, _ROW_LANES, tasks, groups)
+    return out
