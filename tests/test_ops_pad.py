@@ -178,9 +178,10 @@ def _blocked(x, cb):
 
 @pytest.mark.parametrize("cb", [1, 4, 8, 16])
 @pytest.mark.parametrize("mode", MODES)
-def test_kernel(mode, cb, threads):
+def test_kernel(mode, cb, threads, record_calls):
     """Every element written (the output starts as NaN), padding lanes zero,
     on 1 and 2 threads (a large case takes the parallel driver)."""
+    calls = record_calls(P, "_pad_parallel")
     for shape, padding in [((2, 3, 5, 4), (1, 2, 3, 0)), ((1, 17, 6, 7), (0, 5, 6, 2)),
                            ((2, 9, 40, 41), (2, 1, 1, 3))]:
         x = random(shape, cb)
@@ -193,6 +194,7 @@ def test_kernel(mode, cb, threads):
         full = out.transpose(0, 1, 4, 2, 3).reshape(shape[0], -1, *out.shape[2:4])
         np.testing.assert_array_equal(full[:, :shape[1]], want.astype(np.float32))
         assert not full[:, shape[1]:].any(), "padding lanes"
+    assert bool(calls) == (threads == 2)
 
 
 def test_kernel_errors():
