@@ -167,6 +167,11 @@ class GraphBuilder:
             return _substitute(_substitute(value, shape_of, Tensor), placeholder_of)
         function = registry.op(op).function
         result = function(*for_inference(args), **for_inference(kwargs))
+        if isinstance(result, list):         # several outputs (split): an operand each
+            operands = [self._operand(r) for r in result]
+            self._ops.append(_Recorded(op, function, args, kwargs,
+                                       tuple(o._index for o in operands)))
+            return operands
         operand = self._operand(result)
         self._ops.append(_Recorded(op, function, args, kwargs, operand._index))
         return operand
@@ -337,8 +342,12 @@ class Graph:
         def lookup(operand: Operand) -> Tensor:
             return env[operand._index]
         for recorded in self._ops:
-            env[recorded.index] = recorded.function(
+            result = recorded.function(
                 *_substitute(recorded.args, lookup), **_substitute(recorded.kwargs, lookup))
+            if isinstance(recorded.index, tuple):          # an op of several outputs
+                env.update(zip(recorded.index, result))
+            else:
+                env[recorded.index] = result
         # only the outputs keep handles: intermediates may be fused away
         return {name: env[index] for name, (index, _) in self._outputs.items()}
 

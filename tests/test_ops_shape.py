@@ -1,7 +1,9 @@
-"""reshape, flatten, transpose, softmax and concat: values against the
-references, plain results (blocked inputs read back once, counted; free when
-the blocked buffer already is the plain array), concat staying blocked along
-channels, errors; and a CNN chain against the composed references."""
+"""reshape, flatten, transpose, softmax, concat, split, expand and tile:
+values against the references, every data type (integer tensors stay
+integer, values exact), plain results (blocked inputs read back once,
+counted; free when the blocked buffer already is the plain array), concat
+staying blocked along channels, split's list of outputs in a graph, errors;
+and a CNN chain against the composed references."""
 
 import numpy as np
 import pytest
@@ -12,7 +14,8 @@ from jitnn.ops.eltwise import binary_reference, unary_reference
 from jitnn.ops.matmul import gemm_reference
 from jitnn.ops.normalization import batch_normalization_reference, softmax_reference
 from jitnn.ops.pool import global_average_pool2d_reference, max_pool2d_reference
-from jitnn.ops.shape import (concat_reference, flatten_reference, reshape_reference,
+from jitnn.ops.shape import (concat_reference, expand_reference, flatten_reference,
+                             reshape_reference, split_reference, tile_reference,
                              transpose_reference)
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
                            expected_layout, make, random)
@@ -66,7 +69,9 @@ def test_blocked_input_read_back_once_or_for_free():
     odd._materialize(), pooled._materialize()
     with assert_schedule(ctx, reorders=1):             # one plain copy of `odd`, shared
         for t in (jitnn.reshape(odd, (14, 9)), jitnn.flatten(odd), jitnn.transpose(odd),
-                  jitnn.softmax(odd, 1)):
+                  jitnn.softmax(odd, 1), *jitnn.split(odd, [2, 5], 1),
+                  jitnn.expand(odd, (3, 1, 1, 1, 1)), jitnn.tile(odd, (1, 2, 1, 1)),
+                  jitnn.concat([odd, odd], 2)):
             t._materialize()
     with assert_schedule(ctx, reorders=1):             # pooled.numpy() only: flatten was free
         flat = jitnn.flatten(pooled)
@@ -176,13 +181,13 @@ def test_concat_plain_any_rank():
 def test_concat_errors():
     x = jitnn.tensor(random((2, 3, 4, 4)))
     with pytest.raises(jitnn.JitnnValueError,
-                       match=r"concat: tensors\[1\] has shape \(2, 3, 5, 4\) but tensors\[0\] has \(2, 3, 4, 4\)"):
+                       match=r"concat: inputs\[1\] has shape \(2, 3, 5, 4\) but inputs\[0\] has \(2, 3, 4, 4\)"):
         jitnn.concat([x, random((2, 3, 5, 4))], 1)
-    with pytest.raises(jitnn.JitnnValueError, match=r"concat: tensors\[1\] has shape \(3, 4, 4\)"):
+    with pytest.raises(jitnn.JitnnValueError, match=r"concat: inputs\[1\] has shape \(3, 4, 4\)"):
         jitnn.concat([x, random((3, 4, 4))], 1)
     with pytest.raises(jitnn.JitnnValueError, match=r"concat: needs at least one tensor"):
         jitnn.concat([], 0)
-    with pytest.raises(jitnn.JitnnTypeError, match=r"concat: tensors must be a list or tuple"):
+    with pytest.raises(jitnn.JitnnTypeError, match=r"concat: inputs must be a list or tuple"):
         jitnn.concat(x, 1)
     with pytest.raises(jitnn.JitnnValueError, match=r"concat: axis must be in \[-4, 3\]"):
         jitnn.concat([x, x], 4)
@@ -233,3 +238,195 @@ def test_cnn_chain_against_composed_references(block):
     want = gemm_reference(want, fc_w, fc_b)
     assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert_padding_lanes_zero(a)
+
+
+# --- every data type --------------------------------------------------------------------------
+
+def data(shape, dtype, seed=0) -> np.ndarray:
+    """Values of ``dtype``: standard normal floats; integers over the type's
+    whole range (int64 beyond 2**53, where a float64 detour would round)."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
+def test_shape_ops_keep_every_dtype(dtype):
+    x = data((2, 3, 4, 5), dtype, 1)
+    y = data((2, 2, 4, 5), dtype, 2)
+    t = jitnn.tensor(x)
+    assert t.dtype == dtype
+    cases = [
+        (jitnn.reshape(t, (6, -1)), reshape_reference(x, (6, -1))),
+        (jitnn.flatten(t, 2), flatten_reference(x, 2)),
+        (jitnn.transpose(t, (0, 2, 3, 1)), transpose_reference(x, (0, 2, 3, 1))),
+        (jitnn.concat([t, y], 1), concat_reference([x, y], 1)),
+        (jitnn.concat([t, t], 3), concat_reference([x, x], 3)),
+        (jitnn.expand(t, (3, 1, 3, 1, 5)), expand_reference(x, (3, 1, 3, 1, 5))),
+        (jitnn.tile(t, (2, 1, 3, 1)), tile_reference(x, (2, 1, 3, 1))),
+        *zip(jitnn.split(t, 3, 1), split_reference(x, 3, 1)),
+        *zip(jitnn.split(t, [1, 3, 1], axis=-1), split_reference(x, [1, 3, 1], 3)),
+    ]
+    for got, want in cases:
+        assert got.dtype == dtype and got.shape == want.shape
+        assert jitnn.layouts.block_of(got.layout) is None
+        assert want.dtype == (np.float64 if dtype == np.float32 else dtype)
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_host_arrays_join_the_first_tensors_dtype():
+    ids = jitnn.tensor(np.array([[1, 2]], np.int32))
+    got = jitnn.concat([ids, [[3, 4]], np.array([[5, 6]], np.int64)], 0)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.numpy(), [[1, 2], [3, 4], [5, 6]])
+    assert jitnn.concat([np.arange(3), np.arange(2)], 0).dtype == np.int64   # jitnn.tensor's rules
+    with pytest.raises(jitnn.JitnnTypeError, match=r"concat: inputs\[1\] must be int32 data"):
+        jitnn.concat([ids, [[0.5, 1.0]]], 0)
+    with pytest.raises(jitnn.JitnnTypeError,
+                       match=r"concat: inputs\[1\] must have the dtype of the first operand "
+                             r"\(int32\), got a float32 tensor"):
+        jitnn.concat([ids, jitnn.tensor(np.zeros((1, 2), np.float32))], 0)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"concat: inputs\[1\] is int64 but inputs\[0\]"):
+        jitnn.concat([np.zeros((1, 2), np.float32), np.zeros((1, 2), np.int64)], 0)
+
+
+def test_typical_transformer_shapes():
+    """BERT-base: heads split out of (1, 128, 768) and moved before the
+    sequence, (1, 12, 128, 64) -> (1, 128, 12, 64) and back."""
+    x = random((1, 128, 768), 5)
+    heads = jitnn.transpose(jitnn.reshape(x, (1, 128, 12, 64)), (0, 2, 1, 3))
+    assert heads.shape == (1, 12, 128, 64)
+    want = transpose_reference(reshape_reference(x, (1, 128, 12, 64)), (0, 2, 1, 3))
+    np.testing.assert_array_equal(heads.numpy(), want)
+    back = jitnn.reshape(jitnn.transpose(heads, (0, 2, 1, 3)), (1, 128, 768))
+    np.testing.assert_array_equal(back.numpy(), x)
+    q, k, v = jitnn.split(random((1, 128, 3 * 768), 6), 3, axis=2)      # a fused QKV
+    assert q.shape == k.shape == v.shape == (1, 128, 768)
+    mask = jitnn.expand(np.ones((1, 1, 1, 128), np.uint8), (1, 12, 128, 128))
+    assert mask.dtype == np.uint8 and mask.numpy().all()
+
+
+# --- split ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("channels", [1, 3, 7, 9, 17])
+def test_split_blocked_and_plain(kind, channels):
+    x = random((2, channels, 5, 3), channels)
+    t = make(x, kind)
+    t._materialize()
+    sizes = [1] * channels if channels < 4 else [channels - 3, 1, 2]
+    with assert_schedule(t.context, reorders=0 if kind == "plain" else 1):
+        parts = jitnn.split(t, sizes, 1)                # read back once for every part
+        got = [p.numpy() for p in parts]
+    for g, w in zip(got, split_reference(x, sizes, 1), strict=True):
+        np.testing.assert_array_equal(g, w)
+    for axis in (0, 2, -1):
+        size = x.shape[axis]
+        count = 2 if size % 2 == 0 else size
+        for g, w in zip(jitnn.split(t, count, axis), split_reference(x, count, axis),
+                        strict=True):
+            np.testing.assert_array_equal(g.numpy(), w)
+
+
+def test_split_in_a_graph_gives_a_list_of_operands():
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 6, 3, 5))
+    ids = b.input("ids", (4, 6), dtype="int64")
+    parts = b.split(x, [1, 2, 3], axis=1)
+    halves = b.split(ids, 2, axis=1)
+    assert isinstance(parts, list) and [p.shape for p in parts] == [
+        (2, 1, 3, 5), (2, 2, 3, 5), (2, 3, 3, 5)]
+    assert [h.dtype for h in halves] == [np.int64, np.int64]
+    graph = b.build({"a": parts[0], "c": b.relu(parts[2]), "h": halves[1]})
+    for seed in (1, 2):                      # the second compute replays the first's plan
+        xv, iv = random((2, 6, 3, 5), seed), data((4, 6), np.int64, seed)
+        outs = {"a": np.empty((2, 1, 3, 5), np.float32), "c": np.empty((2, 3, 3, 5), np.float32),
+                "h": np.empty((4, 3), np.int64)}
+        ctx.compute(graph, {"x": xv, "ids": iv}, outs)
+        np.testing.assert_array_equal(outs["a"], xv[:, :1])
+        np.testing.assert_array_equal(outs["c"], np.maximum(xv[:, 3:], 0))
+        np.testing.assert_array_equal(outs["h"], iv[:, 3:])
+        lazy = ctx.dispatch(graph, {"x": xv, "ids": iv})
+        np.testing.assert_array_equal(lazy["h"].numpy(), iv[:, 3:])
+
+
+# --- expand and tile ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,new_shape,result", [
+    ((), (2, 3), (2, 3)),
+    ((1,), (4, 1, 5), (4, 1, 5)),
+    ((3, 1, 5), (3, 4, 5), (3, 4, 5)),
+    ((2, 5), (3, 2, 5), (3, 2, 5)),
+    ((2, 1), (1, 3), (2, 3)),                      # bidirectional: both grow
+    ((2, 3, 1, 1), (1, 1), (2, 3, 1, 1)),          # a new shape smaller than the input's
+    ((4, 1), (0, 1, 1), (0, 4, 1)),
+])
+def test_expand_broadcasts_both_ways(shape, new_shape, result):
+    x = random(shape, 7)
+    got = jitnn.expand(x, new_shape)
+    assert got.shape == result
+    np.testing.assert_array_equal(got.numpy(), expand_reference(x, new_shape))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_expand_and_tile_blocked(kind):
+    x = random((2, 9, 1, 3), 8)
+    t = make(x, kind)
+    np.testing.assert_array_equal(jitnn.expand(t, (2, 9, 4, 3)).numpy(),
+                                  expand_reference(x, (2, 9, 4, 3)))
+    np.testing.assert_array_equal(jitnn.tile(t, (1, 2, 3, 1)).numpy(),
+                                  tile_reference(x, (1, 2, 3, 1)))
+
+
+def test_tile_shapes():
+    for shape, reps in [((), ()), ((3,), (4,)), ((2, 3), (1, 1)), ((1, 2, 3, 1, 2), (2, 1, 1, 3, 1)),
+                        ((0, 2), (3, 2))]:
+        x = random(shape, 9)
+        got = jitnn.tile(x, reps)
+        want = tile_reference(x, reps)
+        assert got.shape == want.shape == tuple(d * r for d, r in zip(shape, reps))
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert_close(tile_reference(np.arange(3), (2,)), [0, 1, 2, 0, 1, 2])
+
+
+def test_split_expand_tile_errors():
+    x = jitnn.tensor(random((2, 6, 4, 5)))
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"split: splits \(2, 3\) must sum to axis 1 of x \(2, 6, 4, 5\) "
+                             r"\(size 6\), got 5"):
+        jitnn.split(x, [2, 3], 1)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: splits=4 must be >= 1 and divide"):
+        jitnn.split(x, 4, 1)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: splits=0 must be >= 1"):
+        jitnn.split(x, 0)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: splits must be >= 1, got \(6, 0\)"):
+        jitnn.split(x, [6, 0], 1)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: splits \(\) must sum"):
+        jitnn.split(x, [], 1)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"split: splits must be an int or a sequence"):
+        jitnn.split(x, 2.0)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: axis must be in \[-4, 3\]"):
+        jitnn.split(x, 2, 4)
+    with pytest.raises(jitnn.JitnnValueError, match=r"split: x must have rank >= 1"):
+        jitnn.split(np.float32(1), 1)
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"expand: x \(2, 6, 4, 5\) and new_shape \(3, 5\) do not "
+                             r"broadcast"):
+        jitnn.expand(x, (3, 5))
+    with pytest.raises(jitnn.JitnnValueError, match=r"expand: new_shape must be >= 0"):
+        jitnn.expand(x, (-1, 5))
+    with pytest.raises(jitnn.JitnnTypeError, match=r"expand: new_shape must be a sequence of ints"):
+        jitnn.expand(x, 5)
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"tile: repetitions must have 4 item\(s\)"):
+        jitnn.tile(x, (1, 2))
+    with pytest.raises(jitnn.JitnnValueError, match=r"tile: repetitions must be >= 1"):
+        jitnn.tile(x, (1, 0, 1, 1))
+    with pytest.raises(jitnn.JitnnValueError, match=r"tile: the result's shape"):
+        jitnn.tile(x, (1, 1, 2**30, 1))
+    with pytest.raises(jitnn.JitnnTypeError, match=r"tile: repetitions must be a sequence"):
+        jitnn.tile(x, (1, 1, True, 1))

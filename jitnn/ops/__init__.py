@@ -4,5 +4,5 @@ lowering to a kernel. Importing a module registers its ops
 (jitnn/registry.py); ``jitnn.<name>`` and ``GraphBuilder.<name>`` are every
 registered op."""
 
-from . import (conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # noqa: F401
-               normalization, pad, pool, reduction, resample, shape, slice)
+from . import (cast, conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # noqa: F401
+               normalization, pad, pool, reduction, resample, scatter, shape, slice)

@@ -1,49 +1,155 @@
-"""gather: WebNN/ONNX gather along one axis with constant integer indices.
+"""Gathers (WebNN, ONNX): gather, gather_elements, gather_nd.
 
-``out = take(x, indices, axis)``: the output shape is ``x.shape[:axis] +
-indices.shape + x.shape[axis + 1:]``; negative indices count from the end
-(ONNX). The indices are host integers given at the call (an index tensor
-whose values are known when the graph is built), validated then. A
-plain-layout op: it reads the plain values (a blocked input is read back
-first, one counted reorder).
+* ``gather(x, indices, axis)``: the slices of ``x`` along ``axis`` at
+  ``indices``; output shape ``x.shape[:axis] + indices.shape +
+  x.shape[axis + 1:]`` (an embedding lookup: a ``(vocab, dim)`` table and
+  ``(batch, seq)`` ids give ``(batch, seq, dim)``).
+* ``gather_elements(x, indices, axis)``: ``out[i][j][k] = x[i][indices[i][j][k]][k]``
+  for axis 1; ``indices`` has x's rank and x's sizes except along ``axis``,
+  and the output its shape.
+* ``gather_nd(x, indices)``: each row of the last axis of ``indices`` (``k <=
+  x.ndim`` ints) picks ``x[i0, ..., ik-1]``, a ``x.shape[k:]`` block; output
+  shape ``indices.shape[:-1] + x.shape[k:]``.
+
+Indices are a host integer array (validated at the call) or an int32,
+uint32 or int64 tensor, read when the op runs, then clamped into range (see
+jitnn/ops/_movement.py): negative ones count from the end first. Every data
+type for ``x``. Plain-layout ops: numpy on the plain values (a blocked ``x``
+is read back first, one counted reorder).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnValueError
 from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import as_tensor, axis_index, context_of, plain_result
+from ..tensor import DTYPE_NAMES, Tensor
+from ._common import ANY_DTYPE, as_tensor, axis_index, context_of, plain_op
+from ._movement import check_not_empty_axis, clamped_indices, exact, index_argument, resolve
 
+
+# --- the spec ----------------------------------------------------------------------
 
 def gather_reference(x, indices, axis: int = 0) -> np.ndarray:
-    """The spec: ``numpy.take`` in float64 (negative indices from the end)."""
-    return np.take(np.asarray(x, np.float64), np.asarray(indices, np.int64), axis=axis)
+    """The spec, with the run-time rule for indices (negative from the end,
+    then clamped into range); float64, or exact integers."""
+    x = exact(x)
+    index = clamped_indices(np.asarray(indices), x.shape[axis])
+    return x[(slice(None),) * axis + (index,)]
+
+
+def gather_elements_reference(x, indices, axis: int = 0) -> np.ndarray:
+    x = exact(x)
+    index = clamped_indices(np.asarray(indices), x.shape[axis])
+    grid = list(np.indices(index.shape, sparse=True))
+    grid[axis] = index
+    return x[tuple(grid)]
+
+
+def gather_nd_reference(x, indices) -> np.ndarray:
+    x = exact(x)
+    indices = np.asarray(indices)
+    k = indices.shape[-1]
+    index = clamped_indices(indices, x.shape[:k])
+    rows = index.reshape(math.prod(indices.shape[:-1]), k)
+    picked = [x[tuple(row)] for row in rows]
+    return np.array(picked, x.dtype).reshape(indices.shape[:-1] + x.shape[k:])
+
+
+# --- the ops -----------------------------------------------------------------------------
+
+def _data(op: str, x, indices) -> tuple:
+    ctx = context_of(op, x, indices)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    if x.ndim < 1:
+        raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
+    return ctx, x, index_argument(ctx, op, indices)
+
+
+def _run(ctx, op: str, x: Tensor, index, shape: tuple[int, ...], compute, pick) -> Tensor:
+    """The plain result ``compute(values of x, pick(index values))``: the index
+    tensor is an input of the op, read when it runs; host indices were
+    checked already (``pick`` ignores its argument then)."""
+    if isinstance(index, Tensor):
+        return plain_op(ctx, op, (x, index), shape,
+                        lambda data, ids: compute(data, pick(ids)), dtype=x.dtype)
+    return plain_op(ctx, op, (x,), shape, lambda data: compute(data, pick(None)),
+                    dtype=x.dtype)
 
 
 def gather(x, indices, axis: int = 0) -> Tensor:
-    """The slices of ``x`` along ``axis`` at ``indices`` (host integers, any
-    shape, each in ``[-size, size)``); a plain result."""
+    """The slices of ``x`` along ``axis`` at ``indices`` (WebNN/ONNX gather; see
+    the module docstring): host integers, each in ``[-size, size)``, or an
+    integer tensor whose values are clamped into range when it runs (a
+    negative index counts from the end first); a plain result."""
     op = "gather"
-    ctx = context_of(op, x)
-    x = as_tensor(ctx, x, op, "x")
-    if x.ndim < 1:
-        raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
+    ctx, x, index = _data(op, x, indices)
     axis = axis_index(op, "axis", axis, x.ndim)
-    index = np.asarray(indices)
-    if index.dtype.kind not in "iu":
-        raise JitnnTypeError(f"{op}: indices must be integers, got dtype {index.dtype}")
     size = x.shape[axis]
-    if index.size and (index.min() < -size or index.max() >= size):
+    what = f"axis {axis} of x {x.shape}"
+    check_not_empty_axis(op, index.size, (size,), what)
+    shape = x.shape[:axis] + tuple(index.shape) + x.shape[axis + 1:]
+    pick = resolve(op, index, size, what)
+    return _run(ctx, op, x, index, shape,
+                lambda data, ids: np.take(data, ids, axis=axis), pick)
+
+
+def gather_elements(x, indices, axis: int = 0) -> Tensor:
+    """``out[..., i, ...] = x[..., indices[..., i, ...], ...]`` along ``axis``
+    (WebNN gatherElements, ONNX GatherElements): ``indices`` has x's rank and
+    x's sizes except along ``axis``; the output has ``indices``' shape. Index
+    rules as :func:`gather`'s."""
+    op = "gather_elements"
+    ctx, x, index = _data(op, x, indices)
+    axis = axis_index(op, "axis", axis, x.ndim)
+    if index.ndim != x.ndim or any(index.shape[d] != x.shape[d]
+                                   for d in range(x.ndim) if d != axis):
         raise JitnnValueError(
-            f"{op}: indices must be in [{-size}, {size}) for axis {axis} of x {x.shape}, "
-            f"got values in [{index.min()}, {index.max()}]")
-    index = np.where(index < 0, index + size, index).astype(np.intp)
-    shape = x.shape[:axis] + index.shape + x.shape[axis + 1:]
+            f"{op}: indices {tuple(index.shape)} must have the rank of x {x.shape} and its "
+            f"sizes on every axis but axis {axis}")
+    what = f"axis {axis} of x {x.shape}"
+    check_not_empty_axis(op, index.size, (x.shape[axis],), what)
+    pick = resolve(op, index, x.shape[axis], what)
+    return _run(ctx, op, x, index, tuple(index.shape),
+                lambda data, ids: np.take_along_axis(data, ids, axis=axis), pick)
 
-    return plain_result(ctx, shape,
-                        lambda data: np.ascontiguousarray(np.take(data, index, axis=axis)), x, op)
 
-register_op(OpDef("gather", gather, gather_reference, webnn="gather", onnx=("Gather",)))
+def gather_nd(x, indices) -> Tensor:
+    """The blocks ``x[i0, ..., ik-1]`` at each row ``(i0, ..., ik-1)`` of the last
+    axis of ``indices`` (WebNN gatherND, ONNX GatherND without batch
+    dimensions): output shape ``indices.shape[:-1] + x.shape[k:]``. Index rules
+    as :func:`gather`'s, per axis."""
+    op = "gather_nd"
+    ctx, x, index = _data(op, x, indices)
+    if index.ndim < 1:
+        raise JitnnValueError(f"{op}: indices must have rank >= 1, got a scalar")
+    k = index.shape[-1]
+    if k > x.ndim:
+        raise JitnnValueError(
+            f"{op}: indices {tuple(index.shape)} pick {k} coordinates, more than x {x.shape} "
+            f"has axes")
+    sizes = x.shape[:k]
+    what = f"the first {k} axes of x {x.shape}"
+    check_not_empty_axis(op, index.size, sizes, what)
+    lead = tuple(index.shape[:-1])
+    shape = lead + x.shape[k:]
+    pick = resolve(op, index, sizes, what)
+
+    def compute(data: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        rows = ids.reshape(math.prod(lead), k)
+        if k == 0:                      # every row picks the whole of x
+            return np.broadcast_to(data, (rows.shape[0],) + data.shape).reshape(shape)
+        return data[tuple(rows[:, j] for j in range(k))].reshape(shape)
+    return _run(ctx, op, x, index, shape, compute, pick)
+
+
+_LAYOUTS = "plain (a blocked input is read back once)"
+register_op(OpDef("gather", gather, gather_reference, webnn="gather", onnx=("Gather",),
+                  layouts=_LAYOUTS, dtypes=DTYPE_NAMES))
+register_op(OpDef("gather_elements", gather_elements, gather_elements_reference,
+                  webnn="gatherElements", layouts=_LAYOUTS, dtypes=DTYPE_NAMES))
+register_op(OpDef("gather_nd", gather_nd, gather_nd_reference, webnn="gatherND",
+                  layouts=_LAYOUTS, dtypes=DTYPE_NAMES))

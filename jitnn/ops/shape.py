@@ -1,9 +1,12 @@
-"""Shape ops: reshape, flatten, transpose (plain layout) and concat.
+"""Shape ops: reshape, flatten, transpose, concat, split, expand, tile.
 
-reshape, flatten and transpose give plain results. A blocked input is read
-back to plain first, one counted reorder, unless its buffer already is the
-plain array (``(N, C, 1, 1)`` with C a multiple of the block, as after a
-global pool: then reshape and flatten cost nothing).
+Every data type (float32 and jitnn's integer types: ids, masks, indices);
+integer tensors stay integer and plain. reshape, flatten, transpose, split,
+expand and tile give plain results. A blocked input is read back to plain
+first, one counted reorder shared by every op that reads it (its plain copy
+is kept with it: the parts of a split read it once), unless its buffer
+already is the plain array (``(N, C, 1, 1)`` with C a multiple of the block,
+as after a global pool: then reshape and flatten cost nothing).
 
 concat along the channel axis of blocked inputs stays blocked (the channel
 concat kernel: whole block rows when every input starts on a block boundary,
@@ -14,6 +17,7 @@ concatenates the plain values with numpy.
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Sequence
 
@@ -23,32 +27,54 @@ from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
 from ..kernels.buffers import aligned_empty
+from ..limits import check_shape, shape_arg
 from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import (as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
-                      is_blocked, plain_buffer, plain_layout, plain_result, value_of)
+from ..tensor import DTYPE_NAMES, Tensor
+from ._common import (ANY_DTYPE, as_tensor, axis_index, blocked_buffer, channel_axis,
+                      context_of, is_blocked, plain_buffer, plain_layout, plain_result, value_of)
+from ._movement import exact, int_list, operand
 
 
 # --- the spec ----------------------------------------------------------------------
 
 def reshape_reference(x, new_shape) -> np.ndarray:
-    return np.reshape(np.asarray(x, np.float64), tuple(new_shape))
+    """The spec (float64, or exact integers, as every data-movement reference)."""
+    return np.reshape(exact(x), tuple(new_shape))
 
 
 def flatten_reference(x, start_axis: int = 1) -> np.ndarray:
     """ONNX Flatten: ``(prod(shape[:axis]), prod(shape[axis:]))``."""
-    x = np.asarray(x, np.float64)
+    x = exact(x)
     axis = start_axis + x.ndim if start_axis < 0 else start_axis
     return x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
 
 
 def transpose_reference(x, permutation=None) -> np.ndarray:
     """WebNN transpose: ``permutation`` defaults to the reversed axes."""
-    return np.transpose(np.asarray(x, np.float64), permutation)
+    return np.transpose(exact(x), permutation)
 
 
 def concat_reference(tensors, axis: int) -> np.ndarray:
-    return np.concatenate([np.asarray(t, np.float64) for t in tensors], axis=axis)
+    return np.concatenate([exact(t) for t in tensors], axis=axis)
+
+
+def split_reference(x, splits, axis: int = 0) -> list[np.ndarray]:
+    x = exact(x)
+    size = x.shape[axis]
+    sizes = [size // splits] * splits if isinstance(splits, (int, np.integer)) else splits
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def expand_reference(x, new_shape) -> np.ndarray:
+    x = exact(x)
+    return x + np.zeros(new_shape, x.dtype)
+
+
+def tile_reference(x, repetitions) -> np.ndarray:
+    """Output element ``i`` is input element ``i % shape`` on every axis."""
+    x = exact(x)
+    index = np.ix_(*[np.arange(d * r) % d for d, r in zip(x.shape, repetitions)])
+    return x[index] if x.ndim else x.copy()
 
 
 # --- the ops ---------------------------------------------------------------------------
@@ -58,7 +84,7 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
     entry may be -1: the size that keeps the element count)."""
     op = "reshape"
     ctx = context_of(op, x)
-    x = as_tensor(ctx, x, op, "x")
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     try:
         dims = [d for d in new_shape]
     except TypeError:
@@ -91,7 +117,7 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     view of ``x`` (``start_axis`` in ``[-rank, rank]``)."""
     op = "flatten"
     ctx = context_of(op, x)
-    x = as_tensor(ctx, x, op, "x")
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
     shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
     return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
@@ -102,7 +128,7 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
     ``permutation[i]`` (WebNN; default: the axes reversed)."""
     op = "transpose"
     ctx = context_of(op, x)
-    x = as_tensor(ctx, x, op, "x")
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     if permutation is None:
         perm = tuple(range(x.ndim))[::-1]
     else:
@@ -123,28 +149,35 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
                         x, op)
 
 
-def concat(tensors: Sequence, axis: int) -> Tensor:
-    """``tensors`` joined along ``axis`` (WebNN concat): equal ranks, equal
-    sizes on every other axis. Along the channels of blocked inputs the result
-    is blocked (see the module docstring); otherwise plain."""
+def concat(inputs: Sequence, axis: int) -> Tensor:
+    """``inputs`` joined along ``axis`` (WebNN concat): one data type, equal
+    ranks, equal sizes on every other axis (host arrays take the first
+    tensor's type). Along the channels of blocked inputs the result is
+    blocked (see the module docstring); otherwise plain."""
     op = "concat"
-    if isinstance(tensors, (Tensor, np.ndarray)) or not isinstance(tensors, Sequence):
-        raise JitnnTypeError(f"{op}: tensors must be a list or tuple of tensors, got "
-                             f"{type(tensors).__name__}")
-    if not tensors:
+    if isinstance(inputs, (Tensor, np.ndarray)) or not isinstance(inputs, Sequence):
+        raise JitnnTypeError(f"{op}: inputs must be a list or tuple of tensors, got "
+                             f"{type(inputs).__name__}")
+    if not inputs:
         raise JitnnValueError(f"{op}: needs at least one tensor")
-    ctx = context_of(op, *tensors)
-    items = [as_tensor(ctx, t, op, f"tensors[{i}]") for i, t in enumerate(tensors)]
+    ctx = context_of(op, *inputs)
+    lead_dtype = next((t.dtype for t in inputs if isinstance(t, Tensor)), None)
+    items = [operand(ctx, t, op, f"inputs[{i}]", lead_dtype) for i, t in enumerate(inputs)]
+    dtype = items[0].dtype
+    for i, t in enumerate(items):
+        if t.dtype != dtype:
+            raise JitnnTypeError(f"{op}: inputs[{i}] is {t.dtype} but inputs[0] is {dtype}: "
+                                 "every input must have the same data type")
     rank = items[0].ndim
     if rank < 1:
-        raise JitnnValueError(f"{op}: tensors must have rank >= 1, got a scalar")
+        raise JitnnValueError(f"{op}: inputs must have rank >= 1, got a scalar")
     axis = axis_index(op, "axis", axis, rank)
     first = items[0].shape
     for i, t in enumerate(items):
         if t.ndim != rank or any(t.shape[d] != first[d] for d in range(rank) if d != axis):
             raise JitnnValueError(
-                f"{op}: tensors[{i}] has shape {t.shape} but tensors[0] has {first}: every "
-                f"tensor must have rank {rank} and the same sizes except on axis {axis}")
+                f"{op}: inputs[{i}] has shape {t.shape} but inputs[0] has {first}: every "
+                f"input must have rank {rank} and the same sizes except on axis {axis}")
     shape = first[:axis] + (sum(t.shape[axis] for t in items),) + first[axis + 1:]
     # the closures read the Values: handles they kept would count as the
     # caller holding every input (each kept in an array of its own)
@@ -159,9 +192,9 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
         h, w = (shape[2], shape[3]) if axes == "nchw" else (shape[1], shape[2])
 
         def produce_blocked() -> np.ndarray:
-            inputs = [blocked_buffer(ctx, v, block, axes) for v in sources]
+            blocked = [blocked_buffer(ctx, v, block, axes) for v in sources]
             out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
-            ctx.launcher.launch(concat_kernels.concat_channels, inputs, channels, out)
+            ctx.launcher.launch(concat_kernels.concat_channels, blocked, channels, out)
             return out
         return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes,
                       inputs=tuple(items), op=op)
@@ -172,11 +205,96 @@ def concat(tensors: Sequence, axis: int) -> Tensor:
     def produce_plain() -> np.ndarray:
         return np.concatenate([plain_buffer(v) for v in sources], axis=axis)
     return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
-                  inputs=tuple(items), op=op)
+                  inputs=tuple(items), op=op, dtype=dtype)
 
-register_op(OpDef("reshape", reshape, reshape_reference, webnn="reshape", onnx=("Reshape",)))
-register_op(OpDef("flatten", flatten, flatten_reference, onnx=("Flatten",)))
+
+def split(x, splits, axis: int = 0) -> list[Tensor]:
+    """``x`` cut along ``axis`` into ``splits`` equal parts (an int that divides
+    the axis) or into parts of the sizes ``splits`` (ints >= 1 that sum to
+    the axis): WebNN split; a list of plain tensors, in order."""
+    op = "split"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    if x.ndim < 1:
+        raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
+    axis = axis_index(op, "axis", axis, x.ndim)
+    size = x.shape[axis]
+    if isinstance(splits, (int, np.integer)) and not isinstance(splits, bool):
+        count = int(splits)
+        if count < 1 or size % count:
+            raise JitnnValueError(
+                f"{op}: splits={count} must be >= 1 and divide axis {axis} of x {x.shape} "
+                f"(size {size}) into equal parts")
+        sizes = (size // count,) * count
+    else:
+        try:
+            sizes = int_list(op, "splits", splits, minimum=1)
+        except JitnnTypeError:
+            raise JitnnTypeError(f"{op}: splits must be an int or a sequence of ints, got "
+                                 f"{splits!r}") from None
+        if not sizes or sum(sizes) != size:
+            raise JitnnValueError(
+                f"{op}: splits {sizes} must sum to axis {axis} of x {x.shape} (size {size}), "
+                f"got {sum(sizes)}")
+    parts, start = [], 0
+    for part in sizes:
+        index = (builtins.slice(None),) * axis + (builtins.slice(start, start + part),)
+        shape = x.shape[:axis] + (part,) + x.shape[axis + 1:]
+        parts.append(plain_result(ctx, shape, lambda data, index=index: data[index], x, op))
+        start += part
+    return parts
+
+
+def broadcast_shape(op: str, shape: tuple[int, ...], new_shape: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    """numpy's (bidirectional) broadcast of two shapes, or a JitnnValueError."""
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(shape, new_shape))
+    except ValueError:
+        raise JitnnValueError(
+            f"{op}: x {shape} and new_shape {new_shape} do not broadcast (numpy rules: "
+            "aligned from the right, each pair of sizes equal or one of them 1)") from None
+
+
+def expand(x, new_shape: Sequence[int]) -> Tensor:
+    """``x`` broadcast with ``new_shape`` (WebNN expand: bidirectional, numpy's
+    rules; the result has the broadcast of both shapes); a plain result."""
+    op = "expand"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    dims = shape_arg(op, "new_shape", new_shape)
+    shape = broadcast_shape(op, x.shape, dims)
+    return plain_result(ctx, shape, lambda data: np.broadcast_to(data, shape).copy(), x, op)
+
+
+def tile(x, repetitions: Sequence[int]) -> Tensor:
+    """``x`` repeated ``repetitions[i]`` times along axis ``i`` (WebNN tile: one
+    int >= 1 per axis); a plain result."""
+    op = "tile"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    reps = int_list(op, "repetitions", repetitions, length=x.ndim, minimum=1)
+    shape = tuple(d * r for d, r in zip(x.shape, reps))
+    check_shape(op, "the result's shape", shape)
+    return plain_result(ctx, shape, lambda data: np.tile(data, reps).reshape(shape), x, op)
+
+
+_PLAIN = "plain (a blocked input is read back once)"
+
+register_op(OpDef("reshape", reshape, reshape_reference, webnn="reshape", onnx=("Reshape",),
+                  layouts=_PLAIN + "; free when the blocked buffer is the plain array",
+                  dtypes=DTYPE_NAMES))
+register_op(OpDef("flatten", flatten, flatten_reference, onnx=("Flatten",),
+                  layouts=_PLAIN + "; free when the blocked buffer is the plain array",
+                  dtypes=DTYPE_NAMES))
 register_op(OpDef("transpose", transpose, transpose_reference, webnn="transpose",
-                  onnx=("Transpose",)))
+                  onnx=("Transpose",), layouts=_PLAIN, dtypes=DTYPE_NAMES))
 register_op(OpDef("concat", concat, concat_reference, webnn="concat", onnx=("Concat",),
-                  layouts="blocked along channels, else plain"))
+                  layouts="blocked along the channels of blocked inputs, else plain",
+                  dtypes=DTYPE_NAMES))
+register_op(OpDef("split", split, split_reference, webnn="split", onnx=("Split",),
+                  layouts=_PLAIN, dtypes=DTYPE_NAMES))
+register_op(OpDef("expand", expand, expand_reference, webnn="expand", onnx=("Expand",),
+                  layouts=_PLAIN, dtypes=DTYPE_NAMES))
+register_op(OpDef("tile", tile, tile_reference, webnn="tile", onnx=("Tile",),
+                  layouts=_PLAIN, dtypes=DTYPE_NAMES))

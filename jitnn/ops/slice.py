@@ -1,11 +1,19 @@
-"""slice: WebNN slice (``starts``, ``sizes``, ``strides``) of a tensor.
+"""Windows of a tensor: slice (WebNN, with strides), reverse and triangular.
 
-Output axis ``i`` takes ``sizes[i]`` elements of input axis ``i`` from
-``starts[i]`` every ``strides[i]`` (all >= 0; strides >= 1, default 1), so
-``starts[i] + (sizes[i] - 1) * strides[i] < x.shape[i]``. ONNX's Slice
-(negative steps, clamped ends) maps onto it in the ONNX frontend, or onto a
-slice followed by a reversal. A plain-layout op: it reads the plain values (a
-blocked input is read back first, one counted reorder).
+slice: along axis ``i`` the window ``[starts[i], starts[i] + sizes[i])`` of
+the input, every ``strides[i]``-th element of it (default 1), so the output
+has ``ceil(sizes[i] / strides[i])`` elements there (WebNN: ``sizes`` is the
+window's extent in the input, not the output's size). Needs ``starts[i] +
+sizes[i] <= x.shape[i]``; ``sizes[i] = 0`` (an empty result) is accepted
+too. ONNX's Slice (negative steps, clamped ends) maps onto it in the ONNX
+frontend, or onto a slice followed by a reversal.
+
+reverse: the input with the order of the elements along ``axes`` reversed
+(default: every axis). triangular: the upper (or lower) triangle of the last
+two axes, counted from ``diagonal``, the other elements zero.
+
+Every data type. Plain results: a blocked input is read back to plain first
+(one counted reorder, shared with any other plain op that reads it).
 """
 
 from __future__ import annotations
@@ -16,55 +24,97 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
-from ..limits import MAX_DIM
+from ..limits import MAX_DIM, is_int
 from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import as_tensor, context_of, plain_result
+from ..tensor import DTYPE_NAMES, Tensor
+from ._common import ANY_DTYPE, as_tensor, context_of, plain_result
+from ._movement import axes_arg, exact, int_list
 
+
+# --- the spec ----------------------------------------------------------------------
 
 def slice_reference(x, starts, sizes, strides=None) -> np.ndarray:
-    """The spec, float64."""
-    x = np.asarray(x, np.float64)
+    """WebNN slice (float64, or exact integers)."""
+    x = exact(x)
     strides = strides or [1] * x.ndim
-    index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
-                  for b, n, s in zip(starts, sizes, strides))
-    return x[index]
+    return x[tuple(builtins.slice(b, b + n, s) for b, n, s in zip(starts, sizes, strides))]
 
 
-def _ints(op: str, name: str, values, rank: int) -> tuple[int, ...]:
-    try:
-        items = tuple(values)
-    except TypeError:
-        raise JitnnTypeError(f"{op}: {name} must be a sequence of ints, got {values!r}") from None
-    if len(items) != rank or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                                     for v in items):
-        raise JitnnTypeError(f"{op}: {name} must be {rank} ints (one per axis), got {values!r}")
-    return tuple(int(v) for v in items)
+def reverse_reference(x, axes=None) -> np.ndarray:
+    x = exact(x)
+    return np.flip(x, tuple(range(x.ndim)) if axes is None else tuple(axes)).copy()
 
+
+def triangular_reference(x, upper: bool = True, diagonal: int = 0) -> np.ndarray:
+    """Keeps element ``(.., i, j)`` where ``j - i >= diagonal`` (upper) or
+    ``j - i <= diagonal`` (lower); zero elsewhere."""
+    x = exact(x)
+    i, j = np.indices(x.shape[-2:])
+    keep = (j - i >= diagonal) if upper else (j - i <= diagonal)
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+# --- the ops -------------------------------------------------------------------------
 
 def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - WebNN's name
           strides: Sequence[int] | None = None) -> Tensor:
-    """The window of ``x`` from ``starts`` with ``sizes`` elements per axis,
-    every ``strides`` elements (WebNN slice); a plain result."""
+    """The window of ``x`` from ``starts`` of ``sizes`` elements per axis, every
+    ``strides`` elements of it (WebNN slice; see the module docstring); a
+    plain result."""
     op = "slice"
     ctx = context_of(op, x)
-    x = as_tensor(ctx, x, op, "x")
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     rank = x.ndim
-    starts = _ints(op, "starts", starts, rank)
-    sizes = _ints(op, "sizes", sizes, rank)
-    steps = (1,) * rank if strides is None else _ints(op, "strides", strides, rank)
-    # starts and sizes are bounded by x's shape; a stride is not when the size
-    # is 0 or 1, so it gets jitnn/limits.py's bound (numpy refuses a step
-    # beyond int64 only when the slice runs)
+    starts = int_list(op, "starts", starts, length=rank, bounded=False)
+    sizes = int_list(op, "sizes", sizes, length=rank, bounded=False)
+    steps = (1,) * rank if strides is None else \
+        int_list(op, "strides", strides, length=rank, bounded=False)
+    # starts and sizes are bounded by x's shape; a stride is not (it may pass
+    # the window), so it gets jitnn/limits.py's bound here
     for axis, (b, n, s, d) in enumerate(zip(starts, sizes, steps, x.shape)):
-        if b < 0 or n < 0 or not 1 <= s <= MAX_DIM or (n and b + (n - 1) * s >= d) or b > d:
+        if b < 0 or n < 0 or not 1 <= s <= MAX_DIM or b + n > d or (n and b >= d):
             raise JitnnValueError(
                 f"{op}: axis {axis} of x {x.shape}: start {b}, size {n}, stride {s} do not fit "
-                f"(need start >= 0, size >= 0, 1 <= stride <= {MAX_DIM}, "
-                f"start + (size - 1) * stride < {d})")
-    index = tuple(builtins.slice(b, b + (n - 1) * s + 1 if n else b, s)
-                  for b, n, s in zip(starts, sizes, steps))
+                f"(need start >= 0, size >= 0, start + size <= {d}, "
+                f"1 <= stride <= {MAX_DIM})")
+    index = tuple(builtins.slice(b, b + n, s) for b, n, s in zip(starts, sizes, steps))
+    shape = tuple(-(-n // s) for n, s in zip(sizes, steps))
+    return plain_result(ctx, shape, lambda data: data[index], x, op)
 
-    return plain_result(ctx, sizes, lambda data: np.ascontiguousarray(data[index]), x, op)
 
-register_op(OpDef("slice", slice, slice_reference, webnn="slice", onnx=("Slice",)))
+def reverse(x, axes: Sequence[int] | None = None) -> Tensor:
+    """``x`` with the order of its elements reversed along ``axes`` (WebNN
+    reverse: distinct axes; default every axis; ``[]`` copies); a plain result."""
+    op = "reverse"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    found = tuple(range(x.ndim)) if axes is None else axes_arg(op, "axes", axes, x.ndim)
+    index = tuple(builtins.slice(None, None, -1) if a in found else builtins.slice(None)
+                  for a in range(x.ndim))
+    return plain_result(ctx, x.shape, lambda data: data[index], x, op)
+
+
+def triangular(x, upper: bool = True, diagonal: int = 0) -> Tensor:
+    """The upper (``upper=True``: elements with ``col - row >= diagonal``) or
+    lower (``col - row <= diagonal``) triangle of the last two axes of ``x``
+    (rank >= 2), the other elements zero (WebNN triangular); a plain result."""
+    op = "triangular"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    if x.ndim < 2:
+        raise JitnnValueError(f"{op}: x must have rank >= 2, got shape {x.shape}")
+    if not isinstance(upper, (bool, np.bool_)):
+        raise JitnnTypeError(f"{op}: upper must be a bool, got {upper!r}")
+    if not is_int(diagonal):
+        raise JitnnTypeError(f"{op}: diagonal must be an int, got {diagonal!r}")
+    (diagonal,) = int_list(op, "diagonal", (diagonal,))       # |diagonal| <= MAX_DIM
+    pick = np.triu if upper else np.tril
+    return plain_result(ctx, x.shape, lambda data: pick(data, diagonal), x, op)
+
+
+register_op(OpDef("slice", slice, slice_reference, webnn="slice", onnx=("Slice",),
+                  layouts="plain (a blocked input is read back once)", dtypes=DTYPE_NAMES))
+register_op(OpDef("reverse", reverse, reverse_reference, webnn="reverse",
+                  layouts="plain (a blocked input is read back once)", dtypes=DTYPE_NAMES))
+register_op(OpDef("triangular", triangular, triangular_reference, webnn="triangular",
+                  layouts="plain (a blocked input is read back once)", dtypes=DTYPE_NAMES))
