@@ -1,18 +1,24 @@
 """The pooling ops: WebNN options and output-size rules, ONNX's
-count_include_pad, plain and blocked inputs (blocks 4, 8, 16; C not a block
-multiple; nchw and nhwc), layouts kept, no reorder for plain inputs, errors;
-a PyTorch cross-check when torch is installed."""
+count_include_pad, l2 pooling, plain and blocked inputs (blocks 4, 8, 16; C
+not a block multiple; nchw and nhwc), layouts kept, no reorder for plain
+inputs, errors; a PyTorch cross-check when torch is installed; WebNN's
+l2Pool2d vectors, two of which are wrong."""
+
+import re
 
 import numpy as np
 import pytest
 
 import jitnn
 from jitnn.ops.pool import (average_pool2d_reference, global_average_pool2d_reference,
-                            max_pool2d_reference)
+                            l2_pool2d_reference, max_pool2d_reference)
+from tests import wpt
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
                            expected_layout, make, random)
 
-REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference}
+REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference,
+              "l2_pool2d": l2_pool2d_reference}
+POOLS = ["max_pool2d", "average_pool2d", "l2_pool2d"]
 
 OPTIONS = [
     {"window_dimensions": (3, 3), "strides": 2, "padding": 1},
@@ -28,20 +34,20 @@ OPTIONS = [
 
 
 def _run(op, x, **options):
-    if op == "max_pool2d":
+    if op != "average_pool2d":
         options.pop("count_include_pad", None)
     return getattr(jitnn, op)(x, **options)
 
 
 def _want(op, x, **options):
-    if op == "max_pool2d":
+    if op != "average_pool2d":
         options.pop("count_include_pad", None)
     return REFERENCES[op](x, **options)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("channels", [1, 3, 8, 9, 17, 64])
-@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
+@pytest.mark.parametrize("op", POOLS)
 def test_pool_against_reference(op, channels, kind):
     x = random((2, channels, 9, 11), channels)
     t = make(x, kind)
@@ -56,7 +62,7 @@ def test_pool_against_reference(op, channels, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
+@pytest.mark.parametrize("op", POOLS)
 def test_nan_in_a_window_gives_nan(op, kind):
     """A NaN anywhere in a window makes that output NaN (max_pool2d once
     skipped it, and gave -inf for an all-NaN window); inf as the reference."""
@@ -81,7 +87,7 @@ def test_nan_in_a_window_gives_nan(op, kind):
 
 @pytest.mark.parametrize("kind", ["plain", "nChw8c", "block4"])
 @pytest.mark.parametrize("channels", [3, 16])
-@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d"])
+@pytest.mark.parametrize("op", POOLS)
 def test_pool_nhwc(op, channels, kind):
     nhwc = random((2, 7, 9, channels), 30)
     t = jitnn.tensor(nhwc) if kind == "plain" else make(nhwc, kind, axes="nhwc")
@@ -117,7 +123,7 @@ def test_global_average_pool2d(kind, channels):
 def test_large_parallel():
     x = random((2, 17, 33, 35), 33)
     for kind in ("plain", "nChw8c"):
-        for op in ("max_pool2d", "average_pool2d"):
+        for op in POOLS:
             got = _run(op, make(x, kind), window_dimensions=3, padding=1)
             assert_close(got.numpy(), _want(op, x, window_dimensions=3, padding=1), rtol=1e-5)
         assert_close(jitnn.global_average_pool2d(make(x, kind)).numpy(),
@@ -138,7 +144,7 @@ def test_webnn_output_sizes():
     """Shapes from the WebNN validation tests (WPT pooling.https.any.js)."""
     x = jitnn.tensor(np.zeros((1, 3, 7, 7), np.float32))
     opts = {"window_dimensions": (4, 4), "padding": (1, 1, 1, 1), "strides": (2, 2)}
-    for op in ("max_pool2d", "average_pool2d"):
+    for op in POOLS:
         pool = getattr(jitnn, op)
         assert pool(jitnn.tensor(np.zeros((1, 3, 4, 4), np.float32))).shape == (1, 3, 1, 1)
         assert pool(x, **opts).shape == (1, 3, 3, 3)
@@ -165,7 +171,7 @@ def test_ceil_drops_a_window_that_starts_in_the_padding():
     only padding; like PyTorch and ONNX, jitnn drops them: 2x2."""
     x = random((1, 2, 5, 5), 36) + 10.0
     for kind in ("plain", "nChw8c"):
-        for op in ("max_pool2d", "average_pool2d"):
+        for op in POOLS:
             got = _run(op, make(x, kind), window_dimensions=3, strides=3, padding=1,
                        rounding_type="ceil").numpy()
             assert got.shape == (1, 2, 2, 2)
@@ -255,9 +261,9 @@ def _torch_output_size(size, window, stride, dilation, pad_begin, pad_end, ceil)
 
 
 def _pool_float64(op, x, window, strides, dilations, padding, ceil, count_include_pad):
-    """An independent float64 reference (NCHW), one window at a time: the max or
-    the mean of the window's input elements (count_include_pad: the sum over
-    the taps inside the explicitly padded input)."""
+    """An independent float64 reference (NCHW), one window at a time: the max,
+    the mean (count_include_pad: the sum over the taps inside the explicitly
+    padded input) or the L2 norm of the window's input elements."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw) = window, strides, dilations
     top, bottom, left, right = padding
@@ -274,6 +280,9 @@ def _pool_float64(op, x, window, strides, dilations, padding, ceil, count_includ
             values = x[:, :, inside_rows][:, :, :, inside_cols].astype(np.float64)
             if op == "max_pool2d":
                 out[:, :, i, j] = values.max(axis=(2, 3))
+                continue
+            if op == "l2_pool2d":
+                out[:, :, i, j] = np.sqrt((values ** 2).sum(axis=(2, 3)))
                 continue
             if count_include_pad:
                 count = (sum(-top <= r < h + bottom for r in rows)
@@ -317,17 +326,19 @@ def _pool_case(op, kind, x, geometry, count_include_pad):
 @pytest.mark.parametrize("channels", [1, 3, 7, 17])
 @pytest.mark.parametrize("op,count_include_pad", [("max_pool2d", False),
                                                   ("average_pool2d", False),
-                                                  ("average_pool2d", True)])
+                                                  ("average_pool2d", True),
+                                                  ("l2_pool2d", False)])
 def test_ceil_and_large_strides_against_float64(op, count_include_pad, channels, kind):
     """Every window of every geometry holds input: the output size follows
     PyTorch's rule and each value the float64 reference's. The input is
-    negative, so a 0 written for an empty window could not pass as a max."""
+    negative, so a 0 written for an empty window could not pass as a max
+    (nor as an L2 norm, which is > 0.5 here)."""
     for shape in ((2, channels, 7, 11), (3, channels, 5, 8)):
         x = -np.abs(random(shape, channels)) - 0.5
         for geometry in CEIL_GEOMETRIES:
             got, want = _pool_case(op, kind, x, geometry, count_include_pad)
             assert got.shape == want.shape, (shape, geometry)
-            assert np.all(got < 0), (shape, geometry)
+            assert np.all(got > 0.5 if op == "l2_pool2d" else got < 0), (shape, geometry)
             assert_close(got, want, rtol=1e-5)
 
 
@@ -350,7 +361,7 @@ def test_output_sizes_of_the_plain_ceil_formula_are_refused():
     x = -np.abs(random((2, 3, 5, 8), 41)) - 1.0
     got = jitnn.max_pool2d(x, 1, strides=(1, 3), output_sizes=(5, 3))
     np.testing.assert_array_equal(got.numpy(), x[:, :, :, ::3])
-    for op in ("max_pool2d", "average_pool2d"):
+    for op in POOLS:
         with pytest.raises(jitnn.JitnnValueError,
                            match=rf"{op}: output_sizes must be the floor \[5, 3\] or ceil "
                                  r"\[5, 3\] output size on each axis, got \[5, 4\]"):
@@ -399,3 +410,73 @@ def test_graph_builder_infers_the_ceil_size_and_refuses_empty_windows():
     out = np.empty((2, 3, 5, 3), np.float32)
     ctx.compute(graph, {"x": -data}, {"y": out})
     np.testing.assert_array_equal(out, -data[:, :, :, ::3])
+
+
+# --- l2_pool2d -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["plain", "nChw8c", "block16", "nhwc"])
+def test_l2_windows_of_padding_alone_give_zero(kind):
+    """Padding adds nothing to the sum of squares, so the L2 norm of a window
+    wholly in the padding is 0 (max and average refuse such geometries)."""
+    x = np.abs(random((2, 3, 6, 6), 44)) + 1.0
+    for window, strides, dilations, padding, ceil in [
+            ((2, 2), (1, 1), (1, 1), (2, 0, 0, 0), False),       # the first rows
+            ((3, 3), (1, 1), (1, 1), (0, 0, 0, 3), False),       # the last column
+            ((2, 2), (1, 1), (1, 7), (0, 0, 1, 1), False)]:      # taps that skip the input
+        options = dict(window_dimensions=window, strides=strides, dilations=dilations,
+                       padding=padding, rounding_type="ceil" if ceil else "floor")
+        if kind == "nhwc":
+            got = jitnn.l2_pool2d(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), layout="nhwc",
+                                  **options).numpy().transpose(0, 3, 1, 2)
+        else:
+            got = jitnn.l2_pool2d(make(x, kind), **options).numpy()
+        want = l2_pool2d_reference(x, **options)
+        assert (want == 0).any(), options
+        np.testing.assert_array_equal(got == 0, want == 0)
+        assert_close(got, want, rtol=1e-5)
+
+
+def test_l2_by_hand():
+    x = np.array([[3, 4], [0, 12]], np.float32).reshape(1, 1, 2, 2)
+    assert jitnn.l2_pool2d(x).numpy().tolist() == [[[[13.0]]]]
+    got = jitnn.l2_pool2d(x, 2, padding=(0, 1, 0, 1)).numpy()
+    np.testing.assert_allclose(got[0, 0], [[13, np.sqrt(160)], [12, 12]], rtol=1e-6)
+
+
+def test_l2_against_pytorch():
+    """PyTorch's lp_pool2d with p = 2 (no padding; floor rounding: its ceil
+    windows divide by a clipped count)."""
+    torch = pytest.importorskip("torch")
+    x = random((2, 9, 10, 11), 45)
+    for kernel, stride in [(2, 2), (3, 1), (3, 2)]:
+        want = torch.nn.functional.lp_pool2d(torch.from_numpy(x), 2, kernel, stride).numpy()
+        for kind in ("plain", "nChw8c"):
+            got = jitnn.l2_pool2d(make(x, kind), kernel, strides=stride).numpy()
+            assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_l2_wpt_cases():
+    """WebNN's l2Pool2d vectors: every case passes but the two whose expected
+    values WPT got wrong: in the 3 x 3 outputs of 5 x 5 planes (window 3,
+    strides 2, padding [1, 0, 0, 1], ceil), the four corner windows of the
+    last column (clipped on both axes) hold the sum of the squares without
+    the root. jitnn gives the roots, as its reference does."""
+    if not (wpt.DATA / "wpt_l2_pool2d.json").exists():
+        pytest.skip("tests/data/wpt/wpt_l2_pool2d.json is not in this tree")
+    wrong = {"l2Pool2d float32 4D tensor options.roundingType=ceil",
+             "l2Pool2d float32 4D tensor options.outputSizes ignores options.roundingType=floor"}
+    names = set()
+    for name, arrays, operator, want in wpt.float32_cases("wpt_l2_pool2d.json"):
+        names.add(name)
+        positional, options = wpt.arguments(operator, arrays)
+        options = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in options.items()}
+        got = jitnn.l2_pool2d(*positional, **options).numpy()
+        assert got.shape == want.shape, name
+        assert_close(got, l2_pool2d_reference(*positional, **options), rtol=1e-5)
+        if name not in wrong:
+            assert_close(got, want, rtol=1e-5)
+            continue
+        bad = ~np.isclose(got, want, rtol=1e-5)
+        assert got.shape == (1, 2, 3, 3) and bad.sum() == 4 and bad[:, :, [0, 2], 2].all()
+        assert_close(got[bad] ** 2, want[bad], rtol=1e-5)      # WPT's: the squares' sum
+    assert wrong <= names and len(names) == 14

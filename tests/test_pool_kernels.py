@@ -1,4 +1,5 @@
-"""Pooling kernels (kernels/pool.py) against the ops' float64 references.
+"""Pooling kernels (kernels/pool.py: max, average, l2, global average)
+against the ops' float64 references.
 
 Outputs start as NaN so an element the kernel forgets fails the test, and
 the padding lanes of every output must be exactly zero.
@@ -13,7 +14,9 @@ from tests.helpers import reference, uniform
 
 BLOCKS = (4, 8, 16)
 CHANNELS = (1, 3, 7, 8, 9, 16, 17, 64)
-KINDS = ("max", "average", "average_include_pad")
+KINDS = ("max", "average", "average_include_pad", "l2")
+#: the kinds that refuse a window with no input element (l2 gives 0)
+REFUSING = ("max", "average", "average_include_pad")
 
 # (kernel, strides, dilations, padding [t, b, l, r], rounding)
 GEOMETRIES = [
@@ -42,11 +45,14 @@ def _run(kind, x, cb, geometry, out_size=None):
     out = np.full((x.shape[0], xb.shape[1], oh, ow, cb), np.nan, np.float32)
     if kind == "max":
         P.max_pool2d(xb, out, kernel, strides, dilations, padding)
+    elif kind == "l2":
+        P.l2_pool2d(xb, out, kernel, strides, dilations, padding)
     else:
         P.average_pool2d(xb, out, kernel, strides, dilations, padding,
                          count_include_pad=kind == "average_include_pad")
-    options = {} if kind == "max" else {"count_include_pad": kind == "average_include_pad"}
-    want = reference("max_pool2d" if kind == "max" else "average_pool2d")(
+    options = {} if kind in ("max", "l2") else \
+        {"count_include_pad": kind == "average_include_pad"}
+    want = reference({"max": "max_pool2d", "l2": "l2_pool2d"}.get(kind, "average_pool2d"))(
         x, kernel, strides=strides, dilations=dilations, padding=padding, output_sizes=(oh, ow),
         **options)
     return out, want
@@ -89,7 +95,7 @@ def test_pool_other_block_sizes(kind, cb):
         _check(out, want, channels)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", REFUSING)
 def test_windows_partly_and_wholly_outside(kind):
     """Ceil rounding: the last windows reach past the padding (partly outside);
     one more output row or column would lie wholly outside: refused."""
@@ -170,7 +176,7 @@ def test_against_pytorch():
     tx = torch.from_numpy(x)
     for kernel, stride, pad in [(3, 2, 1), (2, 2, 0), (3, 3, 1), (4, 3, 2)]:
         geometry = ((kernel,) * 2, (stride,) * 2, (1, 1), (pad,) * 4, "ceil")
-        for kind in KINDS:
+        for kind in REFUSING:
             out, _ = _run(kind, x, 8, geometry)
             if kind == "max":
                 expected = F.max_pool2d(tx, kernel, stride, pad, ceil_mode=True)
@@ -224,17 +230,17 @@ CEIL_GEOMETRIES = [
 @pytest.mark.parametrize("channels", (1, 3, 7, 17))
 @pytest.mark.parametrize("kind", KINDS)
 def test_ceil_and_large_strides(kind, channels, cb):
-    """Negative inputs (a 0 for an empty window would be the max) on odd sizes,
-    N = 2, against the float64 reference."""
+    """Negative inputs (a 0 for an empty window would be the max; the L2
+    norms are > 0.5) on odd sizes, N = 2, against the float64 reference."""
     for shape in ((2, channels, 7, 11), (2, channels, 5, 8)):
         x = -np.abs(uniform(shape, seed=channels)) - 0.5
         for geometry in CEIL_GEOMETRIES:
             out, want = _run(kind, x, cb, geometry)
-            assert np.all(want < 0)
+            assert np.all(want > 0.5) if kind == "l2" else np.all(want < 0)
             _check(out, want, channels)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", REFUSING)
 def test_windows_with_no_input_are_refused(kind):
     """Padding >= the window: the first window holds only padding. The kernel
     refuses it rather than write a value that is not in the window."""
@@ -244,3 +250,22 @@ def test_windows_with_no_input_are_refused(kind):
                      ((2, 2), (1, 1), (1, 7), (0, 0, 1, 1), "floor")]:   # taps skip the input
         with pytest.raises(ValueError, match=r"pool: every window must hold an input element"):
             _run(kind, x, 8, geometry)
+
+
+@pytest.mark.parametrize("cb", (1, 8, 16))
+def test_l2_windows_with_no_input_give_zero(cb):
+    """The L2 norm of a window wholly in the padding, or past the input, is
+    that of no element: 0 (the output starts as NaN: every element written)."""
+    x = uniform((2, 3, 6, 6), seed=8)
+    for geometry in [((2, 2), (1, 1), (1, 1), (2, 0, 0, 0), "floor"),
+                     ((2, 2), (2, 2), (1, 1), (0, 0, 0, 3), "ceil"),
+                     ((2, 2), (1, 1), (1, 7), (0, 0, 1, 1), "floor")]:
+        out, want = _run("l2", x, cb, geometry)
+        assert (want == 0).any()
+        _check(out, want, 3)
+    # one more column than the ceil size: a window starting past the input
+    geometry = ((3, 3), (2, 2), (1, 1), (1, 0, 0, 1), "ceil")
+    oh, ow = _output_size(x.shape, geometry)
+    out, want = _run("l2", x, cb, geometry, out_size=(oh, ow + 1))
+    assert not want[..., -1].any()
+    _check(out, want, 3)
