@@ -147,11 +147,12 @@ def test_graph_builder():
     with pytest.raises(jitnn.JitnnValueError, match=r"pad: reflection padding"):
         b.pad(x, [0, 0, 4, 0], [0, 0, 0, 0], mode="reflection")
     graph = b.build({"y": y})
-    data = np.arange(120, dtype=np.int32).reshape(2, 3, 4, 5)
-    out = np.empty((2, 4, 8, 9), np.int32)
-    ctx.compute(graph, {"x": data}, {"y": out})
-    np.testing.assert_array_equal(out, pad_reference(data, [0, 0, 2, 2], [0, 1, 2, 2],
-                                                     mode="reflection"))
+    for start in (0, -60):                     # computed twice: the second replays the plan
+        data = np.arange(start, start + 120, dtype=np.int32).reshape(2, 3, 4, 5)
+        out = np.empty((2, 4, 8, 9), np.int32)
+        ctx.compute(graph, {"x": data}, {"y": out})
+        np.testing.assert_array_equal(out, pad_reference(data, [0, 0, 2, 2], [0, 1, 2, 2],
+                                                         mode="reflection"))
 
 
 @pytest.mark.parametrize("block", [8, 16])
