@@ -31,7 +31,11 @@ data. The L2 norm of such a window is that of nothing, 0.
   (``count_include_pad=True``); taps past the explicit padding (ceil rounding)
   never count, as in ONNX and PyTorch.
 * l2: ``sqrt`` of the sum of the squares of the taps inside the input
-  (padding adds nothing; squares summed in float32).
+  (padding adds nothing; squares summed in float32). It runs as the average
+  kernel with every divisor 1 over ``x * x`` (one numpy pass into a
+  temporary), then a square root in place: the row kernel stays the max
+  and average one (a third accumulation in it cost the other two their
+  8-wide vectors).
 
 How it is fast. The tap ranges and divisors of every output row and column
 are computed once per call (``rows``, ``cols`` tables), so the kernel never
@@ -63,18 +67,16 @@ _ZERO = np.float32(0.0)
 _PARALLEL_MIN = 16384
 #: the widest channel block (the global average's stack accumulators)
 _MAX_LANES = 32
+#: what :func:`_pool2d` computes
+AVERAGE, MAX, L2 = 0, 1, 2
 
 
 # --- the row kernels --------------------------------------------------------
 #
 # rows: int64 (3, OH) = [first kh, end kh, divisor rows] per output row,
 # cols: int64 (3, OW) = [first kw, end kw, divisor columns] per output column;
-# geom: (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1),
-# kind one of AVERAGE, MAX, L2, and output columns [c0, c1) see the whole
-# window width ("interior").
-
-#: what a pooling kernel computes (``geom``'s ``kind``)
-AVERAGE, MAX, L2 = 0, 1, 2
+# geom: (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1),
+# where output columns [c0, c1) see the whole window width ("interior").
 
 #: output pixels per interior tile: 4 independent accumulators hide the
 #: latency of vmaxps/vaddps (a single chain would wait ~3 cycles per tap)
@@ -87,8 +89,7 @@ def _make_pool_rows(G: int):
     operation). Captures only the int ``G``, so numba's cache keeps it."""
 
     def pool_rows(xf, outf, geom, rows, cols, offsets, first, last):
-        CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1 = geom
-        is_max, is_l2 = kind == MAX, kind == L2
+        CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1 = geom
         acc = numba.carray(stack_empty(32, np.float32), (_TILE, 8))
         for task in range(first, last):
             oh = task % OH
@@ -119,28 +120,20 @@ def _make_pool_rows(G: int):
                                     for lane in range(G):
                                         acc[t, lane] = nan_maximum(
                                             xf[np.uint64(p + t * sw * cb + lane)], acc[t, lane])
-                            elif is_l2:
-                                for t in range(_TILE):
-                                    for lane in range(G):
-                                        v = xf[np.uint64(p + t * sw * cb + lane)]
-                                        acc[t, lane] += v * v
                             else:
                                 for t in range(_TILE):
                                     for lane in range(G):
                                         acc[t, lane] += xf[np.uint64(p + t * sw * cb + lane)]
                         for t in range(_TILE):
-                            divisor = np.float32(1.0 if is_max or is_l2
+                            divisor = np.float32(1.0 if is_max
                                                  else rows[2, oh] * cols[2, ow + t])
                             for lane in range(G):
-                                r = acc[t, lane] / divisor
-                                outf[np.uint64(o + t * cb + g + lane)] = \
-                                    np.sqrt(r) if is_l2 else r
+                                outf[np.uint64(o + t * cb + g + lane)] = acc[t, lane] / divisor
                     ow += _TILE
                     continue
-                # one pixel, its window clipped to the input (border, tail);
-                # empty for l2 only (_pool2d checks the others)
-                kw0, kw1 = cols[0, ow], cols[1, ow]
-                divisor = np.float32(1.0 if is_max or is_l2 else rows[2, oh] * cols[2, ow])
+                # one pixel, its window clipped to the input (border, tail)
+                kw0, kw1 = cols[0, ow], cols[1, ow]     # empty for l2 only: _pool2d checks
+                divisor = np.float32(1.0 if is_max else rows[2, oh] * cols[2, ow])
                 for g in range(0, cb, G):
                     for lane in range(G):
                         acc[0, lane] = _NEG_INF if is_max else _ZERO
@@ -152,16 +145,11 @@ def _make_pool_rows(G: int):
                                 for lane in range(G):
                                     acc[0, lane] = nan_maximum(xf[np.uint64(p + lane)],
                                                                acc[0, lane])
-                            elif is_l2:
-                                for lane in range(G):
-                                    v = xf[np.uint64(p + lane)]
-                                    acc[0, lane] += v * v
                             else:
                                 for lane in range(G):
                                     acc[0, lane] += xf[np.uint64(p + lane)]
                     for lane in range(G):
-                        r = acc[0, lane] / divisor
-                        outf[np.uint64(o + g + lane)] = np.sqrt(r) if is_l2 else r
+                        outf[np.uint64(o + g + lane)] = acc[0, lane] / divisor
                 ow += 1
 
     pool_rows.__name__ = pool_rows.__qualname__ = f"pool_rows_g{G}"
@@ -315,7 +303,12 @@ def _pool2d(x, out, kernel, strides, dilations, padding, kind, count_include_pad
                              f"{(sh, sw)}, dilations {(dh, dw)}, padding {(pt, pb, pl, pr)})")
     interior = np.flatnonzero((cols[0] == 0) & (cols[1] == KW))   # a contiguous range
     c0, c1 = (int(interior[0]), int(interior[-1]) + 1) if interior.size else (0, 0)
-    geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, kind, c0, c1)
+    if kind == L2:
+        # the sum of the squares: an average with divisor 1 over x * x (an
+        # empty window sums nothing: 0)
+        rows[2], cols[2] = 1, 1
+        x = np.square(x)
+    geom = (CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, int(kind == MAX), c0, c1)
     xf, outf = x.reshape(-1), out.reshape(-1)
     tasks = N * CB * OH
     threads = numba_threads()
@@ -324,6 +317,8 @@ def _pool2d(x, out, kernel, strides, dilations, padding, kind, count_include_pad
         _pool_range(xf, outf, geom, rows, cols, 0, tasks)
     else:
         _pool_parallel(xf, outf, geom, rows, cols, tasks, min(tasks, threads))
+    if kind == L2:
+        np.sqrt(out, out=out)
     return out
 
 
