@@ -5,11 +5,15 @@ Outputs start as NaN so an element the kernel forgets fails the test, and
 the padding lanes of every output must be exactly zero.
 """
 
+import re
+
 import numpy as np
 import pytest
 
 from jitnn import layouts
 from jitnn.kernels import pool as P
+from jitnn.kernels._config import jit
+from tests.assembly import needs_release_build
 from tests.helpers import reference, uniform
 
 BLOCKS = (4, 8, 16)
@@ -269,3 +273,27 @@ def test_l2_windows_with_no_input_give_zero(cb):
     out, want = _run("l2", x, cb, geometry, out_size=(oh, ow + 1))
     assert not want[..., -1].any()
     _check(out, want, 3)
+
+
+@pytest.mark.slow
+@needs_release_build
+def test_row_tile_is_8_wide():
+    """The max and average row kernel for 8-lane groups runs on ymm vectors.
+    Its code is fragile: a third accumulation (l2's squares) inside it once
+    made LLVM vectorize its tiles 4 wide, so l2 runs it over ``x * x``.
+    (Compiled here uncached: the cache keeps no assembly.)"""
+    fresh = jit(cache=False)(P._pool_rows_g8.py_func)
+    x = uniform((1, 16, 9, 9), seed=9)
+    xb = layouts.reference_nchw_to_blocked(x, 8)
+    out = np.zeros((1, 2, 9, 9, 8), np.float32)
+    rows = P._tap_table(9, 9, 3, 1, 1, 1, 1, False)
+    for is_max in (0, 1):
+        geom = (2, 9, 9, 8, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, is_max, 1, 8)
+        fresh(xb.reshape(-1), out.reshape(-1), geom, rows, rows, np.empty(9, np.int64), 0, 18)
+        want = reference("max_pool2d" if is_max else "average_pool2d")(x, 3, padding=1)
+        _check(out, want, 16)
+    (asm,) = fresh.inspect_asm().values()
+    wide = lambda op: len(re.findall(rf"\t{op}\t.*%ymm", asm))       # 8 lanes
+    narrow = lambda op: len(re.findall(rf"\t{op}\t.*%xmm", asm))     # 4 lanes
+    assert wide("vaddps") >= 8 and wide("vcmpunordps") >= 8
+    assert narrow("vaddps") == 0 and narrow("vcmpunordps") == 0
