@@ -126,6 +126,7 @@ def _combine(kind, a, b):
 
 @jit()
 def _kind_of(op):
+    """What op accumulates (log-sum-exp: the max pass first, then ``_EXP``)."""
     if op == L1:
         return _ABS
     if op == L2 or op == SUM_SQUARE:
@@ -136,7 +137,7 @@ def _kind_of(op):
         return _MIN
     if op == PRODUCT:
         return _PRODUCT
-    return _ADD                                         # sum, mean, log-sum (lse: see below)
+    return _ADD                                         # sum, mean, log-sum
 
 
 @jit()
@@ -156,88 +157,73 @@ def _finish(op, value, count, shift):
 
 
 @jit()
-def _reduce_lanes(xf, base, rows, stride, lanes, op, acc, shift):
-    """``acc[:lanes]`` = the op's accumulation over ``rows`` rows of ``lanes``
-    lanes (log-sum-exp: ``shift[:lanes]`` the max, ``acc`` the sum of exp)."""
-    kind = _kind_of(op)
-    if op == LOG_SUM_EXP:
-        for l in range(lanes):
-            shift[l] = -np.inf
-            acc[l] = 0.0
-        _accumulate(xf, base, rows, stride, lanes, _MAX, shift, shift)
-        _accumulate(xf, base, rows, stride, lanes, _EXP, acc, shift)
-        return
-    init = _initial(kind)
-    for l in range(lanes):
-        acc[l] = init
-    _accumulate(xf, base, rows, stride, lanes, kind, acc, shift)
-
-
-@jit()
-def _reduce_row(xf, base, count, op, lanes, acc, shift):
-    """One contiguous row of ``count`` floats, read as ``count // lanes`` rows
-    of ``lanes`` partial results, then the tail. ``lanes`` comes from Python
-    (:data:`_ROW_LANES`): as a runtime value it keeps the lane loops loops,
-    which the loop vectorizer takes; a literal 8 would unroll them into code
-    the SLP vectorizer left scalar here (the accumulators are a heap array).
-    Returns (accumulated value, shift)."""
-    kind = _kind_of(op)
-    rows = count // lanes
-    tail = base + rows * lanes
-    left = count - rows * lanes
-    if op == LOG_SUM_EXP:
-        for l in range(lanes):
-            shift[l] = -np.inf
-        _accumulate(xf, base, rows, lanes, lanes, _MAX, shift, shift)
+def _combine_lanes(op, kind, acc, shift, lanes):
+    """The partial results of ``lanes`` lanes as one: (value, shift)."""
+    if op == LOG_SUM_EXP:                               # sum_l exp(m_l - M) * s_l
         m = -np.inf
         for l in range(lanes):
             m = nan_maximum(m, shift[l])
-        for i in range(left):
-            m = nan_maximum(m, np.float64(xf[np.uint64(tail + i)]))
         if math.isinf(m) or m != m:
             return 0.0, m                               # _finish gives m itself
+        total = 0.0
         for l in range(lanes):
-            shift[l] = m
-            acc[l] = 0.0
-        _accumulate(xf, base, rows, lanes, lanes, _EXP, acc, shift)
-        s = 0.0
-        for l in range(lanes):
-            s += acc[l]
-        for i in range(left):
-            s += math.exp(np.float64(xf[np.uint64(tail + i)]) - m)
-        return s, m
-    init = _initial(kind)
-    for l in range(lanes):
-        acc[l] = init
-    _accumulate(xf, base, rows, lanes, lanes, kind, acc, shift)
-    value = init
+            if shift[l] != -np.inf:                     # a lane of -inf adds nothing
+                total += acc[l] * math.exp(shift[l] - m)
+        return total, m
+    value = _initial(kind)
     for l in range(lanes):
         value = _combine(kind, value, acc[l])
-    acc[0] = init
-    _accumulate(xf, tail, left, 1, 1, kind, acc, shift)
-    return _combine(kind, value, acc[0]), 0.0
+    return value, 0.0
 
 
 @jit()
 def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
     """Tasks ``[first, last)``: task ``t`` is outer row ``t // chunks``, lanes
-    ``[c * _LANE_CHUNK, ...)`` of its chunk ``c = t % chunks``."""
+    ``[c * _LANE_CHUNK, ...)`` of its chunk ``c = t % chunks``.
+
+    An ``inner`` of 1 is a contiguous row, read as ``R // row_lanes`` rows of
+    ``row_lanes`` partial results, its tail added to the first lanes, the
+    lanes combined at the end. ``row_lanes`` comes from Python: as a runtime
+    value it keeps the lane loops loops, which the loop vectorizer takes (a
+    literal unrolled them into scalar code). log-sum-exp makes two passes,
+    each lane's max, then its sum of ``exp(x - max)``. Every accumulation
+    goes through one call of :func:`_accumulate` (its seven loops compiled
+    once: each call site is inlined)."""
     chunks = (inner + _LANE_CHUNK - 1) // _LANE_CHUNK
     width = max(min(inner, _LANE_CHUNK), row_lanes)
     acc = np.empty(width, np.float64)
     shift = np.empty(width, np.float64)
+    kind = _kind_of(op)
+    passes = 2 if op == LOG_SUM_EXP else 1
+    row = inner == 1 and R >= 2 * row_lanes
     for t in range(first, last):
         o = t // chunks
         l0 = (t % chunks) * _LANE_CHUNK
-        lanes = min(inner - l0, _LANE_CHUNK)
         base = o * R * inner + l0
-        if inner == 1 and R >= 2 * row_lanes:
-            value, m = _reduce_row(xf, base, R, op, row_lanes, acc, shift)
+        if row:
+            lanes, rows, stride = row_lanes, R // row_lanes, row_lanes
+            left = R - rows * row_lanes
+        else:
+            lanes, rows, stride, left = min(inner - l0, _LANE_CHUNK), R, inner, 0
+        for p in range(passes):
+            k = _MAX if p < passes - 1 else (_EXP if op == LOG_SUM_EXP else kind)
+            target = shift if p < passes - 1 else acc
+            init = _initial(k)
+            for l in range(lanes):
+                target[l] = init
+            for segment in range(2 if left else 1):     # the rows, then a row's tail
+                if segment == 0:
+                    _base, _rows, _stride, _lanes = base, rows, stride, lanes
+                else:
+                    _base, _rows, _stride, _lanes = base + rows * stride, 1, left, left
+                _accumulate(xf, _base, _rows, _stride, _lanes, k, target, shift)
+        if row:
+            value, m = _combine_lanes(op, kind, acc, shift, lanes)
             outf[np.uint64(o)] = np.float32(_finish(op, value, R, m))
-            continue
-        _reduce_lanes(xf, base, R, inner, lanes, op, acc, shift)
-        for l in range(lanes):
-            outf[np.uint64(o * inner + l0 + l)] = np.float32(_finish(op, acc[l], R, shift[l]))
+        else:
+            for l in range(lanes):
+                outf[np.uint64(o * inner + l0 + l)] = np.float32(
+                    _finish(op, acc[l], R, shift[l]))
 
 
 @jit(parallel=True)
