@@ -17,7 +17,7 @@ Modules:
   activation reorders between plain and blocked tensors;
 * ``filter_packing``: filters into the blocked layout the convolutions read;
 * ``eltwise``, ``pool``, ``concat``: elementwise ops, pooling, channel
-  concatenation;
+  concatenation; ``vmath``: the element-wise chain's vectorized math;
 * ``epilogue``, ``simd``, ``stack``: activations and intrinsics they share;
 * ``buffers``: 64-byte aligned allocation (``aligned_empty``).
 """

@@ -35,9 +35,16 @@ How it works. Every function here is a *program* run by one engine,
 step            meaning                                   built with
 =============== ========================================= =================
 activation      ``t = act(t)`` (codes of ``epilogue``)    :func:`activation_step`
+math            ``t = f(t)`` (codes of ``vmath``: abs,    :func:`math_step`
+                exp, log, erf, sin, elu, pow by a
+                scalar, ...)
 binary          ``t = t op y`` (``y op t`` if reverse)    :func:`binary_step`
 affine          ``t = t * a[c] + b[c]`` (one FMA)         :func:`affine_step`
 =============== ========================================= =================
+
+Binary ops: add, sub, mul, div, maximum, minimum (NaN from either side), pow
+(libm's ``pow`` per element: a scalar loop) and prelu (``t if t >= 0 else t *
+y``, the slope ``y``).
 
 The engine works like numexpr: it walks the buffer in *spans* of 512 floats
 (2 KiB, a multiple of every channel block, so a span holds whole pixels and
@@ -73,15 +80,16 @@ from numba.extending import intrinsic
 from ._config import jit, numba_threads
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                        SIGMOID, TANH, activate, nan_maximum, nan_minimum)
+from .vmath import MATH_OPS, POW as _MATH_POW, gelu as vector_gelu, math_span, scalar_pow
 
 #: binary op codes
-ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM = range(6)
+ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, PRELU = range(8)
 #: binary op name -> code
 BINARY_OPS = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV,
-              "maximum": MAXIMUM, "minimum": MINIMUM}
+              "maximum": MAXIMUM, "minimum": MINIMUM, "pow": POW, "prelu": PRELU}
 
 #: step kinds in a compiled program (column 0)
-STEP_ACTIVATION, STEP_LANES, STEP_TENSOR, STEP_AFFINE = range(4)
+STEP_ACTIVATION, STEP_LANES, STEP_TENSOR, STEP_AFFINE, STEP_MATH = range(5)
 
 #: floats per span: each step runs over one span before the next step starts
 #: (2 KiB, so a span of x, two scratch spans, the lane patterns and a
@@ -167,7 +175,7 @@ def _activation_span(src, dst, m, code, p0, p1):
             dst[j] = activate(src[j], HARD_SWISH, p0, p1)
     elif code == GELU:
         for j in range(m):
-            dst[j] = activate(src[j], GELU, p0, p1)
+            dst[j] = vector_gelu(src[j])            # erf written out: vectorizes
     else:
         _copy_span(src, dst, m)
 
@@ -198,9 +206,22 @@ def _binary_span(src, y, dst, m, op, reverse):
     elif op == MAXIMUM:
         for j in range(m):
             dst[j] = nan_maximum(src[j], y[j])
-    else:
+    elif op == MINIMUM:
         for j in range(m):
             dst[j] = nan_minimum(src[j], y[j])
+    elif op == POW:
+        if reverse:
+            for j in range(m):
+                dst[j] = scalar_pow(y[j], src[j])
+        else:
+            for j in range(m):
+                dst[j] = scalar_pow(src[j], y[j])
+    elif reverse:  # PRELU, the slope in src
+        for j in range(m):
+            dst[j] = y[j] if y[j] >= _ZERO else y[j] * src[j]
+    else:
+        for j in range(m):
+            dst[j] = src[j] if src[j] >= _ZERO else src[j] * y[j]
 
 
 @jit()
@@ -254,9 +275,9 @@ def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last)
     """Run tasks ``[first, last)`` of a program (see :func:`eltwise_chain`).
 
     ``xf``, ``outf`` and each of ``tensors``: the flat ``(N*CB*H*W*cb,)``
-    buffers. ``program``: int64 ``(steps, 7)`` rows ``[kind, op or activation
-    code, reverse, offset or tensor index, second offset, n_stride,
-    c_stride]``; ``params``: float32 ``(steps, 2)`` activation parameters;
+    buffers. ``program``: int64 ``(steps, 7)`` rows ``[kind, binary op or
+    activation or math code, reverse, offset or tensor index, second offset,
+    n_stride, c_stride]``; ``params``: float32 ``(steps, 2)`` activation and math parameters;
     ``vectors``: every lane operand, concatenated. ``geom``: ``(CB,
     plane_len, cb, channels, chunk, chunks_per_plane, direct)`` where a plane
     is one ``(n, channel block)`` of ``plane_len = H*W*cb`` floats, a task is
@@ -298,6 +319,8 @@ def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last)
                 kind = program[s, 0]
                 if kind == STEP_ACTIVATION:
                     _activation_span(src, dst, m, program[s, 1], params[s, 0], params[s, 1])
+                elif kind == STEP_MATH:
+                    math_span(src, dst, m, program[s, 1], params[s, 0], params[s, 1])
                 elif kind == STEP_LANES:
                     _binary_span(src, _pointer(patterns, 2 * s * SPAN), dst, m,
                                  program[s, 1], program[s, 2])
@@ -337,15 +360,31 @@ def _activation_code(activation) -> int:
 def _op_code(op) -> int:
     code = BINARY_OPS.get(op) if isinstance(op, str) else op
     if isinstance(code, bool) or not isinstance(code, (int, np.integer)) \
-            or not ADD <= code <= MINIMUM:
+            or not ADD <= code <= PRELU:
         raise ValueError(f"eltwise: unknown binary op {op!r} "
-                         f"(expected one of {sorted(BINARY_OPS)} or a code 0-{MINIMUM})")
+                         f"(expected one of {sorted(BINARY_OPS)} or a code 0-{PRELU})")
+    return int(code)
+
+
+def _math_code(op) -> int:
+    code = MATH_OPS.get(op) if isinstance(op, str) else op
+    if isinstance(code, bool) or not isinstance(code, (int, np.integer)) \
+            or not 0 <= code <= _MATH_POW:
+        raise ValueError(f"eltwise: unknown math function {op!r} "
+                         f"(expected one of {sorted(MATH_OPS)} or a code 0-{_MATH_POW})")
     return int(code)
 
 
 def activation_step(activation, param0=0.0, param1=0.0):
     """A chain step ``t = act(t)``; ``activation`` is a name or an epilogue code."""
     return ("activation", _activation_code(activation), float(param0), float(param1))
+
+
+def math_step(function, param0=0.0, param1=0.0):
+    """A chain step ``t = f(t)``; ``function`` is a name of ``vmath.MATH_OPS``
+    or its code (``param0``: elu's alpha, hard_sigmoid's and linear's alpha
+    with ``param1`` their beta, pow's exponent)."""
+    return ("math", _math_code(function), float(param0), float(param1))
 
 
 def binary_step(op, operand, reverse=False):
@@ -414,8 +453,8 @@ def _check_overlap(what, a, out):
 def eltwise_chain(x, steps, out, channels):
     """``out = steps(x)`` in one pass; ``x, out: (N, C_phys // cb, H, W, cb)``.
 
-    ``steps``: a list of :func:`activation_step`, :func:`binary_step` and
-    :func:`affine_step` (at most :data:`MAX_STEPS`, with at most
+    ``steps``: a list of :func:`activation_step`, :func:`math_step`,
+    :func:`binary_step` and :func:`affine_step` (at most :data:`MAX_STEPS`, with at most
     :data:`MAX_TENSORS` same-shape operands), applied in order.
     ``channels``: the logical C (padding lanes ``>= C`` are stored as 0).
     ``out`` may be ``x`` or a same-shape operand (in place). Returns ``out``.
@@ -442,6 +481,10 @@ def eltwise_chain(x, steps, out, channels):
         kind = step[0]
         if kind == "activation":
             rows.append((STEP_ACTIVATION, _activation_code(step[1]), 0, 0, 0, 0, 0))
+            params.append((step[2], step[3]))
+            continue
+        if kind == "math":
+            rows.append((STEP_MATH, _math_code(step[1]), 0, 0, 0, 0, 0))
             params.append((step[2], step[3]))
             continue
         params.append((0.0, 0.0))

@@ -1,6 +1,17 @@
 """Elementwise ops: binary (add, sub, mul, div, maximum, minimum) with numpy
 broadcasting, and unary activations (relu, clamp, sigmoid, tanh, leaky_relu,
-hard_swish, gelu) with WebNN's semantics and defaults.
+hard_swish, gelu) with WebNN's semantics and defaults; the machinery the
+other element-wise families share (jitnn/ops/math.py: pow, prelu and the
+unary math; jitnn/ops/logical.py).
+
+Data types: float32 runs the kernels below. The binary ops take every jitnn
+type, both operands of one type (WebNN); relu takes float32, int8, int32 and
+int64, clamp every type. Integer tensors run as numpy code on plain buffers
+(:func:`~jitnn.ops._common.plain_op`), wrapping around on overflow as numpy
+and C do; integer ``div`` truncates toward zero (WebNN), and ``x / 0`` is 0
+for integers (WebNN leaves it undefined). Host data given with a tensor
+takes the tensor's type (integers must fit it); with no tensor, host arrays
+keep their own integer type when they agree, and anything else is float32.
 
 Each returns a pending Tensor in its main input's layout: a blocked
 ``nChw{b}c`` input gives a blocked result (same block, padding lanes zero), a
@@ -25,29 +36,33 @@ first is broadcast to it in plain layout and the result is plain.
 from __future__ import annotations
 
 import functools
+import math
 
 from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from .. import layouts
-from ..errors import JitnnValueError
+from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels.buffers import aligned_empty
 from ..kernels import epilogue
-from ..limits import real_arg
+from ..limits import is_int, real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
-from ..tensor import Node, Tensor, Value, exact, to_blocked
-from ._common import (as_tensor, blocked_buffer, channel_axis, context_of, is_blocked,
-                      is_number, pending, plain_buffer, plain_layout, value_of)
+from ..tensor import FLOAT32, Node, Tensor, Value, as_array_copy, exact, to_blocked
+from ._common import (ANY_DTYPE, as_tensor, blocked_buffer, channel_axis, context_of,
+                      is_blocked, is_number, pending, plain_buffer, plain_layout, plain_op,
+                      value_of)
 
 if TYPE_CHECKING:
     from ..context import Context
 
 Operand = Union[Tensor, float]
 
-#: WebNN/jitnn binary op names (the kernel's op names)
+#: WebNN/jitnn binary op names (the kernel's op names; pow and prelu: jitnn/ops/math.py)
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+#: float32 and the signed integer types (WebNN's relu, prelu, abs, neg, sign)
+SIGNED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.int8, np.int32, np.int64))
 
 #: below this many elements per plane, a plain per-channel operand is
 #: materialized instead: the kernel expands lane operands once per plane (a
@@ -55,17 +70,58 @@ BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
 #: (measured: even at 512 floats, lanes ahead from 1024)
 _LANES_MIN_PLANE = eltwise_kernels.SPAN
 
+def _prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    return np.where(x >= 0, x, x * slope)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.power(a, b)
+
+
 _NUMPY_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "maximum": np.maximum, "minimum": np.minimum}
+    "maximum": np.maximum, "minimum": np.minimum, "pow": _pow, "prelu": _prelu}
+
+
+def _truncating_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer ``a / b`` rounded toward zero (WebNN), 0 where ``b`` is 0."""
+    q = np.floor_divide(a, b)                     # 0 where b == 0 (numpy)
+    inexact = (a - q * b != 0) & (b != 0)
+    if a.dtype.kind == "i":
+        return q + (inexact & ((a < 0) != (b < 0))).astype(q.dtype)
+    return q                                      # unsigned: floor is truncation
+
+
+def _integer_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer ``a ** b`` (wrapping); a negative exponent truncates ``1 / a**-b``
+    toward zero: 1 for a = 1, +-1 for a = -1, else 0 (also for a = 0)."""
+    a, b = np.broadcast_arrays(a, b)
+    negative = b < 0
+    out = np.power(a, np.where(negative, 0, b).astype(b.dtype))
+    if negative.any():
+        odd = (b % 2) != 0
+        inverse = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+        out = np.where(negative, inverse, out).astype(a.dtype)
+    return out
+
+
+_INTEGER_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    **_NUMPY_BINARY, "div": _truncating_div, "pow": _integer_pow}
 
 
 # --- the spec --------------------------------------------------------------------
 
 def binary_reference(op: str, a, b) -> np.ndarray:
-    """``a op b`` with numpy broadcasting, in float64 (IEEE: x / 0 = inf, 0 / 0 = NaN)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return _NUMPY_BINARY[op](np.asarray(a, np.float64), np.asarray(b, np.float64))
+    """``a op b`` with numpy broadcasting, in float64 (IEEE: x / 0 = inf, 0 / 0 = NaN;
+    ``pow`` as C's ``pow``; ``prelu`` x if x >= 0 else slope x, ``a`` the
+    input). Two integer arrays of one type: in that type (wrapping; ``div``
+    truncates toward zero, ``x / 0`` is 0; a negative power of an integer
+    truncates ``1 / a**-b``)."""
+    a, b = np.asarray(a), np.asarray(b)
+    with np.errstate(all="ignore"):
+        if a.dtype.kind in "iu" and a.dtype == b.dtype:
+            return np.asarray(_INTEGER_BINARY[op](a, b), a.dtype)
+        return _NUMPY_BINARY[op](a.astype(np.float64), b.astype(np.float64))
 
 
 def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float = np.inf,
@@ -73,11 +129,30 @@ def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float 
     """WebNN's activations in float64: ``relu`` max(x, 0); ``clamp``
     min(max(x, min_value), max_value); ``sigmoid`` 1 / (1 + e^-x); ``tanh``;
     ``leaky_relu`` x if x >= 0 else alpha x; ``hard_swish`` x max(0, min(6, x + 3)) / 6;
-    ``gelu`` 0.5 x (1 + erf(x / sqrt 2))."""
+    ``gelu`` 0.5 x (1 + erf(x / sqrt 2)). An integer array (relu, clamp): in
+    its own type, clamp's bounds rounded inward to integers of that type."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu":
+        if op == "relu":
+            return np.maximum(x, np.zeros((), x.dtype))
+        lo, hi = integer_bounds(op, x.dtype, min_value, max_value)
+        return np.minimum(np.maximum(x, lo), hi)
     code = epilogue.ACTIVATIONS[op]
     p0, p1 = {"clamp": (min_value, max_value), "leaky_relu": (alpha, 0.0)}.get(op, (0.0, 0.0))
     with np.errstate(over="ignore"):
         return epilogue.activation_reference(np.asarray(x, np.float64), code, p0, p1)
+
+
+def integer_bounds(op: str, dtype: np.dtype, lo, hi) -> tuple:
+    """clamp's bounds for an integer type: ``ceil(lo)``, ``floor(hi)``, within
+    the type's range (infinite bounds are its ends), as that type's values."""
+    info = np.iinfo(dtype)
+    lo = info.min if lo == -np.inf else max(math.ceil(lo), info.min)
+    hi = info.max if hi == np.inf else min(math.floor(hi), info.max)
+    if lo > hi:
+        raise JitnnValueError(f"{op}: no {np.dtype(dtype)} value lies between min_value and "
+                              f"max_value (within the type's range they give {lo} > {hi})")
+    return dtype.type(lo), dtype.type(hi)
 
 
 # --- the blocked elementwise node (what the scheduler fuses) ----------------------
@@ -87,6 +162,8 @@ def eltwise_node(op: str, inputs: tuple[Value, ...], steps: list, channels: int)
     scheduler may concatenate the steps of a chain):
 
     * ``("activation", code, param0, param1)``;
+    * ``("math", code, param0, param1)``: a function of kernels/vmath.py
+      (jitnn/ops/math.py's unary ops, pow by a number);
     * ``("binary", op, other_value_or_None, reverse, operand)``: ``operand``
       describes the kernel operand (scalar, lanes or a same-shape blocked
       buffer; see :func:`resolve_operand`);
@@ -134,6 +211,8 @@ def _kernel_steps(ctx: Context, steps: list) -> list:
     for step in steps:
         if step[0] == "activation":
             kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
+        elif step[0] == "math":
+            kernel_steps.append(eltwise_kernels.math_step(step[1], step[2], step[3]))
         elif step[0] == "binary":
             kernel_steps.append(eltwise_kernels.binary_step(
                 step[1], resolve_operand(ctx, step[4]), step[3]))
@@ -143,6 +222,95 @@ def _kernel_steps(ctx: Context, steps: list) -> list:
 
 
 # --- operands ----------------------------------------------------------------------
+
+def one_dtype(ctx: Context, op: str, operands: tuple, dtypes: tuple = ANY_DTYPE,
+              *, numbers: bool = True) -> tuple[np.dtype, list]:
+    """The common data type of an op's operands ``((name, value), ...)`` (WebNN:
+    one type for all of them) and the operands in it: Tensors as they are, host
+    data as Tensors of that type, Python numbers as floats when it is float32
+    and ``numbers`` (the kernels' scalar operands), else as 0-d tensors.
+
+    The type is the Tensors' (they must agree); with no Tensor, the host
+    arrays' own integer type when they agree and no number is a float, else
+    float32. Refused with the op's name: Tensors of different types, a type
+    not in ``dtypes``, host data that is not numbers, or (for an integer type)
+    values that are not integers of its range."""
+    tensors = [(name, v) for name, v in operands if isinstance(v, Tensor)]
+    arrays = {}
+    if tensors:
+        dtype = tensors[0][1].dtype
+        for name, t in tensors[1:]:
+            if t.dtype != dtype:
+                first = tensors[0][0]
+                raise JitnnTypeError(
+                    f"{op}: {first} and {name} must have the same dtype, got {dtype} and "
+                    f"{t.dtype} (convert one with jitnn.cast)")
+    else:
+        kinds = set()
+        for name, v in operands:
+            if is_number(v):
+                kinds.add(FLOAT32 if isinstance(v, (float, np.floating)) else None)
+            else:
+                arrays[name] = as_array_copy(v, f"{op}: {name}")
+                kinds.add(arrays[name].dtype)
+        kinds.discard(None)
+        dtype = kinds.pop() if len(kinds) == 1 else FLOAT32
+    if dtype not in dtypes:
+        names = [d.name for d in dtypes]
+        names = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+        got = f"a {dtype} tensor" if tensors else f"{dtype} data"
+        raise JitnnTypeError(f"{op}: {(tensors or operands)[0][0]} must have dtype {names}, "
+                             f"got {got}" + (" (convert it with jitnn.cast)"
+                                             if FLOAT32 in dtypes else ""))
+    converted = []
+    for name, v in operands:
+        if isinstance(v, Tensor):
+            converted.append(v)
+        elif dtype == FLOAT32:
+            converted.append(float(v) if numbers and is_number(v)
+                             else as_tensor(ctx, arrays.get(name, v), op, name))
+        else:
+            converted.append(Tensor._holding(ctx, _integer_data(op, name, arrays.get(name, v),
+                                                                dtype)))
+    return dtype, converted
+
+
+def _integer_data(op: str, name: str, value: object, dtype: np.dtype) -> np.ndarray:
+    """Host data as an array of integer type ``dtype``, if its values are
+    integers of that type's range."""
+    array = value if isinstance(value, np.ndarray) else as_array_copy(value, f"{op}: {name}")
+    if array.dtype == dtype:
+        return array
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        ok = array.dtype.kind in "biu" or bool(np.all(np.isfinite(array)) and
+                                               np.all(array == np.trunc(array)))
+        ok = ok and (array.size == 0 or (int(array.min()) >= info.min
+                                         and int(array.max()) <= info.max))
+    if not ok:
+        raise JitnnTypeError(f"{op}: {name} must hold integers of {dtype}'s range (the other "
+                             f"operand is a tensor of {dtype}), got {array.dtype} data"
+                             + (f" {array.reshape(-1)[:4].tolist()}" if array.size else ""))
+    return np.ascontiguousarray(array.astype(dtype))
+
+
+def integer_op(ctx: Context, op: str, inputs: tuple, compute: Callable[..., np.ndarray],
+               dtype: np.dtype) -> Tensor:
+    """An op on integer tensors (numpy on plain buffers, broadcast), of ``dtype``."""
+    try:
+        shape = tuple(np.broadcast_shapes(*(t.shape for t in inputs)))
+    except ValueError:
+        raise JitnnValueError(
+            f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
+            f"pair of dimensions equal or one of them 1): "
+            f"{', '.join(str(t.shape) for t in inputs)}") from None
+
+    def run(*arrays: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            out = compute(*arrays)
+        return np.ascontiguousarray(np.broadcast_to(out, shape), dtype)
+    return plain_op(ctx, op, inputs, shape, run, dtype=dtype)
+
 
 def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
     """A Tensor, or a Python/numpy number kept as a float (a scalar operand)."""
@@ -262,18 +430,27 @@ def _blocked_operand(y: Operand, main: Value, block: int) -> tuple:
     return ("broadcast", y, padded, shape, block, axes)
 
 
-def _binary(op: str, a, b) -> Tensor:
+def _binary(op: str, a, b, names: tuple[str, str] = ("a", "b"),
+            dtypes: tuple = ANY_DTYPE) -> Tensor:
     ctx = context_of(op, a, b)
-    a = _operand(ctx, a, op, "a")
-    b = _operand(ctx, b, op, "b")
+    dtype, (a, b) = one_dtype(ctx, op, ((names[0], a), (names[1], b)), dtypes)
+    if dtype != FLOAT32:
+        return integer_op(ctx, op, (a, b), _INTEGER_BINARY[op], dtype)
+    return binary_float(ctx, op, a, b, names)
+
+
+def binary_float(ctx: Context, op: str, a: Operand, b: Operand,
+                 names: tuple[str, str] = ("a", "b")) -> Tensor:
+    """``a op b`` for float32 Tensors or numbers (see the module docstring)."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        a = as_tensor(ctx, np.float32(a), op, "a")
+        a = as_tensor(ctx, np.float32(a), op, names[0])
     try:
         out_shape = tuple(np.broadcast_shapes(_shape(a), _shape(b)))
     except ValueError:
         raise JitnnValueError(
             f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
-            f"pair of dimensions equal or one of them 1): a {_shape(a)}, b {_shape(b)}") from None
+            f"pair of dimensions equal or one of them 1): {names[0]} {_shape(a)}, "
+            f"{names[1]} {_shape(b)}") from None
 
     # the main operand has the output's shape; prefer a blocked one, then a
     # pending one (the scheduler merges a chain through main operands only)
@@ -400,41 +577,71 @@ def minimum(a, b) -> Tensor:
 def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
     ctx = context_of(op, x)
     x = as_tensor(ctx, x, op, "x")
-    code = epilogue.ACTIVATIONS[op]
-    param0, param1 = float(param0), float(param1)
-    step = ("activation", code, param0, param1)
+    return unary_step(ctx, op, x, ("activation", epilogue.ACTIVATIONS[op],
+                                   float(param0), float(param1)))
+
+
+def unary_step(ctx: Context, op: str, x: Tensor, step: tuple) -> Tensor:
+    """The pending result of one ``("activation" or "math", code, param0,
+    param1)`` step on float32 ``x``, in ``x``'s layout: a blocked ``eltwise``
+    node or a plain ``eltwise_plain`` one (both merge into chains)."""
+    kind, code, param0, param1 = step
     # the node's whole description, given its input (see Node.sig)
     blocked = is_blocked(x)
-    sig = ("activation", op, code, exact(param0), exact(param1), blocked)
+    sig = (kind, op, code, exact(param0), exact(param1), blocked)
     if blocked:
         channels = x.shape[channel_axis(x._axes)]
         node = eltwise_node(op, (value_of(x),), [step], channels)
         node.sig = sig
         return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
-    # a node the scheduler can fuse into a preceding matmul's epilogue, or
-    # merge with its neighbours into one plain pass
+    # a node the scheduler can fuse into a preceding matmul's epilogue (an
+    # activation), or merge with its neighbours into one plain pass
     node = Node(op, (value_of(x),), kind="eltwise_plain", attrs={"steps": [step]},
                 run=run_plain_chain, flops=x.size, sig=sig)
     return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
 
-def _number(op: str, name: str, value: object) -> float:
-    """A clamp bound: not NaN, may be infinite (WebNN's defaults are -inf and +inf)."""
+def _bound(op: str, name: str, value: object, default: float) -> float:
+    """A clamp bound: a number, maybe infinite (WebNN's defaults are -inf and
+    +inf); NaN is no bound (``default``: IEEE's maxNum and minNum ignore a NaN,
+    and WebNN's conformance vectors expect that)."""
+    if is_number(value) and not is_int(value) and math.isnan(value):  # type: ignore[arg-type]
+        return default
     return real_arg(op, name, value, finite=False)
 
 
 def relu(x) -> Tensor:
-    """``max(x, 0)``."""
-    return _unary("relu", x)
+    """``max(x, 0)`` (float32, int8, int32, int64)."""
+    op = "relu"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", SIGNED_DTYPES)
+    if x.dtype != FLOAT32:
+        return integer_op(ctx, op, (x,), functools.partial(unary_reference, op), x.dtype)
+    return _unary(op, x)
 
 
 def clamp(x, min_value: float = -np.inf, max_value: float = np.inf) -> Tensor:
     """``min(max(x, min_value), max_value)`` (WebNN: the bounds default to -inf
-    and +inf, and ``min_value > max_value`` is an error)."""
+    and +inf, and ``min_value > max_value`` is an error; a NaN bound is no
+    bound, as IEEE's maxNum and minNum take it). Any data type; on an
+    integer tensor the bounds are rounded inward to integers and limited to
+    the type's range (ints are taken exactly, int64's beyond 2**53 too)."""
     op = "clamp"
-    lo = _number(op, "min_value", min_value)
-    hi = _number(op, "max_value", max_value)
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
+    if x.dtype != FLOAT32:
+        bounds = [v if is_int(v) else _bound(op, name, v, default)
+                  for name, v, default in (("min_value", min_value, -np.inf),
+                                           ("max_value", max_value, np.inf))]
+        if bounds[0] > bounds[1]:
+            raise JitnnValueError(f"{op}: min_value must be <= max_value, got {bounds[0]} > "
+                                  f"{bounds[1]}")
+        lo, hi = integer_bounds(op, x.dtype, *bounds)
+        return integer_op(ctx, op, (x,), lambda data: np.minimum(np.maximum(data, lo), hi),
+                          x.dtype)
+    lo = _bound(op, "min_value", min_value, -np.inf)
+    hi = _bound(op, "max_value", max_value, np.inf)
     if lo > hi:
         raise JitnnValueError(f"{op}: min_value must be <= max_value, got {lo} > {hi}")
     return _unary(op, x, lo, hi)
@@ -504,16 +711,21 @@ _BINARY = {"add": ("add", "Add"), "sub": ("sub", "Sub"), "mul": ("mul", "Mul"),
 _UNARY = {"relu": ("relu", "Relu"), "clamp": ("clamp", "Clip"), "sigmoid": ("sigmoid", "Sigmoid"),
           "tanh": ("tanh", "Tanh"), "leaky_relu": ("leakyRelu", "LeakyRelu"),
           "hard_swish": ("hardSwish", "HardSwish"), "gelu": ("gelu", None)}
+_DTYPE_NAMES = {"relu": tuple(d.name for d in SIGNED_DTYPES),
+                "clamp": tuple(d.name for d in ANY_DTYPE)}
 for _name, (_webnn, _onnx) in _BINARY.items():
     register_op(OpDef(_name, globals()[_name], functools.partial(binary_reference, _name),
                       webnn=_webnn, onnx=(_onnx,), kinds=("eltwise", "eltwise_plain",
                                                           "binary_plain"),
-                      layouts="blocked or plain, as its input",
+                      layouts="float32: blocked or plain, as its input; integers: plain",
                       fusion="elementwise: merges into chains; a residual add into a conv "
-                             "or matmul epilogue"))
+                             "or matmul epilogue",
+                      dtypes=tuple(d.name for d in ANY_DTYPE)))
 for _name, (_webnn, _onnx) in _UNARY.items():
     register_op(OpDef(_name, globals()[_name], functools.partial(unary_reference, _name),
                       webnn=_webnn, onnx=(_onnx,) if _onnx else (),
                       kinds=("eltwise", "eltwise_plain"),
-                      layouts="blocked or plain, as its input",
-                      fusion="elementwise: merges into chains and conv/matmul epilogues"))
+                      layouts="float32: blocked or plain, as its input; integers: plain"
+                      if _name in _DTYPE_NAMES else "blocked or plain, as its input",
+                      fusion="elementwise: merges into chains and conv/matmul epilogues",
+                      dtypes=_DTYPE_NAMES.get(_name, ("float32",))))
