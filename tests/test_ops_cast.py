@@ -118,9 +118,10 @@ def test_errors():
                            match=r"cast: type must be one of float32, int32, int64, uint32, "
                                  r"int8, uint8"):
             jitnn.cast(x, bad)
-    with pytest.raises(jitnn.JitnnTypeError, match=r"relu: x must have dtype float32, got a "
+    with pytest.raises(jitnn.JitnnTypeError, match=r"conv2d: x must have dtype float32, got a "
                                                    r"int32 tensor \(convert it with jitnn.cast\)"):
-        jitnn.relu(jitnn.cast(x, "int32"))
+        jitnn.conv2d(jitnn.cast(x.numpy().reshape(1, 1, 2, 3), "int32"),
+                     np.ones((1, 1, 1, 1), np.float32))
     b = jitnn.GraphBuilder()
     with pytest.raises(jitnn.JitnnTypeError, match=r"cast: type float16"):
         b.cast(b.input("x", (2,)), "float16")

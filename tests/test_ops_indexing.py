@@ -82,7 +82,8 @@ def test_gather_from_blocked_input(kind, channels):
     t._materialize()
     picks = [0, channels - 1, -1, channels // 2]
     with assert_schedule(t.context, reorders=0 if kind == "plain" else 1):  # read back once
-        got = [jitnn.gather(t, picks, 1), jitnn.gather(t, t.context.tensor(np.array([4, -1, 9])), 2),
+        got = [jitnn.gather(t, picks, 1),
+               jitnn.gather(t, t.context.tensor(np.array([4, -1, 9])), 2),
                jitnn.gather_elements(t, np.zeros((2, channels, 2, 3), np.int32), 2)]
         values = [g.numpy() for g in got]
     np.testing.assert_array_equal(values[0], gather_reference(x, picks, 1))

@@ -383,7 +383,8 @@ def test_expand_and_tile_blocked(kind):
 
 
 def test_tile_shapes():
-    for shape, reps in [((), ()), ((3,), (4,)), ((2, 3), (1, 1)), ((1, 2, 3, 1, 2), (2, 1, 1, 3, 1)),
+    for shape, reps in [((), ()), ((3,), (4,)), ((2, 3), (1, 1)),
+                        ((1, 2, 3, 1, 2), (2, 1, 1, 3, 1)),
                         ((0, 2), (3, 2))]:
         x = random(shape, 9)
         got = jitnn.tile(x, reps)

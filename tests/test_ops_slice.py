@@ -136,7 +136,8 @@ def test_errors():
         jitnn.slice(x, [0, 0.5, 0], [1, 1, 1])
     with pytest.raises(jitnn.JitnnValueError, match=r"slice: starts must have 0 item"):
         jitnn.slice(np.float32(1), [0], [1])
-    with pytest.raises(jitnn.JitnnValueError, match=r"reverse: axes must be in \[-3, 2\] .* got \(3,\)"):
+    with pytest.raises(jitnn.JitnnValueError,
+                       match=r"reverse: axes must be in \[-3, 2\] .* got \(3,\)"):
         jitnn.reverse(x, [3])
     with pytest.raises(jitnn.JitnnValueError, match=r"reverse: axes must not repeat an axis"):
         jitnn.reverse(x, [2, -1])

@@ -53,7 +53,10 @@ def operand(ctx: "Context", value: object, op: str, name: str,
             raise JitnnTypeError(f"{op}: {name} must have the dtype of the first operand "
                                  f"({dtype}), got a {t.dtype} tensor")
         return t
-    kind = getattr(np.asarray(value), "dtype", None)
+    try:
+        kind = np.asarray(value).dtype
+    except (ValueError, TypeError):      # ragged: as_array_copy names the problem
+        kind = None
     if dtype != FLOAT32 and kind is not None and kind.kind == "f":
         raise JitnnTypeError(f"{op}: {name} must be {dtype} data like the first operand, "
                              f"got floating-point data ({kind})")
@@ -116,6 +119,8 @@ def index_argument(ctx: "Context", op: str, indices: object) -> "Tensor | np.nda
     except (ValueError, TypeError) as error:
         raise JitnnTypeError(f"{op}: indices must be an integer array, got a "
                              f"{type(indices).__name__} numpy cannot read ({error})") from None
+    if array.size == 0 and array.dtype.kind == "f":
+        array = array.astype(np.int64)  # [] is float64 to numpy; no value says otherwise
     if array.dtype.kind not in "iu":
         raise JitnnTypeError(f"{op}: indices must be integers (int32, uint32 or int64), "
                              f"got dtype {array.dtype}")

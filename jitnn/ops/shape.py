@@ -245,7 +245,7 @@ def split(x, splits, axis: int = 0) -> list[Tensor]:
     return parts
 
 
-def broadcast_shape(op: str, shape: tuple[int, ...], new_shape: tuple[int, ...]
+def _broadcast_shape(op: str, shape: tuple[int, ...], new_shape: tuple[int, ...]
                     ) -> tuple[int, ...]:
     """numpy's (bidirectional) broadcast of two shapes, or a JitnnValueError."""
     try:
@@ -263,7 +263,7 @@ def expand(x, new_shape: Sequence[int]) -> Tensor:
     ctx = context_of(op, x)
     x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     dims = shape_arg(op, "new_shape", new_shape)
-    shape = broadcast_shape(op, x.shape, dims)
+    shape = _broadcast_shape(op, x.shape, dims)
     return plain_result(ctx, shape, lambda data: np.broadcast_to(data, shape).copy(), x, op)
 
 
