@@ -6,7 +6,8 @@ has ``ceil(sizes[i] / strides[i])`` elements there (WebNN: ``sizes`` is the
 window's extent in the input, not the output's size). Needs ``starts[i] +
 sizes[i] <= x.shape[i]``; ``sizes[i] = 0`` (an empty result) is accepted
 too. ONNX's Slice (negative steps, clamped ends) maps onto it in the ONNX
-frontend, or onto a slice followed by a reversal.
+frontend, or onto a slice followed by a reversal: ``n`` outputs every ``s``
+elements are the window ``(n - 1) * s + 1`` with stride ``s``.
 
 reverse: the input with the order of the elements along ``axes`` reversed
 (default: every axis). triangular: the upper (or lower) triangle of the last
