@@ -502,7 +502,7 @@ def op_slice(cv: Converter, inputs, attrs):
             starts.append(0), sizes.append(shape[axis]), strides.append(1)
         else:
             starts.append(picked.start if len(picked) else 0)
-            sizes.append(len(picked))
+            sizes.append((len(picked) - 1) * picked.step + 1 if len(picked) else 0)
             strides.append(picked.step)
     if any((b, n, s) != (0, d, 1) for b, n, s, d in zip(starts, sizes, strides, shape)):
         y = cv.op("slice", y, starts, sizes, strides=strides)
