@@ -359,6 +359,7 @@ def instance_normalization(x, scale=None, bias=None, *, epsilon: float = 1e-5,
     return Tensor(ctx, x.shape, x.layout if blocked else layout, producer=produce,
                   axes=layout, inputs=inputs, op=op)
 
+
 register_op(OpDef("batch_normalization", batch_normalization, batch_normalization_reference,
                   webnn="batchNormalization", onnx=("BatchNormalization",), kinds=("eltwise",),
                   layouts="blocked or plain, as its input",

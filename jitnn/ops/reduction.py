@@ -311,7 +311,8 @@ reduce_sum_square = _make_reduction("sum_square")
 
 # --- arg_min, arg_max ------------------------------------------------------------------
 
-_INDEX_TYPES = {"int32": np.dtype(np.int32), "int64": np.dtype(np.int64)}
+#: arg_min / arg_max's output types (WebNN's outputDataType)
+_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 def _arg_reduce(op: str, x, axis, keep_dimensions, output_data_type) -> Tensor:
@@ -322,11 +323,11 @@ def _arg_reduce(op: str, x, axis, keep_dimensions, output_data_type) -> Tensor:
         raise JitnnValueError(f"{name}: input must have rank >= 1, got a scalar")
     axis = axis_index(name, "axis", axis, x.ndim)
     keep = _bool_arg(name, "keep_dimensions", keep_dimensions)
-    dtype = _INDEX_TYPES.get(output_data_type if isinstance(output_data_type, str)
-                             else getattr(np.dtype(output_data_type)
-                                          if isinstance(output_data_type, (type, np.dtype))
-                                          else None, "name", None))
-    if dtype is None:
+    try:
+        dtype = None if isinstance(output_data_type, bool) else np.dtype(output_data_type)
+    except TypeError:
+        dtype = None
+    if output_data_type is None or dtype not in _INDEX_TYPES:
         raise JitnnTypeError(f"{name}: output_data_type must be 'int32' or 'int64', got "
                              f"{output_data_type!r}")
     if x.shape[axis] == 0:
