@@ -367,8 +367,7 @@ register_op(OpDef("batch_normalization", batch_normalization, batch_normalizatio
 register_op(OpDef("softmax", softmax, softmax_reference, webnn="softmax", onnx=("Softmax",)))
 register_op(OpDef("layer_normalization", layer_normalization, layer_normalization_reference,
                   webnn="layerNormalization",
-                  layouts="blocked or plain: blocked in and out over the channel axis of a "
-                          "4-D tensor; else plain"))
+                  layouts="blocked or plain (blocked in and out over C; else plain)"))
 register_op(OpDef("instance_normalization", instance_normalization,
                   instance_normalization_reference, webnn="instanceNormalization",
-                  layouts="blocked or plain, as its input (blocked in its own layout)"))
+                  layouts="blocked or plain, as its input"))

@@ -385,8 +385,7 @@ def cumulative_sum(x, axis: int, *, exclusive: bool = False,
 
 # --- registration --------------------------------------------------------------------
 
-_REDUCE_LAYOUTS = ("blocked or plain: a blocked input reduced over H and/or W (or no axis) "
-                   "is read in place, blocked out with keep_dimensions; else plain")
+_REDUCE_LAYOUTS = "blocked or plain (blocked over H, W: read in place, blocked out if kept)"
 for _op, _webnn in REDUCTIONS.items():
     register_op(OpDef(f"reduce_{_op}", globals()[f"reduce_{_op}"],
                       functools.partial(reduction_reference, _op), webnn=_webnn,
