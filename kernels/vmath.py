@@ -34,8 +34,9 @@ softplus        16   -              ``ln(1 + e^x)``, < 3 ulp
 softsign        17   -              ``x / (1 + |x|)`` (+-1 at +-inf)
 hard_sigmoid    18   alpha, beta    ``max(0, min(1, alpha x + beta))``
 linear          19   alpha, beta    ``alpha x + beta``
-pow             20   exponent       ``x ** exponent``: exact products for
-                                    exponents 0, +-1, +-2, 3, 4, +-0.5 by sqrt,
+pow             20   exponent       ``x ** exponent`` as numpy's (C's pow; 0.5
+                                    is sqrt): products for the exponents 0,
+                                    +-1, +-2, 3, 4 (< 2.5 ulp), sqrt for +-0.5,
                                     else libm's ``pow`` in float64 (scalar)
 =============== ==== ============== ============================================
 
@@ -92,6 +93,20 @@ def _bits_of_float(typingctx, x):
         return builder.bitcast(args[0], ir.IntType(32))
 
     return types.int32(x), codegen
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """``a * b + c`` with one rounding (``llvm.fma``; vectorizes): written
+    out, ``x * y - x * y`` is folded to 0 before contraction could keep the
+    product's rounding error."""
+    if not (a == b == c == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return types.float32(a, b, c), codegen
 
 
 # --- log, log1p, expm1 ----------------------------------------------------------
@@ -200,10 +215,8 @@ _ERF_CENTER = _F(2.5)
 
 
 @_inline
-def vector_erf(x):
-    """``erf(x)`` for float32 ``x``, branch-free (< 1.5 ulp): below 1 in
-    magnitude an odd polynomial, above ``1 - e**(Q(|x|) - x^2)`` (``x^2``
-    exact as a sum of two floats by FMA) with the sign of ``x``."""
+def _erf_small(x):
+    """``erf(x)`` for ``|x| < 1``: ``x + x P(x^2)``."""
     s = x * x
     p = _ERF_SMALL[6]
     p = p * s + _ERF_SMALL[5]
@@ -212,8 +225,15 @@ def vector_erf(x):
     p = p * s + _ERF_SMALL[2]
     p = p * s + _ERF_SMALL[1]
     p = p * s + _ERF_SMALL[0]
-    small = x * p + x
-    t = min(max(abs(x), _ONE), _FOUR)
+    return x * p + x
+
+
+@_inline
+def _erfc_large(t, t_low):
+    """``erfc(t + t_low)`` for ``t`` in ``[1, 4]`` (``t_low``: a tiny part of
+    the argument that ``t`` could not hold): ``e**(Q(t) - (t + t_low)^2)``,
+    the square exact to first order (``t^2`` as a sum of two floats by an
+    FMA), so the value is accurate relative to itself, not only to 1."""
     u = t - _ERF_CENTER
     q = _ERF_LARGE[8]
     q = q * u + _ERF_LARGE[7]
@@ -225,10 +245,23 @@ def vector_erf(x):
     q = q * u + _ERF_LARGE[1]
     q = q * u + _ERF_LARGE[0]
     high = t * t
-    low = t * t - high                           # the rounding error of t^2 (an FMA)
-    large = _ONE - vector_exp((q - low) - high)
+    low = _fma(t, t, -high)                      # the rounding error of t^2
+    # the exponent q - t^2 as a sum of two floats (TwoSum): a float32 exponent
+    # near -15 alone would be off by up to 5e-7, 8 ulp of its e**
+    a = q - high
+    b = a - q
+    error = (q - (a - b)) + (-high - b)
+    return vector_exp(a) * (_ONE + ((error - low) - _TWO * t * t_low))
+
+
+@_inline
+def vector_erf(x):
+    """``erf(x)`` for float32 ``x``, branch-free (< 1.5 ulp): below 1 in
+    magnitude an odd polynomial, above ``1 - erfc(|x|)`` with the sign of
+    ``x`` (1 from 3.92 on, where erf rounds to 1)."""
+    large = _ONE - _erfc_large(min(max(abs(x), _ONE), _FOUR), _ZERO)
     large = -large if x < _ZERO else large
-    r = small if abs(x) < _ONE else large
+    r = _erf_small(x) if abs(x) < _ONE else large
     return r if x == x else x
 
 
@@ -296,14 +329,26 @@ def scalar_pow(x, y):
     return np.float32(math.pow(np.float64(x), np.float64(y)))
 
 
-_INV_SQRT2 = _F(0.7071067811865476)
+#: 1 / sqrt(2) as a sum of two floats
+_INV_SQRT2 = _F(0.7071067690849304)
+_INV_SQRT2_LOW = _F(1.2101617485882343e-08)
 
 
 @_inline
 def gelu(x):
-    """``0.5 x (1 + erf(x / sqrt 2))`` with :func:`vector_erf` (the element-wise
-    chain's gelu; conv2d and matmul epilogues keep ``epilogue.activate``'s)."""
-    return _HALF * x * (_ONE + vector_erf(x * _INV_SQRT2))
+    """``0.5 x (1 + erf(x / sqrt 2))``, the element-wise chain's gelu (conv2d
+    and matmul epilogues keep ``epilogue.activate``'s, with libm's erf). For
+    ``z = x / sqrt 2 <= -1``, ``1 + erf(z)`` is ``erfc(-z)`` itself, not a
+    difference that cancels, and ``z`` carries its rounding error along
+    (erfc magnifies it 2 z^2 times); 0 below ``z = -4`` (|gelu| < 4e-8 there)."""
+    z = x * _INV_SQRT2
+    z_low = _fma(x, _INV_SQRT2, -z) + x * _INV_SQRT2_LOW    # z's rounding error
+    t = min(max(abs(z), _ONE), _FOUR)
+    t_low = z_low if z > _ZERO else -z_low
+    e = _erfc_large(t, t_low if t == abs(z) else _ZERO)      # (inf: z_low is NaN)
+    one_plus = _ONE + _erf_small(z) if abs(z) < _ONE else (e if z < _ZERO else _TWO - e)
+    one_plus = _ZERO if z < -_FOUR else one_plus
+    return _HALF * x * one_plus
 
 
 @_inline
@@ -330,19 +375,13 @@ def _elu(x, alpha):
 
 
 @_inline
-def _sqrt_pow(x):
-    """``x ** 0.5`` as IEEE's pow: ``sqrt`` but for -0 (0) and -inf (inf)."""
-    r = np.sqrt(x)
-    r = _ZERO if x == _ZERO else r
-    return _INF if x == -_INF else r
-
-
-@_inline
 def _rsqrt_pow(x):
-    """``x ** -0.5``: ``1 / sqrt(x)``, but inf at -0 and 0 at -inf."""
-    r = _ONE / np.sqrt(x)
+    """``x ** -0.5`` as C's pow (inf at +-0, 0 at +-inf), as ``sqrt(x) / x``:
+    two correctly rounded operations. (``1 / sqrt(x)`` is what LLVM's
+    fast-math turns into a reciprocal square root estimate.)"""
+    r = np.sqrt(x) / x
     r = _INF if x == _ZERO else r
-    return _ZERO if x == -_INF else r
+    return _ZERO if abs(x) == _INF else r
 
 
 @jit()
@@ -354,7 +393,7 @@ def _pow_span(src, dst, m, y):
             dst[j] = src[j] * src[j]
     elif y == _HALF:
         for j in range(m):
-            dst[j] = _sqrt_pow(src[j])
+            dst[j] = np.sqrt(src[j])                 # numpy's pow(x, 0.5) too
     elif y == _F(3.0):
         for j in range(m):
             dst[j] = src[j] * src[j] * src[j]
@@ -369,7 +408,8 @@ def _pow_span(src, dst, m, y):
             dst[j] = _ONE
     elif y == _F(-2.0):
         for j in range(m):
-            dst[j] = _ONE / (src[j] * src[j])
+            r = _ONE / src[j]                       # not 1 / x^2: x^2 overflows first
+            dst[j] = r * r
     elif y == _F(4.0):
         for j in range(m):
             s = src[j] * src[j]

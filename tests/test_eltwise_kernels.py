@@ -1,5 +1,6 @@
-"""Elementwise kernels (kernels/eltwise.py) against the ops' float64
-references (looked up by name; a fused chain against their composition).
+"""Elementwise kernels (kernels/eltwise.py, kernels/vmath.py) against the
+ops' float64 references (looked up by name; a fused chain against their
+composition), and the vector math's accuracy in ulp over wide sweeps.
 
 Inputs are blocked with zero padding lanes; outputs start as NaN so an
 element the kernel forgets to write fails the test, and every output's
@@ -7,13 +8,18 @@ padding lanes must be exactly zero (also where the op makes 0 into something
 else: sigmoid, clamp with min > 0, a bias, 0 / 0).
 """
 
+import re
+
 import numba
 import numpy as np
 import pytest
 
 from jitnn import layouts
 from jitnn.kernels import eltwise as E
+from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
+from jitnn.kernels.vmath import MATH_OPS
+from tests.assembly import needs_release_build
 from tests.helpers import apply_activation, reference, uniform
 
 BLOCKS = (4, 8, 16)
@@ -430,3 +436,195 @@ def test_sigmoid_and_tanh_within_a_few_ulp(activation, exact, max_ulp):
     assert _ulp_error(out, want).max() <= max_ulp
     if activation == "tanh":
         assert np.signbit(out[_SWEEP == 0]).tolist() == np.signbit(_SWEEP[_SWEEP == 0]).tolist()
+
+
+# --- math steps (kernels/vmath.py) ---------------------------------------------------
+
+#: math function -> (param0, param1) the tests use
+MATH_PARAMS = {"elu": (0.5, 0.0), "hard_sigmoid": (0.2, 0.5), "linear": (-1.5, 0.25),
+               "pow": (3.0, 0.0)}
+
+
+def apply_math(x, name, p0=0.0, p1=0.0):
+    """Math step ``name`` with the kernel's parameters as the op's reference."""
+    if name == "pow":
+        return reference("pow")(x, p0)
+    options = {"elu": {"alpha": p0}, "hard_sigmoid": {"alpha": p0, "beta": p1},
+               "linear": {"alpha": p0, "beta": p1}}.get(name, {})
+    with np.errstate(all="ignore"):
+        return reference(name)(x, **options)
+
+
+@pytest.mark.parametrize("cb", BLOCKS)
+@pytest.mark.parametrize("channels", (1, 3, 9, 17))
+@pytest.mark.parametrize("name", sorted(MATH_OPS))
+def test_math_blocked(name, channels, cb):
+    """Every math function on blocked data: the values, and padding lanes 0
+    where f(0) is not (cos, exp, log, reciprocal, softplus, hard_sigmoid...)."""
+    x = uniform((2, channels, 5, 7), seed=channels, low=-4.0, high=4.0)
+    if name in ("log", "sqrt"):
+        x = np.abs(x) + np.float32(1e-3)                 # NaN checked elsewhere
+    if name in ("tan", "reciprocal", "pow"):
+        x = np.where(np.abs(x) < 0.05, np.float32(0.5), x)
+    p0, p1 = MATH_PARAMS.get(name, (0.0, 0.0))
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_chain(_blocked(x, cb), [E.math_step(name, p0, p1)], out, channels)
+    _check(out, apply_math(x, name, p0, p1), channels, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 1000)])
+def test_math_plain_and_in_place(shape):
+    x = uniform(shape, seed=2)
+    out = _nan_like(x)
+    E.eltwise_chain_plain(x, [E.math_step("erf"), E.math_step("linear", 2.0, -0.5)], out)
+    np.testing.assert_allclose(out, 2.0 * reference("erf")(x) - 0.5, rtol=2e-6, atol=1e-6)
+    y = x.copy()
+    E.eltwise_chain_plain(y, [E.math_step("sin")], y)                # in place
+    np.testing.assert_allclose(y, np.sin(x.astype(np.float64)), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("op", ["pow", "prelu"])
+def test_pow_and_prelu_binary_steps(op):
+    """pow by a tensor (libm per element) and prelu (the slope as y, or as x
+    with reverse: the slope is the main operand)."""
+    channels = 9
+    x = uniform((2, channels, 4, 5), seed=3)
+    if op == "pow":
+        x = np.abs(x) + np.float32(0.1)
+    slope = uniform((channels,), seed=4, low=-2.0, high=2.0)
+    out = _nan_like(_blocked(x, 8))
+    E.eltwise_binary(_blocked(x, 8), slope, out, channels, op)
+    _check(out, reference(op)(x, slope.reshape(1, -1, 1, 1)), channels, rtol=2e-6)
+    full = uniform(x.shape, seed=5)
+    out = _nan_like(x)
+    E.eltwise_binary_plain(full, x, out, op, reverse=True)          # x op full
+    np.testing.assert_allclose(out, reference(op)(x, full), rtol=2e-6, atol=1e-6)
+
+
+def test_math_steps_in_chains():
+    """A decomposed LayerNorm tail and GELU as one program: x - mean, **2,
+    + eps, sqrt, reciprocal, * ...; 0.5 x (1 + erf(x / sqrt 2))."""
+    channels, cb = 17, 8
+    x = uniform((2, channels, 5, 3), seed=6)
+    mean = uniform((channels,), seed=7)
+    steps = [E.binary_step("sub", mean), E.math_step("pow", 2.0), E.binary_step("add", 1e-5),
+             E.math_step("pow", 0.5), E.math_step("reciprocal"), E.binary_step("mul", 0.7071),
+             E.math_step("erf"), E.binary_step("add", 1.0), E.binary_step("mul", 0.5),
+             E.math_step("pow", -2.0), E.math_step("log"), E.math_step("neg")]
+    out = _nan_like(_blocked(x, cb))
+    E.eltwise_chain(_blocked(x, cb), steps, out, channels)
+    t = x.astype(np.float64) - mean.reshape(1, -1, 1, 1)
+    t = 1.0 / np.sqrt(t ** 2 + 1e-5)
+    t = -np.log((0.5 * (reference("erf")(t * 0.7071) + 1.0)) ** -2.0)
+    _check(out, t, channels, rtol=1e-5, atol=1e-5)
+
+
+# --- accuracy of the vector math over wide sweeps -----------------------------------------
+
+def _wide_sweep(top=38.5):
+    """Both signs of magnitudes from the denormals to ``10**top``, a dense
+    run around the functions' splits, and the specials."""
+    magnitudes = np.float32(10.0) ** np.linspace(-45, top, 150_001, dtype=np.float64)
+    dense = np.linspace(-12, 12, 120_001, dtype=np.float32)
+    specials = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
+                           3.4028235e38, -3.4028235e38, 1.0, -1.0, 0.5, -0.5, 1e6, -1e6])
+    return np.concatenate([magnitudes.astype(np.float32), -magnitudes.astype(np.float32),
+                           dense, specials])
+
+
+def _run_math(x, name, p0=0.0):
+    out = _nan_like(x)
+    with np.errstate(all="ignore"):
+        E.eltwise_chain_plain(x, [E.math_step(name, p0)], out)
+    return out
+
+
+def _assert_ulp(got, want, max_ulp):
+    """Within ``max_ulp`` of the float64 ``want`` where it is a finite float32,
+    the same infinity where it is one, NaN exactly where it is NaN."""
+    want = np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    with np.errstate(over="ignore"):
+        rounded = want.astype(np.float32)
+    infinite = np.isinf(rounded)
+    np.testing.assert_array_equal(got[infinite], rounded[infinite])
+    finite = ~infinite & ~np.isnan(want)
+    with np.errstate(over="ignore"):                  # the spacing at float32's top
+        error = _ulp_error(got[finite], want[finite])
+    assert error.max() <= max_ulp, (error.max(), got[finite][error.argmax()],
+                                    want[finite][error.argmax()])
+
+
+@pytest.mark.parametrize("name, exact, max_ulp", [
+    ("log", np.log, 1.0), ("exp", np.exp, 2.0), ("erf", None, 1.5),
+    ("sin", np.sin, 0.51), ("cos", np.cos, 0.51), ("tan", np.tan, 0.51),
+    ("softplus", lambda x: np.logaddexp(0.0, x), 3.0), ("elu", np.expm1, 2.0),
+    ("sqrt", np.sqrt, 0.5), ("reciprocal", lambda x: 1.0 / x, 0.5),
+    ("softsign", None, 2.0)])
+def test_math_within_a_few_ulp_from_denormals_to_overflow(name, exact, max_ulp):
+    """Over both signs, magnitudes from the denormals to float32's top (sin,
+    cos and tan past their reduction's limit, 1e6, too), the specials: NaN
+    where the float64 value is NaN, infinities where it overflows."""
+    x = _wide_sweep()
+    got = _run_math(x, name, 1.0)
+    with np.errstate(all="ignore"):
+        want = apply_math(x, name, 1.0) if exact is None else exact(x.astype(np.float64))
+    if name == "elu":
+        want = np.where(x > 0, x, want)
+    _assert_ulp(got, want, max_ulp)
+    zeros = x == 0
+    if name in ("sin", "tan", "erf", "sqrt", "softsign"):    # odd at 0: the sign of -0 kept
+        assert np.signbit(got[zeros]).tolist() == np.signbit(x[zeros]).tolist()
+
+
+@pytest.mark.parametrize("exponent, max_ulp", [
+    (2.0, 0.5), (3.0, 2.0), (4.0, 2.5), (0.5, 0.5), (-0.5, 1.5), (-1.0, 0.5), (-2.0, 2.0),
+    (0.0, 0.0), (1.0, 0.0), (1.7, 0.51), (-3.0, 0.51), (0.25, 0.51)])
+def test_pow_by_a_number_as_c_pow(exponent, max_ulp):
+    """The fast paths (products, sqrt) and libm's for the others agree with
+    numpy's pow in float64 (C's, but sqrt for 0.5): pow(-0, -0.5) = inf,
+    pow(NaN, 0) = 1, pow(-2, 1.7) = NaN, overflow to inf, underflow to 0
+    (x ** -2 of a large x a denormal, not 0)."""
+    x = _wide_sweep(top=20.0)
+    got = _run_math(x, "pow", exponent)
+    with np.errstate(all="ignore"):                  # the kernel's exponent is a float32
+        want = np.power(x.astype(np.float64), np.float64(np.float32(exponent)))
+    _assert_ulp(got, want, max_ulp)
+
+
+def test_gelu_of_the_chain_within_a_few_ulp():
+    """The chain's gelu (the vector erf; erfc itself for x / sqrt 2 <= -1, no
+    cancelling 1 + erf) against the float64 reference: within 8 ulp (the
+    worst where 1 + erf(z) halves erf's ulp, z in (-1, -0.5)) down to x =
+    -5.6, then 0 (|gelu| < 4e-8); NaN and infinities as the reference (WebNN
+    allows 18 ulp)."""
+    x = np.concatenate([np.linspace(-5.6, 9, 300_001, dtype=np.float32),
+                        np.float32([np.nan, np.inf, -0.0, 1e-40])])
+    got = _nan_like(x)
+    E.eltwise_unary_plain(x, got, "gelu")
+    with np.errstate(invalid="ignore"):
+        want = apply_activation(x, "gelu")
+    _assert_ulp(got, want, 8.0)
+    far = np.linspace(-30, -5.7, 1001, dtype=np.float32)
+    tail = _nan_like(far)
+    E.eltwise_unary_plain(far, tail, "gelu")
+    np.testing.assert_allclose(tail, apply_activation(far, "gelu"), rtol=0, atol=4e-8)
+
+
+@pytest.mark.slow
+@needs_release_build
+def test_math_loops_vectorize():
+    """The math loops compile to packed instructions (no libm calls in them
+    but pow's and the trig fallback's): one fresh compile of math_span."""
+    from jitnn.kernels import vmath
+    fresh = jit(cache=False)(vmath.math_span.py_func)
+    x = uniform((E.SPAN,), seed=0)
+    out = np.empty_like(x)
+    for code in range(len(MATH_OPS)):
+        fresh(x, out, x.size, code, np.float32(0.5), np.float32(0.25))
+    asm = "\n".join(fresh.inspect_asm().values())
+    packed_fma = len(re.findall(r"vfmadd\w+p[sd]\s.*%[yz]mm", asm))
+    assert packed_fma >= 60, packed_fma
+    called = {name for name in re.findall(r"movabsq\s+\$([A-Za-z_]\w*),", asm)
+              if not name.startswith(("numba", "Py", "_Py", "NRT", "_ZN"))}
+    assert called <= {"pow", "sin", "cos", "tan"}, called       # no erff, expf, logf...

@@ -163,7 +163,9 @@ def eltwise_node(op: str, inputs: tuple[Value, ...], steps: list, channels: int)
 
     * ``("activation", code, param0, param1)``;
     * ``("math", code, param0, param1)``: a function of kernels/vmath.py
-      (jitnn/ops/math.py's unary ops, pow by a number);
+      (jitnn/ops/math.py's unary ops, pow by a scalar); ``param0`` may be
+      an operand description of a size-1 Value (``("scalar", y)``: pow's
+      exponent, read when the step runs; ``y`` is then the node's second input);
     * ``("binary", op, other_value_or_None, reverse, operand)``: ``operand``
       describes the kernel operand (scalar, lanes or a same-shape blocked
       buffer; see :func:`resolve_operand`);
@@ -212,7 +214,9 @@ def _kernel_steps(ctx: Context, steps: list) -> list:
         if step[0] == "activation":
             kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
         elif step[0] == "math":
-            kernel_steps.append(eltwise_kernels.math_step(step[1], step[2], step[3]))
+            param0 = step[2] if not isinstance(step[2], tuple) else \
+                resolve_operand(ctx, step[2])          # pow's exponent, read now
+            kernel_steps.append(eltwise_kernels.math_step(step[1], param0, step[3]))
         elif step[0] == "binary":
             kernel_steps.append(eltwise_kernels.binary_step(
                 step[1], resolve_operand(ctx, step[4]), step[3]))
@@ -581,23 +585,33 @@ def _unary(op: str, x, param0: float = 0.0, param1: float = 0.0) -> Tensor:
                                    float(param0), float(param1)))
 
 
-def unary_step(ctx: Context, op: str, x: Tensor, step: tuple) -> Tensor:
+def unary_step(ctx: Context, op: str, x: Tensor, step: tuple,
+               scalar: Tensor | None = None) -> Tensor:
     """The pending result of one ``("activation" or "math", code, param0,
     param1)`` step on float32 ``x``, in ``x``'s layout: a blocked ``eltwise``
-    node or a plain ``eltwise_plain`` one (both merge into chains)."""
+    node or a plain ``eltwise_plain`` one (both merge into chains). With
+    ``scalar`` (a size-1 tensor), ``param0`` is its value, read when the
+    step runs (pow's exponent)."""
     kind, code, param0, param1 = step
-    # the node's whole description, given its input (see Node.sig)
+    inputs = (value_of(x),)
+    if scalar is not None:
+        step = (kind, code, ("scalar", value_of(scalar)), param1)
+        inputs += (value_of(scalar),)
+        param0 = ("scalar",)
+    else:
+        param0 = exact(param0)
+    # the node's whole description, given its inputs (see Node.sig)
     blocked = is_blocked(x)
-    sig = (kind, op, code, exact(param0), exact(param1), blocked)
+    sig = (kind, op, code, param0, exact(param1), blocked)
     if blocked:
         channels = x.shape[channel_axis(x._axes)]
-        node = eltwise_node(op, (value_of(x),), [step], channels)
+        node = eltwise_node(op, inputs, [step], channels)
         node.sig = sig
         return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
     # a node the scheduler can fuse into a preceding matmul's epilogue (an
     # activation), or merge with its neighbours into one plain pass
-    node = Node(op, (value_of(x),), kind="eltwise_plain", attrs={"steps": [step]},
+    node = Node(op, inputs, kind="eltwise_plain", attrs={"steps": [step]},
                 run=run_plain_chain, flops=x.size, sig=sig)
     return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 

@@ -8,8 +8,8 @@ float32: each unary op is one *math* step of the element-wise chain engine
 vectorize), in its input's layout: a blocked input gives a blocked result
 (padding lanes zero), a plain one a plain result, and the scheduler merges
 a run of them and of the other element-wise ops (``conv -> sqrt -> mul ->
-erf -> add``) into one pass over memory. ``pow`` by a number (or by a
-computed size-1 tensor: a graph's constant exponent) is such a step too,
+erf -> add``) into one pass over memory. ``pow`` by a number or a
+size-1 tensor (a graph's constant exponent) is such a step too,
 exact for the exponents decomposed normalizations and GELUs use (``x**2``,
 ``x**0.5``, ``x**3``); ``pow`` by a tensor and ``prelu`` are binary steps
 with numpy broadcasting (jitnn/ops/eltwise.py's lowering).
@@ -35,7 +35,7 @@ from ..kernels import vmath
 from ..limits import real_arg
 from ..registry import OpDef, register_op
 from ..tensor import FLOAT32, Tensor
-from ._common import ANY_DTYPE, FLOAT_ONLY, as_tensor, context_of, is_number, plain_buffer
+from ._common import ANY_DTYPE, FLOAT_ONLY, as_tensor, context_of, is_number
 from .eltwise import (SIGNED_DTYPES, _INTEGER_BINARY, binary_float, binary_reference,
                       integer_op, one_dtype, unary_step)
 
@@ -196,30 +196,21 @@ def linear(x, alpha: float = 1.0, beta: float = 0.0) -> Tensor:
     return _math(op, x, _real(op, "alpha", alpha), _real(op, "beta", beta))
 
 
-def _known_scalar(b: object) -> float | None:
-    """A float32 exponent known now: a number, or the one value of a computed
-    size-1 tensor (a graph's constant), else None (read when the op runs)."""
-    if is_number(b):
-        return float(np.float32(b))
-    if isinstance(b, Tensor) and b.size == 1 and not b.pending:
-        return float(plain_buffer(b).reshape(-1)[0])
-    return None
-
-
 def pow(a, b) -> Tensor:  # noqa: A001 - WebNN's name
     """``a ** b`` with numpy broadcasting, both of one data type (any jitnn
     type; integers wrap, and a negative power of an integer truncates ``1 /
     a**-b`` toward zero). A float32 ``a`` to a number, or to a computed
-    size-1 tensor of no larger rank, is one step of the element-wise chain."""
+    size-1 tensor of no larger rank (a graph's constant or input: its value
+    read when the step runs) is one math step of the element-wise chain."""
     op = "pow"
     ctx = context_of(op, a, b)
     dtype, (a, b) = one_dtype(ctx, op, (("a", a), ("b", b)))
     if dtype != FLOAT32:
         return integer_op(ctx, op, (a, b), _INTEGER_BINARY[op], dtype)
-    exponent = _known_scalar(b)
-    if exponent is not None and isinstance(a, Tensor) \
-            and (not isinstance(b, Tensor) or b.ndim <= a.ndim):
-        return unary_step(ctx, op, a, ("math", vmath.POW, exponent, 0.0))
+    if isinstance(a, Tensor) and is_number(b):
+        return unary_step(ctx, op, a, ("math", vmath.POW, float(np.float32(b)), 0.0))
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and b.size == 1 and b.ndim <= a.ndim:
+        return unary_step(ctx, op, a, ("math", vmath.POW, 0.0, 0.0), scalar=b)
     return binary_float(ctx, op, a, b)
 
 
