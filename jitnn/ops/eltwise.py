@@ -7,11 +7,11 @@ unary math; jitnn/ops/logical.py).
 Data types: float32 runs the kernels below. The binary ops take every jitnn
 type, both operands of one type (WebNN); relu takes float32, int8, int32 and
 int64, clamp every type. Integer tensors run as numpy code on plain buffers
-(:func:`~jitnn.ops._common.plain_op`), wrapping around on overflow as numpy
-and C do; integer ``div`` truncates toward zero (WebNN), and ``x / 0`` is 0
-for integers (WebNN leaves it undefined). Host data given with a tensor
-takes the tensor's type (integers must fit it); with no tensor, host arrays
-keep their own integer type when they agree, and anything else is float32.
+(jitnn/ops/_typed.py: wrapping around on overflow as numpy and C do; integer
+``div`` truncates toward zero, as WebNN says, and ``x / 0`` is 0). Host data
+given with a tensor takes the tensor's type (integers must fit it); with no
+tensor, host arrays keep their own integer type when they agree, and
+anything else is float32.
 
 Each returns a pending Tensor in its main input's layout: a blocked
 ``nChw{b}c`` input gives a blocked result (same block, padding lanes zero), a
@@ -38,21 +38,22 @@ from __future__ import annotations
 import functools
 import math
 
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
 from .. import layouts
-from ..errors import JitnnTypeError, JitnnValueError
+from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels.buffers import aligned_empty
 from ..kernels import epilogue
 from ..limits import is_int, real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
-from ..tensor import FLOAT32, Node, Tensor, Value, as_array_copy, exact, to_blocked
+from ..tensor import FLOAT32, Node, Tensor, Value, exact, to_blocked
 from ._common import (ANY_DTYPE, as_tensor, blocked_buffer, channel_axis, context_of,
-                      is_blocked, is_number, pending, plain_buffer, plain_layout, plain_op,
-                      value_of)
+                      is_blocked, is_number, pending, plain_buffer, plain_layout, value_of)
+from ._typed import (INTEGER_BINARY, NUMPY_BINARY, SIGNED_DTYPES, integer_bounds, integer_op,
+                     one_dtype)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -61,53 +62,12 @@ Operand = Union[Tensor, float]
 
 #: WebNN/jitnn binary op names (the kernel's op names; pow and prelu: jitnn/ops/math.py)
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
-#: float32 and the signed integer types (WebNN's relu, prelu, abs, neg, sign)
-SIGNED_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.int8, np.int32, np.int64))
 
 #: below this many elements per plane, a plain per-channel operand is
 #: materialized instead: the kernel expands lane operands once per plane (a
 #: span-long pattern), which costs more than a broadcast copy for short planes
 #: (measured: even at 512 floats, lanes ahead from 1024)
 _LANES_MIN_PLANE = eltwise_kernels.SPAN
-
-def _prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
-    return np.where(x >= 0, x, x * slope)
-
-
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.power(a, b)
-
-
-_NUMPY_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "maximum": np.maximum, "minimum": np.minimum, "pow": _pow, "prelu": _prelu}
-
-
-def _truncating_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer ``a / b`` rounded toward zero (WebNN), 0 where ``b`` is 0."""
-    q = np.floor_divide(a, b)                     # 0 where b == 0 (numpy)
-    inexact = (a - q * b != 0) & (b != 0)
-    if a.dtype.kind == "i":
-        return q + (inexact & ((a < 0) != (b < 0))).astype(q.dtype)
-    return q                                      # unsigned: floor is truncation
-
-
-def _integer_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer ``a ** b`` (wrapping); a negative exponent truncates ``1 / a**-b``
-    toward zero: 1 for a = 1, +-1 for a = -1, else 0 (also for a = 0)."""
-    a, b = np.broadcast_arrays(a, b)
-    negative = b < 0
-    out = np.power(a, np.where(negative, 0, b).astype(b.dtype))
-    if negative.any():
-        odd = (b % 2) != 0
-        inverse = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
-        out = np.where(negative, inverse, out).astype(a.dtype)
-    return out
-
-
-_INTEGER_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    **_NUMPY_BINARY, "div": _truncating_div, "pow": _integer_pow}
-
 
 # --- the spec --------------------------------------------------------------------
 
@@ -120,8 +80,8 @@ def binary_reference(op: str, a, b) -> np.ndarray:
     a, b = np.asarray(a), np.asarray(b)
     with np.errstate(all="ignore"):
         if a.dtype.kind in "iu" and a.dtype == b.dtype:
-            return np.asarray(_INTEGER_BINARY[op](a, b), a.dtype)
-        return _NUMPY_BINARY[op](a.astype(np.float64), b.astype(np.float64))
+            return np.asarray(INTEGER_BINARY[op](a, b), a.dtype)
+        return NUMPY_BINARY[op](a.astype(np.float64), b.astype(np.float64))
 
 
 def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float = np.inf,
@@ -141,18 +101,6 @@ def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float 
     p0, p1 = {"clamp": (min_value, max_value), "leaky_relu": (alpha, 0.0)}.get(op, (0.0, 0.0))
     with np.errstate(over="ignore"):
         return epilogue.activation_reference(np.asarray(x, np.float64), code, p0, p1)
-
-
-def integer_bounds(op: str, dtype: np.dtype, lo, hi) -> tuple:
-    """clamp's bounds for an integer type: ``ceil(lo)``, ``floor(hi)``, within
-    the type's range (infinite bounds are its ends), as that type's values."""
-    info = np.iinfo(dtype)
-    lo = info.min if lo == -np.inf else max(math.ceil(lo), info.min)
-    hi = info.max if hi == np.inf else min(math.floor(hi), info.max)
-    if lo > hi:
-        raise JitnnValueError(f"{op}: no {np.dtype(dtype)} value lies between min_value and "
-                              f"max_value (within the type's range they give {lo} > {hi})")
-    return dtype.type(lo), dtype.type(hi)
 
 
 # --- the blocked elementwise node (what the scheduler fuses) ----------------------
@@ -226,95 +174,6 @@ def _kernel_steps(ctx: Context, steps: list) -> list:
 
 
 # --- operands ----------------------------------------------------------------------
-
-def one_dtype(ctx: Context, op: str, operands: tuple, dtypes: tuple = ANY_DTYPE,
-              *, numbers: bool = True) -> tuple[np.dtype, list]:
-    """The common data type of an op's operands ``((name, value), ...)`` (WebNN:
-    one type for all of them) and the operands in it: Tensors as they are, host
-    data as Tensors of that type, Python numbers as floats when it is float32
-    and ``numbers`` (the kernels' scalar operands), else as 0-d tensors.
-
-    The type is the Tensors' (they must agree); with no Tensor, the host
-    arrays' own integer type when they agree and no number is a float, else
-    float32. Refused with the op's name: Tensors of different types, a type
-    not in ``dtypes``, host data that is not numbers, or (for an integer type)
-    values that are not integers of its range."""
-    tensors = [(name, v) for name, v in operands if isinstance(v, Tensor)]
-    arrays = {}
-    if tensors:
-        dtype = tensors[0][1].dtype
-        for name, t in tensors[1:]:
-            if t.dtype != dtype:
-                first = tensors[0][0]
-                raise JitnnTypeError(
-                    f"{op}: {first} and {name} must have the same dtype, got {dtype} and "
-                    f"{t.dtype} (convert one with jitnn.cast)")
-    else:
-        kinds = set()
-        for name, v in operands:
-            if is_number(v):
-                kinds.add(FLOAT32 if isinstance(v, (float, np.floating)) else None)
-            else:
-                arrays[name] = as_array_copy(v, f"{op}: {name}")
-                kinds.add(arrays[name].dtype)
-        kinds.discard(None)
-        dtype = kinds.pop() if len(kinds) == 1 else FLOAT32
-    if dtype not in dtypes:
-        names = [d.name for d in dtypes]
-        names = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
-        got = f"a {dtype} tensor" if tensors else f"{dtype} data"
-        raise JitnnTypeError(f"{op}: {(tensors or operands)[0][0]} must have dtype {names}, "
-                             f"got {got}" + (" (convert it with jitnn.cast)"
-                                             if FLOAT32 in dtypes else ""))
-    converted = []
-    for name, v in operands:
-        if isinstance(v, Tensor):
-            converted.append(v)
-        elif dtype == FLOAT32:
-            converted.append(float(v) if numbers and is_number(v)
-                             else as_tensor(ctx, arrays.get(name, v), op, name))
-        else:
-            converted.append(Tensor._holding(ctx, _integer_data(op, name, arrays.get(name, v),
-                                                                dtype)))
-    return dtype, converted
-
-
-def _integer_data(op: str, name: str, value: object, dtype: np.dtype) -> np.ndarray:
-    """Host data as an array of integer type ``dtype``, if its values are
-    integers of that type's range."""
-    array = value if isinstance(value, np.ndarray) else as_array_copy(value, f"{op}: {name}")
-    if array.dtype == dtype:
-        return array
-    info = np.iinfo(dtype)
-    with np.errstate(invalid="ignore"):
-        ok = array.dtype.kind in "biu" or bool(np.all(np.isfinite(array)) and
-                                               np.all(array == np.trunc(array)))
-        ok = ok and (array.size == 0 or (int(array.min()) >= info.min
-                                         and int(array.max()) <= info.max))
-    if not ok:
-        raise JitnnTypeError(f"{op}: {name} must hold integers of {dtype}'s range (the other "
-                             f"operand is a tensor of {dtype}), got {array.dtype} data"
-                             + (f" {array.reshape(-1)[:4].tolist()}" if array.size else ""))
-    return np.ascontiguousarray(array.astype(dtype))
-
-
-def integer_op(ctx: Context, op: str, inputs: tuple, compute: Callable[..., np.ndarray],
-               dtype: np.dtype) -> Tensor:
-    """An op on integer tensors (numpy on plain buffers, broadcast), of ``dtype``."""
-    try:
-        shape = tuple(np.broadcast_shapes(*(t.shape for t in inputs)))
-    except ValueError:
-        raise JitnnValueError(
-            f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
-            f"pair of dimensions equal or one of them 1): "
-            f"{', '.join(str(t.shape) for t in inputs)}") from None
-
-    def run(*arrays: np.ndarray) -> np.ndarray:
-        with np.errstate(all="ignore"):
-            out = compute(*arrays)
-        return np.ascontiguousarray(np.broadcast_to(out, shape), dtype)
-    return plain_op(ctx, op, inputs, shape, run, dtype=dtype)
-
 
 def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
     """A Tensor, or a Python/numpy number kept as a float (a scalar operand)."""
@@ -439,7 +298,7 @@ def _binary(op: str, a, b, names: tuple[str, str] = ("a", "b"),
     ctx = context_of(op, a, b)
     dtype, (a, b) = one_dtype(ctx, op, ((names[0], a), (names[1], b)), dtypes)
     if dtype != FLOAT32:
-        return integer_op(ctx, op, (a, b), _INTEGER_BINARY[op], dtype)
+        return integer_op(ctx, op, (a, b), INTEGER_BINARY[op], dtype)
     return binary_float(ctx, op, a, b, names)
 
 

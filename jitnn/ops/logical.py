@@ -25,7 +25,7 @@ from ..errors import JitnnValueError
 from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import ANY_DTYPE, FLOAT_ONLY, as_tensor, context_of, plain_op
-from .eltwise import one_dtype
+from ._typed import one_dtype
 
 _UINT8 = (np.dtype(np.uint8),)
 

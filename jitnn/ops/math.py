@@ -36,8 +36,8 @@ from ..limits import real_arg
 from ..registry import OpDef, register_op
 from ..tensor import FLOAT32, Tensor
 from ._common import ANY_DTYPE, FLOAT_ONLY, as_tensor, context_of, is_number
-from .eltwise import (SIGNED_DTYPES, _INTEGER_BINARY, binary_float, binary_reference,
-                      integer_op, one_dtype, unary_step)
+from ._typed import INTEGER_BINARY, SIGNED_DTYPES, integer_op, one_dtype
+from .eltwise import binary_float, binary_reference, unary_step
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -206,7 +206,7 @@ def pow(a, b) -> Tensor:  # noqa: A001 - WebNN's name
     ctx = context_of(op, a, b)
     dtype, (a, b) = one_dtype(ctx, op, (("a", a), ("b", b)))
     if dtype != FLOAT32:
-        return integer_op(ctx, op, (a, b), _INTEGER_BINARY[op], dtype)
+        return integer_op(ctx, op, (a, b), INTEGER_BINARY[op], dtype)
     if isinstance(a, Tensor) and is_number(b):
         return unary_step(ctx, op, a, ("math", vmath.POW, float(np.float32(b)), 0.0))
     if isinstance(a, Tensor) and isinstance(b, Tensor) and b.size == 1 and b.ndim <= a.ndim:
@@ -222,7 +222,7 @@ def prelu(x, slope) -> Tensor:
     names = ("x", "slope")
     dtype, (x, slope) = one_dtype(ctx, op, ((names[0], x), (names[1], slope)), SIGNED_DTYPES)
     if dtype != FLOAT32:
-        return integer_op(ctx, op, (x, slope), _INTEGER_BINARY[op], dtype)
+        return integer_op(ctx, op, (x, slope), INTEGER_BINARY[op], dtype)
     return binary_float(ctx, op, x, slope, names)
 
 
