@@ -358,3 +358,136 @@ def test_batch_normalization_errors():
         jitnn.batch_normalization(x, ones, ones, activation="swish")
     with pytest.raises(jitnn.JitnnValueError, match=r"rank >= 1"):
         jitnn.batch_normalization(np.float32(1), ones[:1], ones[:1])
+
+
+# --- integer types ----------------------------------------------------------------------
+
+INTEGER_DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32]
+
+
+def _integers(dtype, shape, seed, nonzero=False):
+    """Values across the type's range, its ends included."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    values = rng.integers(max(info.min, -1000), min(info.max, 1000), shape, endpoint=True)
+    values = values.astype(dtype)
+    values.reshape(-1)[:2] = [info.min, info.max]
+    if nonzero:
+        values[values == 0] = 1
+    return values
+
+
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES)
+@pytest.mark.parametrize("op", BINARY)
+def test_integer_binary_ops(op, dtype):
+    """In the operands' own type (plain, wrapping on overflow), broadcasting
+    both ways, Python ints as that type."""
+    a, b = _integers(dtype, (2, 3, 4, 5), 1), _integers(dtype, (2, 3, 4, 5), 2, nonzero=True)
+    got = getattr(jitnn, op)(jitnn.tensor(a), jitnn.tensor(b))
+    assert got.dtype == dtype and got.layout == "nchw" and got.shape == a.shape
+    want = binary_reference(op, a, b)
+    assert want.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+    column, row = a[0, :, :1, 0], b[0, 0, 0]                  # (3, 1) and (5,)
+    np.testing.assert_array_equal(getattr(jitnn, op)(column, jitnn.tensor(row)).numpy(),
+                                  binary_reference(op, column, row))
+    np.testing.assert_array_equal(getattr(jitnn, op)(jitnn.tensor(a), 3).numpy(),
+                                  binary_reference(op, a, np.array(3, dtype)))
+
+
+def test_integer_semantics_by_example():
+    """WebNN's integer div truncates toward zero; x / 0 is 0 (WebNN leaves it
+    undefined); sums wrap around (WebNN's int8 and uint8 vectors)."""
+    i32 = jitnn.tensor(np.int32([7, -7, 7, -7, 5, 0, -2**31, 9]))
+    got = jitnn.div(i32, jitnn.tensor(np.int32([2, 2, -2, -2, 0, 0, -1, 3]))).numpy()
+    np.testing.assert_array_equal(got, [3, -3, -3, 3, 0, 0, -2**31, 3])
+    np.testing.assert_array_equal(jitnn.div(jitnn.tensor(np.uint8([200, 7])), 3).numpy(),
+                                  [66, 2])
+    np.testing.assert_array_equal(
+        jitnn.sub(jitnn.tensor(np.uint8([1, 10, 100, 255])),
+                  jitnn.tensor(np.uint8([1, 8, 88, 254]))).numpy(), [0, 2, 12, 1])
+    np.testing.assert_array_equal(jitnn.sub(jitnn.tensor(np.uint8([0])), 1).numpy(), [255])
+    np.testing.assert_array_equal(
+        jitnn.add(jitnn.tensor(np.int8([127, -52])), jitnn.tensor(np.int8([1, -76]))).numpy(),
+        [-128, -128])
+    np.testing.assert_array_equal(
+        jitnn.mul(jitnn.tensor(np.int64([2**62])), 4).numpy(), [0])
+
+
+def test_host_data_takes_the_tensor_s_type():
+    """With a tensor operand, host data converts to its type (integers must
+    be integers of its range); without one, integer arrays of one type keep
+    it and the rest is float32."""
+    i8 = jitnn.tensor(np.int8([1, 2, 3]))
+    assert jitnn.add(i8, [1, 2, 3]).dtype == np.int8
+    assert jitnn.add(i8, 2.0).numpy().tolist() == [3, 4, 5]
+    assert jitnn.maximum([1, 2, 3], i8).dtype == np.int8
+    with pytest.raises(jitnn.JitnnTypeError, match=r"add: b must hold integers of int8's range"):
+        jitnn.add(i8, 300)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"sub: b must hold integers of int8's range"):
+        jitnn.sub(i8, [0.5, 1, 2])
+    f32 = jitnn.tensor(np.float32([1, 2, 3]))
+    assert jitnn.add(f32, np.int64([1, 2, 3])).dtype == np.float32
+    assert jitnn.add(np.int32([1, 2]), np.int32([3, 4])).dtype == np.int32
+    assert jitnn.add(np.int32([1, 2]), 1).dtype == np.int32
+    assert jitnn.add(np.int32([1, 2]), 0.5).dtype == np.float32
+    assert jitnn.add(np.int32([1, 2]), np.int64([3, 4])).dtype == np.float32
+    assert jitnn.add(2, 3).dtype == np.float32
+
+
+def test_mixed_types_are_refused_at_the_call():
+    ctx = jitnn.Context()
+    f32 = ctx.tensor(np.ones((2, 3), np.float32))
+    i32 = ctx.tensor(np.ones((2, 3), np.int32))
+    with assert_schedule(ctx, kernels=0, reorders=0):
+        for op in BINARY:
+            with pytest.raises(jitnn.JitnnTypeError, match=rf"{op}: a and b must have the same "
+                               r"dtype, got float32 and int32 \(convert one with jitnn.cast\)"):
+                getattr(jitnn, op)(f32, i32)
+        with pytest.raises(jitnn.JitnnValueError, match=r"add: the shapes do not broadcast .*"
+                           r"\(2, 3\), \(4,\)"):
+            jitnn.add(i32, ctx.tensor(np.ones(4, np.int32)))
+    b = jitnn.GraphBuilder(ctx)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"mul: a and b must have the same dtype"):
+        b.mul(b.input("a", (2,), dtype="int64"), b.input("b", (2,), dtype="int32"))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_integer_relu_and_clamp(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([info.min, -4, -2, 0, 1, 2, 4, info.max], dtype)
+    relu = jitnn.relu(jitnn.tensor(x))
+    assert relu.dtype == dtype
+    np.testing.assert_array_equal(relu.numpy(), np.maximum(x, 0))
+    clamped = jitnn.clamp(jitnn.tensor(x), min_value=-2.5, max_value=4.7)   # -2 .. 4
+    np.testing.assert_array_equal(clamped.numpy(), [-2, -2, -2, 0, 1, 2, 4, 4])
+    np.testing.assert_array_equal(clamped.numpy(), unary_reference(
+        "clamp", x, min_value=-2.5, max_value=4.7))
+    np.testing.assert_array_equal(jitnn.clamp(jitnn.tensor(x)).numpy(), x)  # -inf, inf
+
+
+def test_integer_clamp_bounds_exact_and_refused():
+    big = np.int64([2**53 + 1, 2**53 + 3, -5])
+    np.testing.assert_array_equal(jitnn.clamp(big, max_value=2**53 + 2).numpy(),
+                                  [2**53 + 1, 2**53 + 2, -5])                # an int taken exactly
+    np.testing.assert_array_equal(jitnn.clamp(np.uint8([255, 127, 5, 0]), 5, 200).numpy(),
+                                  [200, 127, 5, 5])
+    np.testing.assert_array_equal(jitnn.clamp(np.uint32([7, 0]), -3, 2**40).numpy(), [7, 0])
+    with pytest.raises(jitnn.JitnnValueError, match=r"clamp: no int32 value lies between"):
+        jitnn.clamp(np.int32([1, 2]), 2.2, 2.8)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"relu: x must have dtype float32, int8, "
+                       r"int32 or int64, got a uint8 tensor"):
+        jitnn.relu(jitnn.tensor(np.uint8([1])))
+
+
+@pytest.mark.parametrize("kind", ["plain", "nChw8c"])
+def test_clamp_nan_bound_is_no_bound(kind):
+    """IEEE's maxNum and minNum ignore a NaN operand; WebNN's vectors expect
+    a NaN bound to clamp nothing."""
+    x = _with_specials(random((2, 9, 3, 5), 30, scale=3.0))
+    t = make(x, kind)
+    assert_close(jitnn.clamp(t, float("nan"), 1.0).numpy(), unary_reference(
+        "clamp", x, max_value=1.0))
+    assert_close(jitnn.clamp(t, -1.0, float("nan")).numpy(), unary_reference(
+        "clamp", x, min_value=-1.0))
+    assert_close(jitnn.clamp(t, np.nan, np.nan).numpy(), x)
