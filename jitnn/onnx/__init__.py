@@ -26,16 +26,22 @@ from ..context import Context, default_context
 from ..errors import JitnnError, JitnnTypeError, JitnnValueError
 from ..graph import GraphBuilder
 from ..scheduler import explain
-from ._common import Const, Converter, UnsupportedError, onnx_dtype
-from ._convert import MULTI_OUTPUT, OPS
+from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, jitnn_dtype,
+                      onnx_dtype, refused_dtype)
+from . import _convert, _convert_math, _convert_resize
 from ._fold import FOLD, SHAPE_ONLY
 from ._validate import ordered_nodes
+
+#: ONNX op type -> handler(converter, inputs, attrs[, outputs]) for run-time tensors
+OPS = {**_convert.OPS, **_convert_math.OPS, **_convert_resize.OPS}
+#: the handlers that take the number of outputs the node asks for
+MULTI_OUTPUT = _convert.MULTI_OUTPUT | _convert_math.MULTI_OUTPUT
 
 #: the ONNX ops the frontend accepts (on run-time tensors, or folded when constant)
 SUPPORTED_OPS = tuple(sorted(set(OPS) | set(FOLD)))
 
-__all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError", "SUPPORTED_OPS",
-           "MIN_OPSET", "require_onnx"]
+__all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError",
+           "LoadTimeValueError", "SUPPORTED_OPS", "MIN_OPSET", "require_onnx"]
 
 #: the oldest default-domain opset the frontend accepts (opset 6 models load
 #: where their ops mean the same as in opset 7: the legacy ``broadcast``
@@ -140,7 +146,9 @@ class OnnxModel:
     """An ONNX model converted for one set of input shapes: the jitnn
     :class:`~jitnn.Graph` (``.graph``) and the ONNX facts around it.
 
-    ``inputs``: ``{name: shape}`` of the float32 run-time inputs (the graph's);
+    ``inputs``: ``{name: shape}`` of the run-time inputs (the graph's);
+    ``input_dtypes``: ``{name: numpy dtype}`` of those, as the ONNX model
+    types them (a bool input is a uint8 graph input; ``run`` takes bools);
     ``outputs``: the ONNX output names in order; ``constant_outputs``: outputs
     known at load time (folded, in their ONNX dtype); ``jitnn_ops``: how many
     jitnn ops the graph has; ``load_time_inputs``: the ONNX inputs whose values
@@ -149,8 +157,10 @@ class OnnxModel:
     """
 
     def __init__(self, ctx, graph, inputs, outputs, constant_outputs, output_dtypes,
-                 jitnn_ops: int, opset: int, load_time_inputs: Iterable[str] = ()):
+                 jitnn_ops: int, opset: int, load_time_inputs: Iterable[str] = (),
+                 input_dtypes: Mapping[str, np.dtype] | None = None):
         self.ctx = ctx
+        self.input_dtypes = dict(input_dtypes or {name: np.dtype(np.float32) for name in inputs})
         self.load_time_inputs = frozenset(load_time_inputs)
         self.graph = graph
         self.inputs = inputs
@@ -169,8 +179,35 @@ class OnnxModel:
         outputs are left out: see ``constant_outputs``)."""
         if self.graph is None:
             return {}
-        feed = {name: inputs[name] for name in self.graph.inputs}
+        feed = {name: self._input_value(name, inputs[name]) for name in self.graph.inputs}
         return self.ctx.dispatch(self.graph, feed)
+
+    def _input_value(self, name: str, value):
+        """``value`` for the graph input ``name``: float32 inputs take float32
+        arrays (or Tensors); integer and bool inputs take integer or bool
+        data (bools become uint8 0/1), never floating-point data."""
+        dtype = self.input_dtypes.get(name, np.dtype(np.float32))
+        if dtype == np.float32:
+            if isinstance(value, np.ndarray) and value.dtype != np.float32:
+                raise JitnnTypeError(f"onnx: input {name!r} has dtype {value.dtype}, expected "
+                                     "float32")
+            return value
+        if hasattr(value, "_materialize"):      # a jitnn Tensor: the graph checks its type
+            return value
+        array = np.asarray(value)
+        if array.dtype.kind not in "iub":
+            raise JitnnTypeError(f"onnx: input {name!r} is {dtype}, got {array.dtype} data "
+                                 f"(give {'bools' if dtype == np.bool_ else 'integers'})")
+        if dtype == np.bool_:
+            return (array != 0).astype(np.uint8)
+        target = jitnn_dtype(dtype)
+        if array.dtype != target:
+            info = np.iinfo(target)
+            if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
+                raise JitnnValueError(f"onnx: input {name!r} ({dtype}) has values outside "
+                                      f"{target}'s range, which holds it")
+            array = array.astype(target)
+        return array
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """``{output name: numpy array}``, in the ONNX outputs' order and dtypes."""
@@ -188,14 +225,7 @@ class OnnxModel:
                 f"{', '.join(map(repr, unknown))} (the model's inputs: {sorted(self.inputs)}"
                 + (f"; fixed when the model was prepared: {folded}, prepare it again to change "
                    "them" if folded else "") + ")")
-        feed = {}
-        for name in self.inputs:
-            value = inputs[name]
-            if isinstance(value, np.ndarray) and value.dtype != np.float32:
-                raise JitnnTypeError(f"onnx: input {name!r} has dtype {value.dtype}, expected "
-                                     "float32")
-            feed[name] = value
-        pending = self.dispatch(feed)
+        pending = self.dispatch({name: inputs[name] for name in self.inputs})
         names = list(pending)
         arrays = dict(zip(names, self.ctx.read_all([pending[n] for n in names])))
         result = {}
@@ -205,8 +235,9 @@ class OnnxModel:
             else:
                 dtype = self.output_dtypes.get(name)
                 array = arrays[name]
-                result[name] = array if dtype is None or dtype == array.dtype \
-                    else array.astype(dtype)
+                if dtype is not None and dtype != array.dtype:
+                    array = array != 0 if dtype == np.bool_ else array.astype(dtype)
+                result[name] = array
         return result
 
 
@@ -229,8 +260,9 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
     ``input_shapes``: ``{name: shape}`` for inputs whose declared shape has
     symbolic or unknown dimensions (those default to ``batch`` for the first
     dimension and 1 for the others);
-    ``constants``: ``{name: array}`` values for non-float inputs (integer index
-    or shape tensors), which are folded at load time like initializers.
+    ``constants``: ``{name: array}`` values of inputs to fold at load time
+    like initializers (shape tensors, pads, scales: what jitnn needs at load
+    time); the other integer and bool inputs are run-time graph inputs.
     ``input_shapes`` may override static dims too (a batch-1 export run at
     batch 8); :func:`run`, which takes the shapes from its arrays, refuses
     that. Raises :class:`UnsupportedError` naming the op, the node and its
@@ -274,6 +306,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     input_shapes = dict(input_shapes or {})
     constants = dict(constants or {})
     run_inputs: dict[str, tuple[int, ...]] = {}
+    input_dtypes: dict[str, np.dtype] = {}
     for info in graph.input:
         name = info.name
         if name in values and name not in input_shapes and name not in constants:
@@ -281,21 +314,24 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         if name in constants:
             values[name] = Const(np.asarray(constants[name]), name)
             continue
-        dtype = onnx_dtype(_elem_type(info))
-        if dtype != np.float32:
-            kind = "integer or bool" if dtype.kind in "iub" else str(dtype)
-            raise UnsupportedError(
-                f"onnx: input {name!r} is {dtype}: jitnn computes in float32"
-                + ("; give its value at load time: prepare(model, constants={"
-                   f"{name!r}: array}})" if dtype.kind in "iub" else
-                   f" (a {kind} model must be converted to float32 first)"))
+        code = _elem_type(info)
+        if not code:
+            raise UnsupportedError(f"onnx: input {name!r} is not a tensor (sequence, optional "
+                                   "and map inputs are not supported) or has no data type")
+        dtype = onnx_dtype(code)
+        held = jitnn_dtype(dtype)
+        if held is None:
+            raise UnsupportedError(f"onnx: input {name!r} is {refused_dtype(dtype)}")
         if name in input_shapes:
             shape = input_shapes[name]      # builder.input checks it: ints, not int(2.7)
         else:
             shape = tuple(d if isinstance(d, int) and d > 0 else (batch if i == 0 else 1)
                           for i, d in enumerate(_declared_shape(info) or []))
-        values[name] = builder.input(name, shape)
+        values[name] = builder.input(name, shape, dtype=held)
+        if dtype == np.bool_:
+            cv.mark_bool(values[name])
         run_inputs[name] = values[name].shape
+        input_dtypes[name] = dtype
 
     for index in order:
         node = graph.node[index]
@@ -307,6 +343,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         attrs = _Attributes(cv, {a.name: _attribute(onnx, a) for a in node.attribute})
         # every name is defined: ordered_nodes checked, and ordered the writers first
         inputs = [values[name] if name else None for name in node.input]
+        cv.inputs, cv.input_names = inputs, list(node.input)
         present = [v for v in inputs if v is not None]
         outputs_wanted = len([o for o in node.output])
         op_type = node.op_type
@@ -329,9 +366,11 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
             else:
                 results = handler(cv, inputs, attrs)
         elif op_type in FOLD:
-            raise cv.unsupported(
-                f"jitnn folds {op_type} only when its inputs are known at load time, but "
-                "an input is a run-time tensor")
+            raise LoadTimeValueError(
+                f"onnx: {cv.where()}: jitnn folds {op_type} only when its inputs are known at "
+                "load time, but an input is a run-time tensor",
+                tuple(name for name, v in zip(node.input, inputs) if v is not None
+                      and not isinstance(v, Const)))
         else:
             raise cv.unsupported(f"the op {op_type} is not supported by jitnn (the "
                                  "supported ops: jitnn.onnx.SUPPORTED_OPS, docs/onnx.md)")
@@ -354,16 +393,50 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
             constant_outputs[info.name] = value.array
             continue
         code = _elem_type(info)
-        dtype = onnx_dtype(code) if code else np.dtype(np.float32)
-        if dtype != np.float32:
-            raise UnsupportedError(f"onnx: output {info.name!r} is {dtype}: jitnn computes "
-                                   "in float32")
+        dtype = onnx_dtype(code) if code else cv.onnx_type(value)
+        held = jitnn_dtype(dtype)
+        if held is None:
+            raise UnsupportedError(f"onnx: output {info.name!r} is {refused_dtype(dtype)}")
+        if held != value.dtype:
+            # a value of another type than the model declares: cast it in the graph
+            cv.node = None
+            if dtype == np.bool_:
+                value = cv.op("not_equal", value, np.zeros((), value.dtype))
+            else:
+                value = cv.op("cast", value, held)
         output_dtypes[info.name] = dtype
         outputs[info.name] = value
     jitnn_graph = builder.build(outputs) if outputs else None
     return OnnxModel(ctx, jitnn_graph, run_inputs, [o.name for o in graph.output],
                      constant_outputs, output_dtypes, cv.jitnn_ops, opset,
-                     load_time_inputs=input_names - set(run_inputs))
+                     load_time_inputs=input_names - set(run_inputs), input_dtypes=input_dtypes)
+
+
+def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.ndarray]
+                        ) -> tuple[OnnxModel, frozenset]:
+    """:func:`prepare` for these input arrays (``run``, the backend): every input
+    runs at run time, except those that the conversion needs at load time (a
+    shape, the pads, Resize's scales...), which it names, and which are then
+    folded as ``constants`` with the values given. Returns the model and the
+    names folded (the values the conversion depends on)."""
+    folded: set[str] = set()
+    while True:
+        try:
+            converted = _prepare(
+                model, source, ctx,
+                input_shapes={n: np.shape(a) for n, a in feed.items() if n not in folded},
+                constants={n: np.asarray(a) for n, a in feed.items() if n in folded}, batch=1)
+            return converted, frozenset(folded)
+        except LoadTimeValueError as error:
+            wanted = set(error.names) & set(feed)
+            if not wanted <= folded and wanted:
+                folded |= wanted
+                continue
+            # a value computed from an input: fold the integer inputs (shape data)
+            integers = {n for n, a in feed.items() if np.asarray(a).dtype.kind in "iub"}
+            if integers <= folded:
+                raise
+            folded |= integers
 
 
 def _attribute(onnx, attribute):
@@ -393,8 +466,9 @@ def load(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = No
 
 def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndarray]:
     """Run a model once on ``inputs`` ({name: array}): ``{output name: numpy
-    array}``. Float inputs must be float32; integer/bool inputs are taken as
-    load-time constants (index or shape tensors). A name that is not an input
+    array}``. Float inputs must be float32; integer/bool inputs run at run
+    time, unless the conversion needs their values at load time (shape
+    tensors, pads...: they are folded then). A name that is not an input
     of the model, or an array whose shape contradicts a static dim the model
     declares, raises a :class:`~jitnn.JitnnError`."""
     if not isinstance(inputs, Mapping):
@@ -402,16 +476,8 @@ def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndar
                              f"{type(inputs).__name__}")
     proto, source = _model_proto(path_or_model)
     _check_inputs(proto.graph, inputs)
-    shapes, constants, feed = {}, {}, {}
-    for name, value in inputs.items():
-        array = np.asarray(value)
-        if array.dtype.kind in "iub":
-            constants[name] = array
-        else:
-            shapes[name] = array.shape
-            feed[name] = value
-    model = _prepare(proto, source, ctx, input_shapes=shapes, constants=constants, batch=1)
-    return model.run(feed)
+    model, folded = _prepare_for_values(proto, source, ctx, inputs)
+    return model.run({name: value for name, value in inputs.items() if name not in folded})
 
 
 def explain_model(path_or_model, *, batch: int = 1, threads: int | None = None,
@@ -427,6 +493,8 @@ def explain_model(path_or_model, *, batch: int = 1, threads: int | None = None,
     model = prepare(path_or_model, ctx, batch=batch)
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shape).astype(np.float32)
+              if model.input_dtypes[name] == np.float32 else
+              np.zeros(shape, model.input_dtypes[name])          # integers: valid indices
               for name, shape in model.inputs.items()}
     seconds = []
     for _ in range(max(1, runs)):

@@ -19,6 +19,43 @@ class UnsupportedError(JitnnValueError):
     """An ONNX model (an op, an attribute value, a data type) that jitnn cannot run."""
 
 
+class LoadTimeValueError(UnsupportedError):
+    """A value that jitnn needs at load time (a shape, the pads, the scales, ...)
+    is computed at run time. ``names``: the node inputs that carry it, so that
+    a caller that has their values (``jitnn.onnx.run``, the backend) can give
+    them as ``constants=`` and convert again."""
+
+    def __init__(self, message: str, names: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.names = names
+
+
+#: ONNX integer types jitnn does not keep, and the jitnn type that holds their values
+_WIDENED = {np.dtype(np.bool_): np.dtype(np.uint8), np.dtype(np.int16): np.dtype(np.int32),
+            np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}
+_JITNN_TYPES = tuple(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.uint32, np.int8,
+                                           np.uint8))
+
+
+def jitnn_dtype(dtype) -> np.dtype | None:
+    """The jitnn data type that holds the values of numpy ``dtype`` (bool as
+    uint8 0/1; int16, uint16 as int32; uint64 as int64), or None for a type
+    jitnn has no place for (float16, float64, bfloat16, strings, ...)."""
+    dtype = np.dtype(dtype)
+    if dtype in _JITNN_TYPES:
+        return dtype
+    return _WIDENED.get(dtype)
+
+
+def refused_dtype(dtype) -> str:
+    """Why a tensor of ``dtype`` cannot be a jitnn value (for an error)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" or "float" in str(dtype):
+        return (f"{dtype}: jitnn computes in float32 and does not round silently (convert "
+                "the model to float32)")
+    return f"{dtype}: not a jitnn data type (float32, int32, int64, uint32, int8, uint8, bool)"
+
+
 class Const:
     """A value known at load time (numpy array, ONNX dtype kept)."""
     __slots__ = ("array", "name")
@@ -49,6 +86,9 @@ class Converter:
         self._operands: dict[int, Operand] = {}   # id(Const) -> its builder constant
         self._keep: list[Const] = []              # keep the Consts alive (id keys)
         self.jitnn_ops = 0                        # ops added to the builder
+        self.inputs: list = []                    # the node's input values (need_const)
+        self.input_names: list[str] = []          # ... and their ONNX names
+        self._bools: dict[int, Operand] = {}      # uint8 operands that are ONNX bools
 
     # --- errors ------------------------------------------------------------------
 
@@ -68,26 +108,53 @@ class Converter:
 
     # --- values ------------------------------------------------------------------
 
-    def operand(self, value) -> Operand:
-        """``value`` as a builder operand (a constant is added once)."""
+    def operand(self, value, dtype=None) -> Operand:
+        """``value`` as a builder operand (a constant is added once per type):
+        a constant keeps its type (bool as uint8, int16 as int32, ...), or is
+        converted to ``dtype`` (float32 for the operands of float ops)."""
         if isinstance(value, Operand):
             return value
         if not isinstance(value, Const):
             raise self.unsupported(f"expected a tensor, got {value!r}")
-        cached = self._operands.get(id(value))
+        array = value.array
+        own = jitnn_dtype(array.dtype)
+        if own is None:
+            raise self.unsupported(f"tensor {value.name or '(constant)'!r} is "
+                                   + refused_dtype(array.dtype))
+        target = own if dtype is None else np.dtype(dtype)
+        key = (id(value), target.str)
+        cached = self._operands.get(key)
         if cached is not None:
             return cached
-        array = value.array
-        if array.dtype.kind == "f" and array.dtype != np.float32:
-            raise self.unsupported(
-                f"tensor {value.name or '(constant)'!r} is {array.dtype}; jitnn computes in "
-                "float32 (convert the model to float32)")
-        if array.dtype.kind not in "fiub":
-            raise self.unsupported(f"tensor {value.name!r} has dtype {array.dtype}")
-        operand = self.b.constant(array.astype(np.float32))
-        self._operands[id(value)] = operand
+        if array.dtype == np.bool_ and target == np.uint8:
+            operand = self.b.constant(array.astype(np.uint8))
+            self._bools[id(operand)] = operand
+        else:
+            operand = self.b.constant(array.astype(target))
+        self._operands[key] = operand
         self._keep.append(value)
         return operand
+
+    def float_operand(self, value) -> Operand:
+        """``value`` as an operand of a float32 op (a constant converted to float32)."""
+        return self.operand(value, np.float32)
+
+    def mark_bool(self, operand: Operand) -> Operand:
+        """Record that uint8 ``operand`` holds an ONNX bool (for CastLike and outputs)."""
+        self._bools[id(operand)] = operand
+        return operand
+
+    def is_bool(self, value) -> bool:
+        if isinstance(value, Const):
+            return value.array.dtype == np.bool_
+        return id(value) in self._bools
+
+    def onnx_type(self, value) -> np.dtype:
+        """The ONNX (numpy) type of a value: a constant's own, an operand's
+        jitnn type (bool for the uint8 operands that hold ONNX bools)."""
+        if isinstance(value, Const):
+            return value.array.dtype
+        return np.dtype(np.bool_) if self.is_bool(value) else np.dtype(value.dtype)
 
     def op(self, name: str, *args, **kwargs) -> Operand:
         """Add jitnn op ``name`` to the builder (a jitnn error names the ONNX node)."""
@@ -99,12 +166,14 @@ class Converter:
         except (JitnnValueError, JitnnTypeError) as error:
             raise UnsupportedError(f"onnx: {self.where()}: {error}") from None
 
-    def scalar_or_operand(self, value, other_rank: int):
-        """A size-1 constant as a Python float (a kernel scalar), else an operand."""
+    def scalar_or_operand(self, value, other_rank: int, dtype=np.float32):
+        """For a float32 op, a size-1 constant as a Python float (a kernel
+        scalar); else ``value`` as an operand of ``dtype`` (None: its own)."""
         if isinstance(value, Const) and value.array.size == 1 and value.array.ndim <= other_rank \
-                and value.array.dtype.kind in "fiub":
+                and value.array.dtype.kind in "fiub" and dtype is not None \
+                and np.dtype(dtype) == np.float32:
             return float(value.array.reshape(-1)[0])
-        return self.operand(value)
+        return self.operand(value, dtype)
 
 
 def node_label(node, index: int) -> str:
@@ -132,8 +201,12 @@ def ints(value) -> list[int]:
 
 def need_const(cv: Converter, value, what: str) -> Const:
     if not isinstance(value, Const):
-        raise cv.unsupported(f"{what} must be known when the model is loaded (a constant or "
-                             "computed from shapes), but it is computed at run time")
+        names = tuple(name for v, name in zip(cv.inputs, cv.input_names) if v is value)
+        raise LoadTimeValueError(
+            f"onnx: {cv.where()}: {what} must be known when the model is loaded (a constant "
+            "or computed from shapes), but it is computed at run time"
+            + (f" (give {names[0]!r} with prepare(..., constants=...) if it is a graph "
+               "input)" if names else ""), names)
     return value
 
 

@@ -3,7 +3,8 @@
 Every ONNX value is, while converting, either a :class:`Const` (a numpy array
 in its ONNX dtype, known at load time: initializers, ``Constant`` nodes, the
 shapes of tensors, and everything computed from those alone) or a builder
-:class:`~jitnn.graph.Operand` (a float32 value computed when the graph runs).
+:class:`~jitnn.graph.Operand` (a value computed when the graph runs: float32,
+or an integer type; an ONNX bool is a uint8 0/1).
 A node whose inputs are all constants is folded with numpy (the ``FOLD``
 table: this is how the shape arithmetic that exporters emit around
 ``Reshape``, ``Shape -> Gather -> Unsqueeze -> Concat`` and friends,
@@ -12,7 +13,12 @@ Shapes are static in a built graph, so ``Shape`` of an operand is a constant.
 
 A constant becomes a builder constant (``b.constant``) the first time an op
 needs it as a tensor, once per ONNX name: every dispatch of the graph then
-reuses it, and a filter is packed once.
+reuses it, and a filter is packed once. A constant keeps its integer type
+where the op consumes integers (indices, conditions, integer arithmetic) and
+becomes float32 where the op computes in float32.
+
+The handlers of the math, logic, reduction, normalization and indexing ops
+are in jitnn/onnx/_convert_math.py, Resize in jitnn/onnx/_convert_resize.py.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from typing import Callable
 import numpy as np
 
 from ..graph import Operand
-from ._common import (Const, Converter, ints, need_const,
-                      onnx_dtype, rank_of, reshape_target, shape_of, slice_index,
+from ._common import (Const, Converter, ints, jitnn_dtype, need_const, onnx_dtype, rank_of,
+                      refused_dtype, reshape_target, shape_of, slice_index,
                       spatial_rank_check, split_sizes, squeeze_shape, unsqueeze_shape)
 from ._validate import check_kernel_shape
 
@@ -208,31 +214,26 @@ def op_leaky_relu(cv: Converter, inputs, attrs):
 
 
 def op_hard_sigmoid(cv: Converter, inputs, attrs):
-    """``max(0, min(1, alpha * x + beta))`` = clamp(x * alpha + beta, 0, 1)."""
-    x = cv.op("mul", cv.operand(inputs[0]), float(attrs.get("alpha", 0.2)))
-    x = cv.op("add", x, float(attrs.get("beta", 0.5)))
-    return [cv.op("clamp", x, 0.0, 1.0)]
-
-
-def op_neg(cv: Converter, inputs, attrs):
-    return [cv.op("mul", cv.operand(inputs[0]), -1.0)]
+    """``max(0, min(1, alpha * x + beta))``: jitnn's hard_sigmoid."""
+    return [cv.op("hard_sigmoid", cv.float_operand(inputs[0]),
+                  alpha=float(attrs.get("alpha", 0.2)), beta=float(attrs.get("beta", 0.5)))]
 
 
 def op_prelu(cv: Converter, inputs, attrs):
-    """``x if x >= 0 else slope * x`` = relu(x) + slope * min(x, 0) (exact)."""
+    """``x if x >= 0 else slope * x``: jitnn's prelu (float32 and signed integers)."""
     x, slope = inputs
     xo = cv.operand(x)
-    slope_v = slope
     if isinstance(slope, Const) and cv.opset < 7 and slope.array.ndim == 1 \
             and rank_of(x) > 2 and slope.array.size == shape_of(x)[1]:
         # opset 6 PRelu: a (C,) slope runs along the channels
-        slope_v = Const(slope.array.reshape((-1,) + (1,) * (rank_of(x) - 2)), slope.name)
-    negative = cv.op("mul", cv.op("minimum", xo, 0.0), cv.scalar_or_operand(slope_v, rank_of(x)))
-    return [cv.op("add", cv.op("relu", xo), negative)]
+        slope = Const(slope.array.reshape((-1,) + (1,) * (rank_of(x) - 2)), slope.name)
+    return [cv.op("prelu", xo, cv.operand(slope, xo.dtype))]
 
 
 def op_clip(cv: Converter, inputs, attrs):
     x = cv.operand(inputs[0])
+    if x.dtype != np.float32:
+        return [op_clip_integer(cv, x, inputs, attrs)]
     if cv.opset < 11:
         lo = float(attrs.get("min", -np.inf))
         hi = float(attrs.get("max", np.inf))
@@ -258,6 +259,27 @@ def op_clip(cv: Converter, inputs, attrs):
     if not (isinstance(hi, float) and hi == np.inf):
         y = cv.op("minimum", y, hi)
     return [y]
+
+
+def op_clip_integer(cv: Converter, x, inputs, attrs):
+    """Clip of an integer tensor: constant bounds (exact integers) as one
+    clamp, run-time ones as maximum / minimum; min > max gives max (ONNX)."""
+    bounds = []
+    for i in (1, 2):
+        v = inputs[i] if len(inputs) > i else None
+        bounds.append(v if v is None or not isinstance(v, Const)
+                      else int(v.array.reshape(-1)[0]))
+    lo, hi = bounds
+    if not isinstance(lo, Operand) and not isinstance(hi, Operand):
+        if lo is not None and hi is not None and lo > hi:
+            lo = hi
+        return cv.op("clamp", x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    y = x
+    if lo is not None:
+        y = cv.op("maximum", y, cv.operand(lo, x.dtype) if isinstance(lo, Operand) else lo)
+    if hi is not None:
+        y = cv.op("minimum", y, cv.operand(hi, x.dtype) if isinstance(hi, Operand) else hi)
+    return y
 
 
 def _legacy_broadcast(cv: Converter, a, b, attrs):
@@ -288,12 +310,30 @@ def _commuted(name: str, a, b):
     return a, b
 
 
+def run_time_dtype(cv: Converter, *values) -> np.dtype:
+    """The type in which an op on ``values`` computes: the run-time operands'
+    (ONNX gives all of them one type), float32 if there is none."""
+    for v in values:
+        if isinstance(v, Operand):
+            return np.dtype(v.dtype)
+    for v in values:
+        if isinstance(v, Const):
+            held = jitnn_dtype(v.array.dtype)
+            if held is None:
+                raise cv.unsupported(f"tensor {v.name or '(constant)'!r} is "
+                                     + refused_dtype(v.array.dtype))
+            return held
+    return np.dtype(np.float32)
+
+
 def _binary(name: str) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         a, b = inputs
         b = _legacy_broadcast(cv, a, b, attrs)
         out_rank = max(rank_of(a), rank_of(b))
-        a, b = _commuted(name, cv.scalar_or_operand(a, out_rank), cv.scalar_or_operand(b, out_rank))
+        dtype = run_time_dtype(cv, a, b)
+        a, b = _commuted(name, cv.scalar_or_operand(a, out_rank, dtype),
+                         cv.scalar_or_operand(b, out_rank, dtype))
         return [cv.op(name, a, b)]
     return handler
 
@@ -302,9 +342,10 @@ def _variadic(name: str, mean: bool = False) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         items = [v for v in inputs if v is not None]
         rank = max(rank_of(v) for v in items)
-        operands = [cv.scalar_or_operand(v, rank) for v in items]
+        dtype = run_time_dtype(cv, *items)
+        operands = [cv.scalar_or_operand(v, rank, dtype) for v in items]
         if not isinstance(operands[0], Operand):
-            operands[0] = cv.operand(items[0])
+            operands[0] = cv.operand(items[0], dtype)
         if len(operands) == 1:          # the max/min/sum/mean of one tensor is the tensor
             return [operands[0]]
         y = operands[0]
@@ -346,12 +387,18 @@ def _pool_geometry(cv: Converter, x, attrs, kernel):
 
 
 def op_max_pool(cv: Converter, inputs, attrs, outputs=1):
+    """MaxPool; an int8 / uint8 input pools in float32 (exact) and is cast back."""
     if outputs > 1:
         raise cv.unsupported("the Indices output of MaxPool")
     x = inputs[0]
     kernel = list(attrs["kernel_shape"])
     rank, options = _pool_geometry(cv, x, attrs, kernel)
-    return [from_2d(cv, cv.op("max_pool2d", to_2d(cv, x, rank), **options), rank)]
+    dtype = cv.operand(x).dtype
+    small = dtype in (np.int8, np.uint8)
+    if small:
+        x = cv.op("cast", cv.operand(x), np.float32)
+    y = from_2d(cv, cv.op("max_pool2d", to_2d(cv, x, rank), **options), rank)
+    return [cv.op("cast", y, dtype) if small else y]
 
 
 def op_average_pool(cv: Converter, inputs, attrs):
@@ -475,18 +522,42 @@ def op_squeeze(cv: Converter, inputs, attrs):
     return [cv.op("reshape", cv.operand(x), squeeze_shape(cv, x, inputs, attrs))]
 
 
+def cast_to(cv: Converter, x, to: np.dtype) -> Operand:
+    """Run-time ``x`` as ONNX type ``to``: jitnn's cast, a bool as ``x != 0``
+    (uint8 0/1; NaN is true, as ONNX's)."""
+    xo = cv.operand(x)
+    if to == np.bool_:
+        if cv.is_bool(xo):
+            return xo
+        return cv.mark_bool(cv.op("not_equal", xo, cv.operand(Const(np.zeros((), xo.dtype)))))
+    held = jitnn_dtype(to)
+    if held is None:
+        raise cv.unsupported(f"Cast of a run-time tensor to {refused_dtype(to)}")
+    if held == xo.dtype:
+        return xo
+    return cv.op("cast", xo, held)
+
+
 def op_cast(cv: Converter, inputs, attrs):
-    to = onnx_dtype(int(attrs["to"]))
-    if to != np.float32:
-        raise cv.unsupported(f"Cast of a run-time tensor to {to} (jitnn computes in float32)")
-    return [inputs[0]]
+    return [cast_to(cv, inputs[0], onnx_dtype(int(attrs["to"])))]
+
+
+def op_cast_like(cv: Converter, inputs, attrs):
+    return [cast_to(cv, inputs[0], cv.onnx_type(inputs[1]))]
+
+
+def indices_of(cv: Converter, indices):
+    """Indices for jitnn's gathers and scatters: a constant as a host int64
+    array (checked when the op is added), a run-time tensor as it is
+    (int32/int64; its values are clamped into range when the op runs)."""
+    if isinstance(indices, Const):
+        return indices.array.astype(np.int64)
+    return cv.operand(indices)
 
 
 def op_gather(cv: Converter, inputs, attrs):
     x, indices = inputs
-    indices = need_const(cv, indices, "the indices")
-    return [cv.op("gather", cv.operand(x), indices.array.astype(np.int64),
-                  int(attrs.get("axis", 0)))]
+    return [cv.op("gather", cv.operand(x), indices_of(cv, indices), int(attrs.get("axis", 0)))]
 
 
 def op_slice(cv: Converter, inputs, attrs):
@@ -515,6 +586,8 @@ def op_split(cv: Converter, inputs, attrs, outputs=1):
     x = inputs[0]
     axis = int(attrs.get("axis", 0)) % rank_of(x)
     sizes = split_sizes(cv, x, inputs, attrs, outputs, axis)
+    if len(sizes) > 1 and all(size >= 1 for size in sizes) and sum(sizes) == shape_of(x)[axis]:
+        return list(cv.op("split", cv.operand(x), sizes, axis))
     results, start = [], 0
     rank = rank_of(x)
     for size in sizes:
@@ -527,15 +600,9 @@ def op_split(cv: Converter, inputs, attrs, outputs=1):
     return results
 
 
-def op_abs(cv: Converter, inputs, attrs):
-    """``|x|`` = max(x, -x) (exact)."""
-    x = cv.operand(inputs[0])
-    return [cv.op("maximum", x, cv.op("mul", x, -1.0))]
-
-
 def op_pad(cv: Converter, inputs, attrs):
-    """Constant padding as a concat with constant blocks; reflect / edge / wrap
-    as a gather of the source rows (both exact); negative pads as a slice."""
+    """jitnn's pad for constant, edge and reflect padding; wrap as a gather of
+    the source rows (exact); negative pads as a slice first."""
     x = inputs[0]
     rank = rank_of(x)
     if cv.opset < 11:
@@ -546,53 +613,52 @@ def op_pad(cv: Converter, inputs, attrs):
         pads = ints(need_const(cv, inputs[1], "the pads"))
         value_in = inputs[2] if len(inputs) > 2 else None
         value = 0.0 if value_in is None else \
-            float(need_const(cv, value_in, "the constant value").array.reshape(-1)[0])
+            need_const(cv, value_in, "the constant value").array.reshape(-1)[0].item()
         axes = ints(need_const(cv, inputs[3], "the axes")) if len(inputs) > 3 and \
             inputs[3] is not None else list(range(rank))
     mode = attrs.get("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise cv.unsupported(f"mode {mode!r}")
-    count = len(axes)
+    if len(pads) != 2 * len(axes):
+        raise cv.invalid(f"pads {pads} must have 2 entries per padded axis ({len(axes)} axes)")
     y = cv.operand(x)
+    begin, end = [0] * rank, [0] * rank
     for k, axis in enumerate(axes):
-        axis %= rank
-        begin, end = pads[k], pads[k + count]
-        if begin < 0 or end < 0:
-            size = y.shape[axis]
-            starts = [0] * rank
-            lengths = list(y.shape)
-            starts[axis] = max(0, -begin)
-            lengths[axis] = size - max(0, -begin) - max(0, -end)
-            y = cv.op("slice", y, starts, lengths)
-            begin, end = max(0, begin), max(0, end)
-        if begin == 0 and end == 0:
-            continue
-        if mode == "constant":
-            parts = []
-            for amount in (begin, None, end):
-                if amount is None:
-                    parts.append(y)
-                elif amount:
-                    shape = list(y.shape)
-                    shape[axis] = amount
-                    parts.append(cv.operand(Const(np.full(shape, value, np.float32))))
-            y = cv.op("concat", parts, axis)
-        else:
-            index = np.pad(np.arange(y.shape[axis]), (begin, end), mode=mode)
-            y = cv.op("gather", y, index.astype(np.int64), axis)
-    return [y]
+        begin[axis % rank], end[axis % rank] = pads[k], pads[k + len(axes)]
+    if any(p < 0 for p in begin + end):
+        starts = [max(0, -b) for b in begin]
+        lengths = [size - max(0, -b) - max(0, -e) for size, b, e in zip(y.shape, begin, end)]
+        y = cv.op("slice", y, starts, lengths)
+        begin, end = [max(0, b) for b in begin], [max(0, e) for e in end]
+    if not any(begin + end):
+        return [y]
+    if mode == "wrap":
+        for axis in range(rank):
+            if begin[axis] or end[axis]:
+                index = np.pad(np.arange(y.shape[axis]), (begin[axis], end[axis]), mode="wrap")
+                y = cv.op("gather", y, index.astype(np.int64), axis)
+        return [y]
+    if y.dtype != np.float32:
+        value = int(value)
+    return [cv.op("pad", y, begin, end, mode="reflection" if mode == "reflect" else mode,
+                  value=value)]
 
 
 def op_tile(cv: Converter, inputs, attrs):
-    """Tile as a gather of repeated rows per axis (exact)."""
-    x = inputs[0]
     repeats = ints(need_const(cv, inputs[1], "the repeats"))
-    y = cv.operand(x)
-    for axis, times in enumerate(repeats):
-        if times != 1:
-            index = np.tile(np.arange(y.shape[axis]), times)
-            y = cv.op("gather", y, index.astype(np.int64), axis)
-    return [y]
+    return [cv.op("tile", cv.operand(inputs[0]), repeats)]
+
+
+def op_expand(cv: Converter, inputs, attrs):
+    shape = ints(need_const(cv, inputs[1], "the shape"))
+    x = cv.operand(inputs[0])
+    try:
+        target = tuple(int(d) for d in np.broadcast_shapes(x.shape, tuple(shape)))
+    except ValueError:
+        raise cv.invalid(f"shape {shape} does not broadcast with the input's {x.shape}") from None
+    if target == x.shape:
+        return [x]
+    return [cv.op("expand", x, shape)]
 
 
 #: ONNX op type -> handler(converter, inputs, attrs[, outputs]) for run-time tensors
@@ -600,7 +666,7 @@ OPS: dict[str, Callable] = {
     "Conv": op_conv, "ConvTranspose": op_conv_transpose, "Gemm": op_gemm, "MatMul": op_matmul,
     "Relu": _unary("relu"), "Sigmoid": _unary("sigmoid"), "Tanh": _unary("tanh"),
     "HardSwish": _unary("hard_swish"), "LeakyRelu": op_leaky_relu,
-    "HardSigmoid": op_hard_sigmoid, "Clip": op_clip, "Neg": op_neg, "PRelu": op_prelu,
+    "HardSigmoid": op_hard_sigmoid, "Clip": op_clip, "PRelu": op_prelu,
     "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"),
     "Sum": _variadic("add"), "Max": _variadic("maximum"), "Min": _variadic("minimum"),
     "Mean": _variadic("add", mean=True),
@@ -609,8 +675,9 @@ OPS: dict[str, Callable] = {
     "BatchNormalization": op_batch_normalization, "Concat": op_concat, "Flatten": op_flatten,
     "Reshape": op_reshape, "Transpose": op_transpose, "Softmax": op_softmax, "LRN": op_lrn,
     "Dropout": op_dropout, "Identity": op_identity, "Shape": op_shape, "Size": op_size,
-    "Unsqueeze": op_unsqueeze, "Squeeze": op_squeeze, "Cast": op_cast, "Gather": op_gather,
-    "Slice": op_slice, "Split": op_split, "Abs": op_abs, "Pad": op_pad, "Tile": op_tile,
+    "Unsqueeze": op_unsqueeze, "Squeeze": op_squeeze, "Cast": op_cast, "CastLike": op_cast_like,
+    "Gather": op_gather, "Slice": op_slice, "Split": op_split, "Pad": op_pad, "Tile": op_tile,
+    "Expand": op_expand,
 }
 
 

@@ -142,10 +142,132 @@ def _fold_reduce(function):
         x = arrays[0]
         axes = attrs.get("axes")
         if axes is None and len(arrays) > 1 and arrays[1] is not None:
-            axes = [int(a) for a in arrays[1]]
-        axes = tuple(axes) if axes else None
-        return [np.asarray(function(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1))))]
+            axes = [int(a) for a in arrays[1].reshape(-1)]
+        if not axes:
+            axes = () if attrs.get("noop_with_empty_axes", 0) else None
+        else:
+            axes = tuple(int(a) for a in axes)
+        result = function(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1)))
+        return [np.asarray(result).astype(x.dtype, copy=False)]
     return fold
+
+
+def _fold_arg(function):
+    def fold(cv, arrays, attrs, outputs):
+        if attrs.get("select_last_index", 0):
+            raise cv.unsupported("select_last_index=1 (jitnn gives the first index)")
+        axis = int(attrs.get("axis", 0))
+        result = function(arrays[0], axis=axis)
+        if attrs.get("keepdims", 1):
+            result = np.expand_dims(result, axis)
+        return [np.asarray(result, np.int64)]
+    return fold
+
+
+def _fold_pow(cv, arrays, attrs, outputs):
+    x, y = arrays
+    with np.errstate(all="ignore"):
+        return [np.power(x, y.astype(x.dtype) if x.dtype.kind == "f" else y).astype(x.dtype)]
+
+
+def _fold_mod(cv, arrays, attrs, outputs):
+    a, b = arrays
+    with np.errstate(all="ignore"):
+        return [(np.fmod if attrs.get("fmod", 0) else np.mod)(a, b).astype(a.dtype)]
+
+
+def _fold_is_inf(cv, arrays, attrs, outputs):
+    x = arrays[0]
+    positive, negative = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    return [np.isinf(x) & (((x > 0) & bool(positive)) | ((x < 0) & bool(negative)))]
+
+
+def _fold_erf(cv, arrays, attrs, outputs):
+    x = arrays[0]
+    return [np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)]
+
+
+def _fold_cum_sum(cv, arrays, attrs, outputs):
+    x, axis = arrays[0], int(arrays[1].reshape(-1)[0])
+    data = np.flip(x, axis) if attrs.get("reverse", 0) else x
+    out = np.cumsum(data, axis=axis, dtype=x.dtype)
+    if attrs.get("exclusive", 0):
+        out = np.roll(out, 1, axis=axis)
+        out[(slice(None),) * (axis % x.ndim) + (0,)] = 0
+    return [np.flip(out, axis) if attrs.get("reverse", 0) else out]
+
+
+def _fold_trilu(cv, arrays, attrs, outputs):
+    k = int(arrays[1].reshape(-1)[0]) if len(arrays) > 1 and arrays[1] is not None else 0
+    x = arrays[0]
+    return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]
+
+
+def _fold_gather_elements(cv, arrays, attrs, outputs):
+    x, index = arrays
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    index = np.where(index < 0, index + x.shape[axis], index)
+    return [np.take_along_axis(x, index.astype(np.int64), axis=axis)]
+
+
+def _fold_gather_nd(cv, arrays, attrs, outputs):
+    x, index = arrays
+    batch = int(attrs.get("batch_dims", 0))
+    lead = x.shape[:batch]
+    xs = x.reshape((-1,) + x.shape[batch:])
+    ids = index.reshape((xs.shape[0], -1, index.shape[-1])).astype(np.int64)
+    k = ids.shape[-1]
+    picked = [[xs[b][tuple(row)] for row in ids[b]] for b in range(xs.shape[0])]
+    return [np.array(picked, x.dtype).reshape(lead + index.shape[batch:-1] + x.shape[batch + k:])]
+
+
+def _fold_scatter_elements(cv, arrays, attrs, outputs):
+    if attrs.get("reduction", "none") != "none":
+        raise cv.unsupported(f"reduction={attrs['reduction']!r} (jitnn's scatters replace)")
+    x, index, updates = arrays
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    out = x.copy()
+    index = np.where(index < 0, index + x.shape[axis], index).astype(np.int64)
+    np.put_along_axis(out, index, updates, axis=axis)
+    return [out]
+
+
+def _fold_scatter_nd(cv, arrays, attrs, outputs):
+    if attrs.get("reduction", "none") != "none":
+        raise cv.unsupported(f"reduction={attrs['reduction']!r} (jitnn's scatters replace)")
+    x, index, updates = arrays
+    out = x.copy()
+    for row in np.ndindex(index.shape[:-1]):
+        out[tuple(index[row])] = updates[row]
+    return [out]
+
+
+def _fold_pad(cv, arrays, attrs, outputs):
+    x = arrays[0]
+    rank = x.ndim
+    if cv.opset < 11:
+        pads = list(attrs.get("pads", attrs.get("paddings", [0] * 2 * rank)))
+        value, axes = attrs.get("value", 0.0), list(range(rank))
+    else:
+        pads = [int(p) for p in arrays[1].reshape(-1)]
+        value = arrays[2].reshape(-1)[0] if len(arrays) > 2 and arrays[2] is not None \
+            and arrays[2].size else 0
+        axes = [int(a) % rank for a in arrays[3].reshape(-1)] if len(arrays) > 3 and \
+            arrays[3] is not None else list(range(rank))
+    widths = [[0, 0] for _ in range(rank)]
+    for k, axis in enumerate(axes):
+        widths[axis] = [pads[k], pads[k + len(axes)]]
+    index = tuple(slice(max(0, -b), x.shape[i] - max(0, -e)) for i, (b, e) in enumerate(widths))
+    x = x[index]
+    widths = [(max(0, b), max(0, e)) for b, e in widths]
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        return [np.pad(x, widths, constant_values=np.asarray(value).astype(x.dtype))]
+    return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _fold_cast_like(cv, arrays, attrs, outputs):
+    return [arrays[0].astype(arrays[1].dtype)]
 
 
 FOLD: dict[str, Callable] = {
@@ -164,9 +286,23 @@ FOLD: dict[str, Callable] = {
     "Sqrt": _fold_numpy(np.sqrt),
     "Equal": _fold_numpy(np.equal), "Less": _fold_numpy(np.less),
     "Greater": _fold_numpy(np.greater), "Not": _fold_numpy(np.logical_not),
+    "GreaterOrEqual": _fold_numpy(np.greater_equal), "LessOrEqual": _fold_numpy(np.less_equal),
     "And": _fold_numpy(np.logical_and), "Or": _fold_numpy(np.logical_or),
+    "Xor": _fold_numpy(np.logical_xor),
+    "Exp": _fold_numpy(np.exp), "Log": _fold_numpy(np.log), "Sin": _fold_numpy(np.sin),
+    "Cos": _fold_numpy(np.cos), "Tan": _fold_numpy(np.tan), "Erf": _fold_erf,
+    "Reciprocal": _fold_numpy(np.reciprocal), "Sign": _fold_numpy(np.sign),
+    "Round": _fold_numpy(np.round), "IsNaN": _fold_numpy(np.isnan), "IsInf": _fold_is_inf,
+    "Pow": _fold_pow, "Mod": _fold_mod, "CastLike": _fold_cast_like,
     "ReduceProd": _fold_reduce(np.prod), "ReduceSum": _fold_reduce(np.sum),
     "ReduceMax": _fold_reduce(np.max), "ReduceMin": _fold_reduce(np.min),
+    "ReduceMean": _fold_reduce(np.mean),
+    "ReduceL1": _fold_reduce(lambda x, **k: np.sum(np.abs(x), **k)),
+    "ReduceSumSquare": _fold_reduce(lambda x, **k: np.sum(np.square(x), **k)),
+    "ArgMax": _fold_arg(np.argmax), "ArgMin": _fold_arg(np.argmin),
+    "CumSum": _fold_cum_sum, "Trilu": _fold_trilu, "GatherElements": _fold_gather_elements,
+    "GatherND": _fold_gather_nd, "ScatterElements": _fold_scatter_elements,
+    "ScatterND": _fold_scatter_nd, "Pad": _fold_pad,
 }
 
 

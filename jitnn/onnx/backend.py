@@ -5,8 +5,10 @@ so that ONNX's backend test runner (``onnx.backend.test.BackendTest``) can drive
 ``run(inputs)`` converts the model for the shapes of the inputs it gets (a
 jitnn graph is built for fixed shapes; one conversion per distinct set of
 shapes, cached) and returns the outputs in the model's order. Float inputs
-must be float32; integer and bool inputs are index or shape tensors, folded
-at load time (their values are part of the cache key).
+must be float32; integer and bool inputs are run-time graph inputs too,
+except those whose values the conversion needs at load time (shape tensors,
+pads, Resize's scales...): those are folded, and their values are part of
+the cache key.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import JitnnTypeError
-from . import _check_inputs, _model_proto, require_onnx
-from . import prepare as _prepare
+from . import _check_inputs, _model_proto, _prepare_for_values, require_onnx
 
 require_onnx()
 
@@ -34,25 +35,21 @@ class JitnnRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
         self._converted: dict = {}
-
-    def _key(self, feed: dict) -> tuple:
-        parts = []
-        for name in self.input_names:
-            array = feed[name]
-            if array.dtype.kind in "iub":
-                parts.append((name, array.dtype.str, array.shape, array.tobytes()))
-            else:
-                parts.append((name, array.dtype.str, array.shape))
-        return tuple(parts)
+        self._folded: dict = {}          # input shapes -> the inputs folded at load time
 
     def converted(self, feed: dict):
-        """The :class:`jitnn.onnx.OnnxModel` for these inputs' shapes (cached)."""
-        key = self._key(feed)
+        """The :class:`jitnn.onnx.OnnxModel` for these inputs' shapes and types
+        (and the values of the inputs folded at load time), cached."""
+        shapes = tuple((name, feed[name].dtype.str, feed[name].shape)
+                       for name in self.input_names if name in feed)
+        folded = self._folded.get(shapes)
+        key = None if folded is None else \
+            (shapes, tuple(feed[name].tobytes() for name in sorted(folded)))
         model = self._converted.get(key)
         if model is None:
-            shapes = {n: a.shape for n, a in feed.items() if a.dtype.kind not in "iub"}
-            constants = {n: a for n, a in feed.items() if a.dtype.kind in "iub"}
-            model = _prepare(self.model, self.ctx, input_shapes=shapes, constants=constants)
+            model, folded = _prepare_for_values(self.model, None, self.ctx, feed)
+            self._folded[shapes] = folded
+            key = (shapes, tuple(feed[name].tobytes() for name in sorted(folded)))
             self._converted[key] = model
         return model
 
@@ -96,8 +93,8 @@ class JitnnBackend(Backend):
     @classmethod
     def run_node(cls, node, inputs: Any, device: str = "CPU", outputs_info=None,
                  **kwargs: Any) -> tuple:
-        """Run one node: a one-node model is made around it (float32 inputs,
-        opset from ``opset_version`` or the installed onnx's default)."""
+        """Run one node: a one-node model is made around it (inputs of the
+        arrays' types, outputs of the types jitnn computes; opset from ``opset_version`` or the installed onnx's default)."""
         onnx = require_onnx()
         from onnx import helper
         if isinstance(inputs, dict):
@@ -108,7 +105,8 @@ class JitnnBackend(Backend):
         graph_inputs = [helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
             for name, a in zip(names, arrays)]
-        graph_outputs = [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+        # no declared type: the outputs come back in the types jitnn computes
+        graph_outputs = [helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
                          for name in node.output if name]
         graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
