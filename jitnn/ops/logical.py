@@ -184,11 +184,12 @@ def where(condition, true_value, false_value) -> Tensor:
 _ANY = tuple(d.name for d in ANY_DTYPE)
 #: name: (WebNN name, ONNX op types the frontend maps to it)
 _NAMES = {"equal": ("equal", ("Equal",)), "not_equal": ("notEqual", ()),
-          "greater": ("greater", ("Greater",)), "greater_or_equal": ("greaterOrEqual", ()),
-          "lesser": ("lesser", ("Less",)), "lesser_or_equal": ("lesserOrEqual", ()),
+          "greater": ("greater", ("Greater",)),
+          "greater_or_equal": ("greaterOrEqual", ("GreaterOrEqual",)),
+          "lesser": ("lesser", ("Less",)), "lesser_or_equal": ("lesserOrEqual", ("LessOrEqual",)),
           "logical_and": ("logicalAnd", ("And",)), "logical_or": ("logicalOr", ("Or",)),
-          "logical_xor": ("logicalXor", ()), "logical_not": ("logicalNot", ("Not",)),
-          "is_nan": ("isNaN", ()), "is_infinite": ("isInfinite", ())}
+          "logical_xor": ("logicalXor", ("Xor",)), "logical_not": ("logicalNot", ("Not",)),
+          "is_nan": ("isNaN", ("IsNaN",)), "is_infinite": ("isInfinite", ("IsInf",))}
 for _name, (_webnn, _onnx) in _NAMES.items():
     _reference = functools.partial(
         comparison_reference if _name in _COMPARISONS else logical_reference, _name)

@@ -233,14 +233,16 @@ _ANY = tuple(d.name for d in ANY_DTYPE)
 #: name: (WebNN name, ONNX op types the frontend maps to it, data types)
 _UNARY = {
     "abs": ("abs", ("Abs",), _SIGNED), "ceil": ("ceil", ("Ceil",), ("float32",)),
-    "floor": ("floor", ("Floor",), ("float32",)), "exp": ("exp", (), ("float32",)),
-    "log": ("log", (), ("float32",)), "neg": ("neg", ("Neg",), _SIGNED),
-    "sqrt": ("sqrt", ("Sqrt",), ("float32",)), "erf": ("erf", (), ("float32",)),
-    "reciprocal": ("reciprocal", (), ("float32",)), "sin": ("sin", (), ("float32",)),
-    "cos": ("cos", (), ("float32",)), "tan": ("tan", (), ("float32",)),
-    "sign": ("sign", (), _SIGNED), "identity": ("identity", ("Identity",), _ANY),
-    "round_even": ("roundEven", (), ("float32",)), "elu": ("elu", (), ("float32",)),
-    "softplus": ("softplus", (), ("float32",)), "softsign": ("softsign", (), ("float32",)),
+    "floor": ("floor", ("Floor",), ("float32",)), "exp": ("exp", ("Exp",), ("float32",)),
+    "log": ("log", ("Log",), ("float32",)), "neg": ("neg", ("Neg",), _SIGNED),
+    "sqrt": ("sqrt", ("Sqrt",), ("float32",)), "erf": ("erf", ("Erf",), ("float32",)),
+    "reciprocal": ("reciprocal", ("Reciprocal",), ("float32",)),
+    "sin": ("sin", ("Sin",), ("float32",)), "cos": ("cos", ("Cos",), ("float32",)),
+    "tan": ("tan", ("Tan",), ("float32",)), "sign": ("sign", ("Sign",), _SIGNED),
+    "identity": ("identity", ("Identity",), _ANY),
+    "round_even": ("roundEven", ("Round",), ("float32",)),
+    "elu": ("elu", ("Elu",), ("float32",)), "softplus": ("softplus", ("Softplus",), ("float32",)),
+    "softsign": ("softsign", ("Softsign",), ("float32",)),
     "hard_sigmoid": ("hardSigmoid", ("HardSigmoid",), ("float32",)),
     "linear": ("linear", (), ("float32",)),
 }
@@ -255,7 +257,7 @@ for _name, (_webnn, _onnx, _dtypes) in _UNARY.items():
         fusion="elementwise: a math step of the chain engine, merges into chains",
         dtypes=_dtypes))
 register_op(OpDef(
-    "pow", pow, functools.partial(binary_reference, "pow"), webnn="pow",
+    "pow", pow, functools.partial(binary_reference, "pow"), webnn="pow", onnx=("Pow",),
     kinds=("eltwise", "eltwise_plain", "binary_plain"),
     layouts="float32: blocked or plain, as its input; integers: plain",
     fusion="elementwise: by a number a math step (exact for 2, 3, 0.5, ...), else a binary "
