@@ -7,7 +7,10 @@ needed).
   blocks with squeeze-and-excitation, SiLU as Sigmoid + Mul, batch norms folded
   into the convs as the exporter does), at a width multiplier;
 * :func:`csp_block_net`: CSP-Darknet's cross-stage pattern (a 1x1 conv split
-  in two halves, bottlenecks on one, the halves concatenated, a 1x1 conv).
+  in two halves, bottlenecks on one, the halves concatenated, a 1x1 conv);
+* :func:`masked_attention_block`: a BERT-style block on int64 ``input_ids``
+  and ``attention_mask`` inputs (embedding Gather, the mask's additive bias,
+  softmax attention, LayerNormalization, a classifier and its ArgMax).
 """
 
 from __future__ import annotations
@@ -143,6 +146,43 @@ def csp_block_net(channels: int = 24, size: int = 17, batch: int = 2, blocks: in
     return b.model((batch, 3, size, size), x, (batch, 2 * channels, out_size, out_size))
 
 
+def masked_attention_block(vocab: int = 50, dim: int = 16, seq: int = 7, classes: int = 4,
+                           seed: int = 0):
+    """One self-attention step as a BERT export writes it, on run-time int64
+    ``input_ids`` and ``attention_mask`` (1, seq): the ids pick rows of a
+    (vocab, dim) embedding table (Gather), the mask is Cast to float and
+    ``(1 - mask) * -10000`` is added to the scores, then Softmax, the
+    weighted sum, a residual add, LayerNormalization and a MatMul classifier;
+    outputs the float ``logits`` (1, seq, classes) and int64 ``prediction``
+    (ArgMax over the classes)."""
+    from onnx import TensorProto, helper
+    b = _Builder(seed)
+    table = b.constant(b.rng.standard_normal((vocab, dim)))
+    emb = b.node("Gather", [table, "input_ids"], axis=0)                     # (1, seq, dim)
+    mask = b.node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    bias = b.node("Mul", [b.node("Sub", [b.constant(1.0, "one"), mask]),
+                          b.constant(-10000.0, "big")])
+    bias = b.node("Unsqueeze", [bias, b.constant([1], "axes", np.int64)])   # (1, 1, seq)
+    scores = b.node("MatMul", [emb, b.node("Transpose", [emb], perm=[0, 2, 1])])
+    scores = b.node("Add", [b.node("Mul", [scores, b.constant(dim ** -0.5, "scale")]), bias])
+    attended = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), emb])
+    h = b.node("LayerNormalization", [b.node("Add", [attended, emb]),
+                                      b.constant(b.rng.uniform(0.5, 1.5, dim), "gamma"),
+                                      b.constant(b.rng.standard_normal(dim) * 0.1, "beta")],
+               axis=-1, epsilon=1e-5)
+    logits = b.node("Add", [b.node("MatMul", [h, b.constant(b.rng.standard_normal(
+        (dim, classes)) / math.sqrt(dim))]), b.constant(b.rng.standard_normal(classes), "b")])
+    prediction = b.node("ArgMax", [logits], axis=-1, keepdims=0)
+    graph = helper.make_graph(
+        b.nodes, "attention",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, [1, seq])
+         for name in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, seq, classes]),
+         helper.make_tensor_value_info(prediction, TensorProto.INT64, [1, seq])],
+        b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 # --- the float64 reference ---------------------------------------------------
 
 def _attributes(node) -> dict:
@@ -150,12 +190,31 @@ def _attributes(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+def _layer_norm(x, scale, bias, axis, epsilon):
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon) * scale + bias
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+#: ONNX Cast targets the evaluator knows (TensorProto codes)
+_CAST = {1: np.float64, 6: np.int32, 7: np.int64, 9: np.bool_}
+
+
 def evaluate(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run ``model`` (made of the ops above) in float64 numpy."""
+    """Run ``model`` (made of the ops above, and the transformer-style ops
+    of the frontend tests) in float64 numpy; integer and bool values stay
+    integers and bools."""
     from onnx import numpy_helper
     values = {t.name: numpy_helper.to_array(t).astype(
         np.float64 if t.data_type == 1 else np.int64) for t in model.graph.initializer}
-    values.update({k: np.asarray(v, np.float64) for k, v in inputs.items()})
+    values.update({k: np.asarray(v) if np.asarray(v).dtype.kind in "iub"
+                   else np.asarray(v, np.float64) for k, v in inputs.items()})
     for node in model.graph.node:
         a = _attributes(node)
         args = [values[name] for name in node.input]
@@ -170,8 +229,9 @@ def evaluate(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             result = [1 / (1 + np.exp(-args[0]))]
         elif op == "LeakyRelu":
             result = [np.where(args[0] >= 0, args[0], a.get("alpha", 0.01) * args[0])]
-        elif op in ("Mul", "Add"):
-            result = [args[0] * args[1] if op == "Mul" else args[0] + args[1]]
+        elif op in ("Mul", "Add", "Sub"):
+            x, y = args
+            result = [x * y if op == "Mul" else x + y if op == "Add" else x - y]
         elif op == "GlobalAveragePool":
             result = [args[0].mean(axis=(2, 3), keepdims=True)]
         elif op == "Flatten":
@@ -182,6 +242,29 @@ def evaluate(model, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             result = [np.concatenate(args, axis=a["axis"])]
         elif op == "Split":
             result = np.split(args[0], np.cumsum(args[1])[:-1], axis=a["axis"])
+        elif op == "Gather":
+            result = [np.take(args[0], args[1], axis=a.get("axis", 0))]
+        elif op == "Cast":
+            result = [args[0].astype(_CAST[a["to"]])]
+        elif op == "Unsqueeze":
+            result = [np.expand_dims(args[0], tuple(int(i) for i in args[1]))]
+        elif op == "Transpose":
+            result = [np.transpose(args[0], a.get("perm"))]
+        elif op == "MatMul":
+            result = [args[0] @ args[1]]
+        elif op == "Softmax":
+            result = [_softmax(args[0], a.get("axis", -1))]
+        elif op == "LayerNormalization":
+            result = [_layer_norm(args[0], args[1], args[2], a.get("axis", -1),
+                                  a.get("epsilon", 1e-5))]
+        elif op == "ArgMax":
+            result = [np.expand_dims(np.argmax(args[0], axis=a.get("axis", 0)),
+                                     a.get("axis", 0)) if a.get("keepdims", 1)
+                      else np.argmax(args[0], axis=a.get("axis", 0))]
+        elif op == "Where":
+            result = [np.where(*args)]
+        elif op == "Not":
+            result = [np.logical_not(args[0])]
         else:
             raise NotImplementedError(op)
         values.update(zip(node.output, result))

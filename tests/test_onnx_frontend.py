@@ -182,3 +182,223 @@ def test_backend_runs_a_model():
     node = helper.make_node("HardSigmoid", ["a"], ["b"], alpha=0.3, beta=0.4)
     (out,) = backend.run_node(node, [np.linspace(-5, 5, 11, dtype=np.float32)])
     np.testing.assert_allclose(out, np.clip(np.linspace(-5, 5, 11) * 0.3 + 0.4, 0, 1), rtol=1e-6)
+
+
+# --- run-time integer and bool inputs -------------------------------------------
+
+def _attention_inputs(seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 50, (1, 7)).astype(np.int64)
+    mask = np.ones((1, 7), np.int64)
+    mask[0, rng.integers(3, 7):] = 0                  # padding at the end
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _check_attention(got, model, feed):
+    from tests.onnx_models import evaluate
+    want = evaluate(model, feed)
+    logits, prediction = (o.name for o in model.graph.output)
+    assert got[logits].dtype == np.float32 and got[prediction].dtype == np.int64
+    np.testing.assert_allclose(got[logits], want[logits], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got[prediction], want[prediction])
+
+
+def test_integer_inputs_run_at_run_time():
+    from tests.onnx_models import masked_attention_block
+    model = masked_attention_block()
+    prepared = jitnn.onnx.prepare(model, jitnn.Context())
+    assert prepared.inputs == {"input_ids": (1, 7), "attention_mask": (1, 7)}
+    assert prepared.input_dtypes == {"input_ids": np.int64, "attention_mask": np.int64}
+    first, second = _attention_inputs(1), _attention_inputs(2)
+    assert not np.array_equal(first["input_ids"], second["input_ids"])
+    for feed in (first, second, first):               # one conversion, different values
+        _check_attention(prepared.run(feed), model, feed)
+    # the graph itself takes integer arrays (int32 data converts by value)
+    ctx = jitnn.Context()
+    graph = jitnn.onnx.load(model, ctx)
+    assert graph.input_dtypes == {"input_ids": np.int64, "attention_mask": np.int64}
+    logits, prediction = (o.name for o in model.graph.output)
+    outputs = {logits: np.empty(graph.outputs[logits], np.float32),
+               prediction: np.empty(graph.outputs[prediction], np.int64)}
+    feed = {name: a.astype(np.int32) for name, a in second.items()}
+    ctx.compute(graph, feed, outputs)
+    _check_attention(outputs, model, second)
+
+
+def test_constants_still_fold_an_integer_input_at_load_time():
+    from tests.onnx_models import masked_attention_block
+    model = masked_attention_block()
+    feed = _attention_inputs(3)
+    prepared = jitnn.onnx.prepare(model, constants={"attention_mask": feed["attention_mask"]})
+    assert list(prepared.inputs) == ["input_ids"]
+    _check_attention(prepared.run({"input_ids": feed["input_ids"]}), model, feed)
+    with pytest.raises(jitnn.JitnnTypeError, match="fixed when the model was prepared"):
+        prepared.run(feed)
+
+
+def _model(nodes, inputs, outputs, initializers=None, opset=17):
+    """A model from nodes, ``{name: (ONNX type, shape)}`` inputs and outputs."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_bool_input_and_outputs():
+    nodes = [helper.make_node("Where", ["keep", "x", "zero"], ["kept"]),
+             helper.make_node("Not", ["keep"], ["dropped"]),
+             helper.make_node("Greater", ["x", "zero"], ["positive"])]
+    model = _model(nodes, {"keep": (TensorProto.BOOL, [2, 5]), "x": (TensorProto.FLOAT, [2, 5])},
+                   {"kept": (TensorProto.FLOAT, [2, 5]), "dropped": (TensorProto.BOOL, [2, 5]),
+                    "positive": (TensorProto.BOOL, [2, 5])},
+                   {"zero": np.zeros((), np.float32)})
+    prepared = jitnn.onnx.prepare(model)
+    assert prepared.input_dtypes["keep"] == np.bool_
+    assert prepared.graph.input_dtypes["keep"] == np.uint8    # bools as uint8 0/1
+    rng = np.random.default_rng(0)
+    for seed in (1, 2):
+        keep = np.random.default_rng(seed).random((2, 5)) > 0.5
+        x = rng.standard_normal((2, 5)).astype(np.float32)
+        got = prepared.run({"keep": keep, "x": x})
+        np.testing.assert_array_equal(got["kept"], np.where(keep, x, 0))
+        assert got["dropped"].dtype == np.bool_ and got["positive"].dtype == np.bool_
+        np.testing.assert_array_equal(got["dropped"], ~keep)
+        np.testing.assert_array_equal(got["positive"], x > 0)
+    # jitnn.onnx.run takes the bools too
+    got = jitnn.onnx.run(model, {"keep": keep, "x": x})
+    np.testing.assert_array_equal(got["dropped"], ~keep)
+
+
+def test_integer_arithmetic_and_cast_at_run_time():
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Mul", ["s", "three"], ["t"]),
+             helper.make_node("Cast", ["x"], ["truncated"], to=TensorProto.INT32),
+             helper.make_node("Cast", ["a"], ["a_float"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["nonzero"], to=TensorProto.BOOL),
+             helper.make_node("Mod", ["a", "b"], ["m"])]
+    model = _model(nodes, {"a": (TensorProto.INT64, [3, 4]), "b": (TensorProto.INT64, [4]),
+                           "x": (TensorProto.FLOAT, [3, 4])},
+                   {"t": (TensorProto.INT64, [3, 4]), "truncated": (TensorProto.INT32, [3, 4]),
+                    "a_float": (TensorProto.FLOAT, [3, 4]),
+                    "nonzero": (TensorProto.BOOL, [3, 4]), "m": (TensorProto.INT64, [3, 4])},
+                   {"three": np.array(3, np.int64)})
+    prepared = jitnn.onnx.prepare(model)
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        a = rng.integers(-2 ** 40, 2 ** 40, (3, 4))       # beyond float32's exact integers
+        b = rng.integers(-9, 10, 4)
+        b[b == 0] = 5
+        x = (rng.standard_normal((3, 4)) * 4).astype(np.float32)
+        x[0, 0] = 0.0
+        got = prepared.run({"a": a, "b": b, "x": x})
+        assert got["t"].dtype == np.int64
+        np.testing.assert_array_equal(got["t"], (a + b) * 3)
+        assert got["truncated"].dtype == np.int32
+        np.testing.assert_array_equal(got["truncated"], np.trunc(x).astype(np.int32))
+        np.testing.assert_array_equal(got["a_float"], a.astype(np.float32))
+        np.testing.assert_array_equal(got["nonzero"], x != 0)
+        np.testing.assert_array_equal(got["m"], np.mod(a, b))   # ONNX's fmod=0: Python's %
+
+
+def test_gather_with_run_time_indices_clamps_out_of_range():
+    # ONNX leaves an out-of-range index undefined: jitnn clamps it (never reads outside)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0)]
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    model = _model(nodes, {"ids": (TensorProto.INT64, [5])},
+                   {"rows": (TensorProto.FLOAT, [5, 3])}, {"table": table})
+    got = jitnn.onnx.run(model, {"ids": np.array([0, 3, -1, 7, -9])})["rows"]
+    np.testing.assert_array_equal(got, table[[0, 3, 3, 3, 0]])
+
+
+def test_float_data_for_an_integer_input_is_refused():
+    from tests.onnx_models import masked_attention_block
+    prepared = jitnn.onnx.prepare(masked_attention_block())
+    feed = _attention_inputs(5)
+    feed["input_ids"] = feed["input_ids"].astype(np.float32)
+    with pytest.raises(jitnn.JitnnTypeError, match="'input_ids' is int64, got float32 data"):
+        prepared.run(feed)
+    with pytest.raises(jitnn.JitnnTypeError, match="input_ids"):
+        prepared.dispatch(feed)
+
+
+def test_float16_input_and_cast_are_refused():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT16, [2])},
+                   {"y": (TensorProto.FLOAT16, [2])})
+    with pytest.raises(jitnn.onnx.UnsupportedError, match="input 'x' is float16: jitnn computes"):
+        jitnn.onnx.prepare(model)
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16, name="c")],
+                   {"x": (TensorProto.FLOAT, [2])}, {"y": (TensorProto.FLOAT16, [2])})
+    with pytest.raises(jitnn.onnx.UnsupportedError, match=r"Cast \(node 'c'.*to float16"):
+        jitnn.onnx.prepare(model)
+
+
+def test_a_value_needed_at_load_time_is_named_and_folded_by_run():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
+    model = _model(nodes, {"x": (TensorProto.FLOAT, [2, 6]), "shape": (TensorProto.INT64, [2])},
+                   {"y": (TensorProto.FLOAT, None)})
+    with pytest.raises(jitnn.onnx.LoadTimeValueError, match="constants=") as error:
+        jitnn.onnx.prepare(model)
+    assert error.value.names == ("shape",)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    got = jitnn.onnx.run(model, {"x": x, "shape": np.array([3, -1])})["y"]
+    np.testing.assert_array_equal(got, x.reshape(3, 4))
+    prepared = jitnn.onnx.prepare(model, constants={"shape": np.array([4, 3])})
+    np.testing.assert_array_equal(prepared.run({"x": x})["y"], x.reshape(4, 3))
+    from jitnn.onnx import backend
+    rep = backend.prepare(model)
+    for shape in ([3, 4], [6, 2], [3, 4]):          # a conversion per value of the shape
+        (y,) = rep.run([x, np.array(shape)])
+        np.testing.assert_array_equal(y, x.reshape(shape))
+    assert len(rep._converted) == 2
+
+
+# --- Resize ---------------------------------------------------------------------
+
+def _resize_model(x_shape, attrs, scales=None, sizes=None, opset=19):
+    inits = {"roi": np.zeros(0, np.float32)}
+    names = ["x", "roi", "", ""]
+    if scales is not None:
+        inits["scales"] = np.array(scales, np.float32)
+        names[2] = "scales"
+    if sizes is not None:
+        inits["sizes"] = np.array(sizes, np.int64)
+        names[3] = "sizes"
+    node = helper.make_node("Resize", names, ["y"], **attrs)
+    return _model([node], {"x": (TensorProto.FLOAT, list(x_shape))},
+                  {"y": (TensorProto.FLOAT, None)}, inits, opset)
+
+
+@pytest.mark.parametrize("attrs, scales, sizes, kernel", [
+    ({"mode": "linear"}, None, [1, 5, 9, 11], "resample2d"),
+    ({"mode": "nearest"}, [1, 1, 2, 3], None, "resample2d"),
+    ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None,
+     [1, 5, 4, 3], "resample2d"),
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+      "nearest_mode": "floor"}, [1, 1, 2.5, 1.5], None, "gather"),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None,
+     [1, 5, 8, 3], "gather"),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [1, 1, 0.6, 1.8], None,
+     "gather"),
+    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.34], None, "gather"),
+])
+def test_resize_matches_onnx_reference(attrs, scales, sizes, kernel):
+    from onnx.reference import ReferenceEvaluator
+    model = _resize_model((1, 5, 7, 9), attrs, scales, sizes)
+    x = np.random.default_rng(0).standard_normal((1, 5, 7, 9)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    prepared = jitnn.onnx.prepare(model)
+    np.testing.assert_allclose(prepared.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert kernel in repr(prepared.graph)
+
+
+def test_resize_refuses_a_run_time_scale_and_an_integer_input():
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up")
+    model = _model([node], {"x": (TensorProto.FLOAT, [1, 1, 2, 2]),
+                            "scales": (TensorProto.FLOAT, [4])}, {"y": (TensorProto.FLOAT, None)})
+    with pytest.raises(jitnn.onnx.LoadTimeValueError, match=r"Resize \(node 'up'.*the scales"):
+        jitnn.onnx.prepare(model)
+    model = _resize_model((1, 1, 2, 2), {}, [1, 1, 2, 2])
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
+    with pytest.raises(jitnn.onnx.UnsupportedError, match="int32 input"):
+        jitnn.onnx.prepare(model)
