@@ -294,17 +294,15 @@ def _trig(x, kind):
     sin_r = r + r * s * sp
     cp = ((_COS_P[3] * s + _COS_P[2]) * s + _COS_P[1]) * s + _COS_P[0]
     cos_r = 1.0 - 0.5 * s + s * s * cp
-    q = j - 4.0 * np.floor(j * 0.25)                   # j mod 4, in floats
+    # the quadrant j mod 4, in floats; cos x = sin(x + pi / 2): one quadrant on.
+    # Selects, not branches, on ``kind`` too: the three share one loop
+    q = j + (1.0 if kind == 1 else 0.0)
+    q = q - 4.0 * np.floor(q * 0.25)
     odd = (q == 1.0) | (q == 3.0)
-    if kind == 0:
-        v = cos_r if odd else sin_r
-        v = -v if q >= 2.0 else v
-    elif kind == 1:
-        v = sin_r if odd else cos_r
-        v = -v if (q == 1.0) | (q == 2.0) else v
-    else:
-        v = -cos_r / sin_r if odd else sin_r / cos_r
-    result = np.float32(v)
+    v = cos_r if odd else sin_r
+    v = -v if q >= 2.0 else v
+    tangent = -cos_r / sin_r if odd else sin_r / cos_r
+    result = np.float32(tangent if kind == 2 else v)
     return result if x != _ZERO or kind == 1 else x      # keeps the sign of -0
 
 
@@ -460,18 +458,11 @@ def math_span(src, dst, m, code, p0, p1):
     elif code == ERF:
         for j in range(m):
             dst[j] = vector_erf(src[j])
-    elif code == SIN:
+    elif SIN <= code <= TAN:                # one loop (one copy of the code) for the three
+        kind = code - SIN
         for j in range(m):
-            dst[j] = _trig(src[j], 0)
-        _trig_large(src, dst, m, 0)
-    elif code == COS:
-        for j in range(m):
-            dst[j] = _trig(src[j], 1)
-        _trig_large(src, dst, m, 1)
-    elif code == TAN:
-        for j in range(m):
-            dst[j] = _trig(src[j], 2)
-        _trig_large(src, dst, m, 2)
+            dst[j] = _trig(src[j], kind)
+        _trig_large(src, dst, m, kind)
     elif code == ELU:
         for j in range(m):
             dst[j] = _elu(src[j], p0)
