@@ -72,6 +72,21 @@ def test_binary_logical_ops(op):
     np.testing.assert_array_equal(grid, logic(a.reshape(6, 1) != 0, b != 0).astype(np.uint8))
 
 
+def test_host_truth_values_become_uint8():
+    """Bools and small integers given as host data are uint8 truth values;
+    others are refused (WebNN's logical operands are uint8)."""
+    np.testing.assert_array_equal(jitnn.logical_not([0, 1, 5]).numpy(), [1, 0, 0])
+    got = jitnn.logical_and(np.array([True, False, True]), 1)
+    assert got.dtype == np.uint8 and got.numpy().tolist() == [1, 0, 1]
+    picked = jitnn.where([[True], [False]], np.float32([1, 2]), np.float32(-1))
+    np.testing.assert_array_equal(picked.numpy(), [[1, 2], [-1, -1]])
+    with pytest.raises(jitnn.JitnnTypeError, match=r"logical_or: a must hold integers of "
+                       r"uint8's range \(WebNN's truth values are uint8\), got int64 data"):
+        jitnn.logical_or([0, 300], 1)
+    with pytest.raises(jitnn.JitnnTypeError, match=r"logical_xor: a must hold integers"):
+        jitnn.logical_xor([0.5], 1)
+
+
 def test_logical_not_and_tests_of_floats():
     a = np.array([[0, 1], [200, 0]], np.uint8)
     np.testing.assert_array_equal(jitnn.logical_not(jitnn.tensor(a)).numpy(), [[1, 0], [0, 1]])

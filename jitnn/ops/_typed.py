@@ -127,15 +127,18 @@ def one_dtype(ctx: Context, op: str, operands: tuple, dtypes: tuple = ANY_DTYPE,
             converted.append(float(v) if numbers and is_number(v)
                              else as_tensor(ctx, arrays.get(name, v), op, name))
         else:
-            converted.append(Tensor._holding(ctx, _integer_data(op, name, arrays.get(name, v),
-                                                                dtype)))
+            converted.append(Tensor._holding(ctx, host_integers(
+                op, name, arrays.get(name, v), dtype, f"the other operand is a tensor of {dtype}",
+                copied=name in arrays)))
     return dtype, converted
 
 
-def _integer_data(op: str, name: str, value: object, dtype: np.dtype) -> np.ndarray:
-    """Host data as an array of integer type ``dtype``, if its values are
-    integers of that type's range."""
-    array = value if isinstance(value, np.ndarray) else as_array_copy(value, f"{op}: {name}")
+def host_integers(op: str, name: str, value: object, dtype: np.dtype, why: str, *,
+                  copied: bool = False) -> np.ndarray:
+    """Host data as a new array of integer type ``dtype``, if its values are
+    integers of that type's range (``why``: the reason it must be that type,
+    for the error); ``copied``: ``value`` is already an array of our own."""
+    array = value if copied else as_array_copy(value, f"{op}: {name}")
     if array.dtype == dtype:
         return array
     info = np.iinfo(dtype)
@@ -145,8 +148,8 @@ def _integer_data(op: str, name: str, value: object, dtype: np.dtype) -> np.ndar
         ok = ok and (array.size == 0 or (int(array.min()) >= info.min
                                          and int(array.max()) <= info.max))
     if not ok:
-        raise JitnnTypeError(f"{op}: {name} must hold integers of {dtype}'s range (the other "
-                             f"operand is a tensor of {dtype}), got {array.dtype} data"
+        raise JitnnTypeError(f"{op}: {name} must hold integers of {dtype}'s range ({why}), "
+                             f"got {array.dtype} data"
                              + (f" {array.reshape(-1)[:4].tolist()}" if array.size else ""))
     return np.ascontiguousarray(array.astype(dtype))
 

@@ -73,8 +73,8 @@ _LANES_MIN_PLANE = eltwise_kernels.SPAN
 
 def binary_reference(op: str, a, b) -> np.ndarray:
     """``a op b`` with numpy broadcasting, in float64 (IEEE: x / 0 = inf, 0 / 0 = NaN;
-    ``pow`` as C's ``pow``; ``prelu`` x if x >= 0 else slope x, ``a`` the
-    input). Two integer arrays of one type: in that type (wrapping; ``div``
+    ``pow`` numpy's power, C's ``pow``; ``prelu`` x if x >= 0 else slope x,
+    ``a`` the input). Two integer arrays of one type: in that type (wrapping; ``div``
     truncates toward zero, ``x / 0`` is 0; a negative power of an integer
     truncates ``1 / a**-b``)."""
     a, b = np.asarray(a), np.asarray(b)
@@ -174,13 +174,6 @@ def _kernel_steps(ctx: Context, steps: list) -> list:
 
 
 # --- operands ----------------------------------------------------------------------
-
-def _operand(ctx: Context, value: object, op: str, name: str) -> Operand:
-    """A Tensor, or a Python/numpy number kept as a float (a scalar operand)."""
-    if is_number(value):
-        return float(value)  # type: ignore[arg-type]
-    return as_tensor(ctx, value, op, name)
-
 
 def _shape(v: Operand) -> tuple[int, ...]:
     return v.shape if isinstance(v, (Tensor, Value)) else ()

@@ -25,7 +25,7 @@ from ..errors import JitnnValueError
 from ..registry import OpDef, register_op
 from ..tensor import Tensor
 from ._common import ANY_DTYPE, FLOAT_ONLY, as_tensor, context_of, plain_op
-from ._typed import one_dtype
+from ._typed import host_integers, one_dtype
 
 _UINT8 = (np.dtype(np.uint8),)
 
@@ -91,10 +91,18 @@ def _compare(op: str, a, b) -> Tensor:
                   functools.partial(comparison_reference, op), np.dtype(np.uint8))
 
 
+def _truth_values(ctx, op: str, name: str, value: object) -> Tensor:
+    """A uint8 tensor, or host data of 0/1 or other uint8 values (bools, ints)."""
+    if isinstance(value, Tensor):
+        return as_tensor(ctx, value, op, name, _UINT8)
+    return Tensor._holding(ctx, host_integers(op, name, value, _UINT8[0],
+                                              "WebNN's truth values are uint8"))
+
+
 def _logic(op: str, *args) -> Tensor:
     names = ("a", "b")[:len(args)]
     ctx = context_of(op, *args)
-    tensors = tuple(as_tensor(ctx, v, op, name, _UINT8) for name, v in zip(names, args))
+    tensors = tuple(_truth_values(ctx, op, name, v) for name, v in zip(names, args))
     return _plain(ctx, op, names, tensors, functools.partial(logical_reference, op),
                   np.dtype(np.uint8))
 
@@ -172,7 +180,7 @@ def where(condition, true_value, false_value) -> Tensor:
     of one data type (any), which the result has."""
     op = "where"
     ctx = context_of(op, condition, true_value, false_value)
-    condition = as_tensor(ctx, condition, op, "condition", _UINT8)
+    condition = _truth_values(ctx, op, "condition", condition)
     dtype, values = one_dtype(ctx, op, (("true_value", true_value),
                                         ("false_value", false_value)), numbers=False)
     names = ("condition", "true_value", "false_value")
