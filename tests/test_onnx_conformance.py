@@ -30,6 +30,7 @@ OP_TYPES = (
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
     "Concat", "Flatten", "Reshape", "Transpose", "Softmax", "LRN", "Dropout", "Identity",
     "Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze", "Squeeze", "Cast", "CastLike",
+    "LogSoftmax",
     "Slice", "Split", "Expand", "Tile", "Pad", "Range",
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
@@ -311,11 +312,6 @@ UNSUPPORTED = {
         'node/test_not_3d',
         'node/test_not_4d',
     ),
-    'an op jitnn lacks (LogSoftmax)': (
-        'pytorch-converted/test_LogSoftmax',
-        'pytorch-converted/test_log_softmax_dim3',
-        'pytorch-converted/test_log_softmax_lastdim',
-    ),
     'string data': (
         'node/test_equal_string',
         'node/test_equal_string_broadcast',
@@ -331,9 +327,6 @@ UNSUPPORTED = {
     "MaxPool's Indices output": (
         'node/test_maxpool_with_argmax_2d_precomputed_pads',
         'node/test_maxpool_with_argmax_2d_precomputed_strides',
-    ),
-    'an integer ReduceMax / ReduceMin over no element (it has no value)': (
-        'node/test_reduce_max_empty_set_bool',
     ),
 }
 

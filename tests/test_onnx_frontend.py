@@ -402,3 +402,43 @@ def test_resize_refuses_a_run_time_scale_and_an_integer_input():
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
     with pytest.raises(jitnn.onnx.UnsupportedError, match="int32 input"):
         jitnn.onnx.prepare(model)
+
+
+# --- reductions: axes as an attribute (before opset 18) or an input -------------
+
+_REDUCE = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max,
+           "ReduceProd": np.prod, "ReduceL2": lambda x, **k: np.sqrt(np.sum(x * x, **k)),
+           "ReduceLogSumExp": lambda x, **k: np.log(np.sum(np.exp(x), **k))}
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("op", sorted(_REDUCE))
+def test_reductions_take_axes_as_the_opset_says(op, opset):
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (2, 3, 5)).astype(np.float32)
+    as_input = opset >= 18 or op == "ReduceSum"
+    for axes, keepdims in (([1], 1), ([0, -1], 0), (None, 1)):
+        inits = {"axes": np.array(axes, np.int64)} if as_input and axes else {}
+        names = ["x", "axes"] if inits else ["x"]
+        attrs = {"keepdims": keepdims}
+        if axes and not as_input:
+            attrs["axes"] = axes
+        node = helper.make_node(op, names, ["y"], **attrs)
+        model = _model([node], {"x": (TensorProto.FLOAT, [2, 3, 5])},
+                       {"y": (TensorProto.FLOAT, None)}, inits, opset)
+        want = _REDUCE[op](x.astype(np.float64), axis=None if axes is None else tuple(axes),
+                           keepdims=bool(keepdims))
+        np.testing.assert_allclose(jitnn.onnx.run(model, {"x": x})["y"], want, rtol=1e-5)
+
+
+def test_noop_with_empty_axes_reduces_nothing():
+    node = helper.make_node("ReduceSumSquare", ["x"], ["y"], noop_with_empty_axes=1)
+    model = _model([node], {"x": (TensorProto.FLOAT, [2, 3])}, {"y": (TensorProto.FLOAT, None)},
+                   opset=18)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(jitnn.onnx.run(model, {"x": x})["y"], x * x, rtol=1e-6)
+
+
+def test_explain_model_gives_integer_inputs_valid_values():
+    from tests.onnx_models import masked_attention_block
+    text = jitnn.onnx.explain_model(masked_attention_block(), runs=1)
+    assert "input_ids" in text and "output" in text

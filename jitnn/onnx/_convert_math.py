@@ -175,9 +175,30 @@ def reduce_axes(cv: Converter, inputs, attrs, axes_input_from: int) -> list[int]
 def _reduction(name: str, axes_input_from: int) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         axes = reduce_axes(cv, inputs, attrs, axes_input_from)
-        return [cv.op(name, cv.operand(inputs[0]), axes=axes,
-                      keep_dimensions=bool(attrs.get("keepdims", 1)))]
+        keep = bool(attrs.get("keepdims", 1))
+        x = cv.operand(inputs[0])
+        empty = _empty_integer_extreme(cv, name, inputs[0], x, axes, keep)
+        if empty is not None:
+            return [empty]
+        return [cv.op(name, x, axes=axes, keep_dimensions=keep)]
     return handler
+
+
+def _empty_integer_extreme(cv: Converter, name: str, value, x: Operand, axes, keep: bool):
+    """An integer (or bool) maximum / minimum over no element: ONNX's identity
+    of the op (the type's lowest / highest value; False / True), a constant."""
+    if name not in ("reduce_max", "reduce_min") or x.dtype == np.float32:
+        return None
+    rank = len(x.shape)
+    picked = range(rank) if axes is None else {a % rank for a in axes}
+    if not picked or any(x.shape[a] for a in picked):
+        return None
+    shape = tuple(1 if a in picked else d for a, d in enumerate(x.shape) if keep or a not in picked)
+    dtype = cv.onnx_type(value)
+    if dtype == np.bool_:
+        return Const(np.full(shape, name == "reduce_min"))
+    info = np.iinfo(dtype)
+    return Const(np.full(shape, info.min if name == "reduce_max" else info.max, dtype))
 
 
 def _arg_reduction(name: str) -> Callable:
@@ -195,6 +216,25 @@ def _arg_reduction(name: str) -> Callable:
             y = cv.op("sub", cv.operand(Const(np.array(x.shape[axis] - 1, np.int64))), y)
         return [y]
     return handler
+
+
+def op_log_softmax(cv: Converter, inputs, attrs):
+    """``x - log(sum(exp(x)))`` over ``axis`` (jitnn's stable reduce_log_sum_exp);
+    before opset 13 the input is coerced to 2-D at ``axis`` (default 1)."""
+    x = cv.float_operand(inputs[0])
+    shape = x.shape
+    rank = len(shape)
+    if cv.opset >= 13:
+        axes = [int(attrs.get("axis", -1)) % max(rank, 1)]
+    else:
+        axis = int(attrs.get("axis", 1)) % max(rank, 1)
+        flat = (int(np.prod(shape[:axis], dtype=np.int64)),
+                int(np.prod(shape[axis:], dtype=np.int64)))
+        if flat != shape:
+            x = cv.op("reshape", x, flat)
+        axes = [1]
+    y = cv.op("sub", x, cv.op("reduce_log_sum_exp", x, axes=axes, keep_dimensions=True))
+    return [y if y.shape == shape else cv.op("reshape", y, shape)]
 
 
 # --- normalizations ----------------------------------------------------------------
@@ -332,7 +372,7 @@ OPS: dict[str, Callable] = {
     "LessOrEqual": _bool_op("lesser_or_equal"), "Where": op_where,
     **{onnx_name: _reduction(name, since) for onnx_name, (name, since) in REDUCTIONS.items()},
     "ArgMax": _arg_reduction("arg_max"), "ArgMin": _arg_reduction("arg_min"),
-    "LayerNormalization": op_layer_normalization,
+    "LogSoftmax": op_log_softmax, "LayerNormalization": op_layer_normalization,
     "InstanceNormalization": op_instance_normalization,
     "CumSum": op_cum_sum, "Trilu": op_trilu, "GatherElements": op_gather_elements,
     "GatherND": op_gather_nd, "ScatterElements": _scatter("scatter_elements"),
@@ -341,5 +381,3 @@ OPS: dict[str, Callable] = {
 
 #: handlers that take the number of outputs the node asks for
 MULTI_OUTPUT = {"LayerNormalization"}
-
-__all__ = ["OPS", "MULTI_OUTPUT", "cast_to"]
