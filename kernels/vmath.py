@@ -6,11 +6,12 @@ Buffers: ``src`` and ``dst`` are float32 pointers to ``m`` contiguous floats
 
 A loop that calls libm (``math.sin``, ``math.erf``...) stays scalar: numba has
 no vector math library here. So every function below is branch-free float
-arithmetic (selects, not jumps) that LLVM's loop vectorizer turns into AVX2
-code, and the chain engine applies one function per loop (``math_span``: one
-loop per code, the code looked up once per span). They are kept out of
-``epilogue.activate``, which every conv2d and matmul kernel compiles: a code
-here costs those kernels nothing.
+arithmetic (selects, not jumps), inlined into its loop by numba, that LLVM's
+loop vectorizer turns into SIMD code (AVX2, AVX-512), and the chain engine
+applies one function per loop (``math_span``: one loop per code, the code
+looked up once per span). They are kept out of ``epilogue.activate``, which
+every conv2d and matmul kernel compiles: a code here costs those kernels
+nothing. The chain's gelu (:func:`gelu`, < 8 ulp) is here too.
 
 =============== ==== ============== ============================================
 name            code param0, 1      value (float32 accuracy, measured by the
@@ -29,9 +30,10 @@ exp             9    -              ``epilogue.vector_exp``, <= 2 ulp
 log             10   -              :func:`vector_log`, < 1 ulp
 erf             11   -              :func:`vector_erf`, < 1.5 ulp
 sin, cos, tan   12-14               :func:`_trig`, < 0.51 ulp (float64 inside)
-elu             15   alpha          ``x if x > 0 else alpha (e^x - 1)``
+elu             15   alpha          ``x if x > 0 else alpha (e^x - 1)``,
+                                    :func:`vector_expm1`, < 2 ulp
 softplus        16   -              ``ln(1 + e^x)``, < 3 ulp
-softsign        17   -              ``x / (1 + |x|)`` (+-1 at +-inf)
+softsign        17   -              ``x / (1 + |x|)`` (+-1 at +-inf), < 2 ulp
 hard_sigmoid    18   alpha, beta    ``max(0, min(1, alpha x + beta))``
 linear          19   alpha, beta    ``alpha x + beta``
 pow             20   exponent       ``x ** exponent`` as numpy's (C's pow; 0.5
@@ -40,12 +42,15 @@ pow             20   exponent       ``x ** exponent`` as numpy's (C's pow; 0.5
                                     else libm's ``pow`` in float64 (scalar)
 =============== ==== ============== ============================================
 
-NaN in, NaN out everywhere (``pow(NaN, 0)`` is 1, as IEEE says). sin, cos and
-tan reduce the argument in float64 (exact for ``|x| < 1e6``) and evaluate
-float64 polynomials, so their results are correctly rounded but for the last
-rounding; larger arguments take a scalar loop over libm's float64 functions.
-Coefficients are near-minimax fits (Lawson's iteratively weighted least
-squares, in mpmath precision) made for this module.
+NaN in, NaN out everywhere (``pow(NaN, 0)`` is 1, as IEEE says); infinities
+and denormals as the float64 functions give them. sin, cos and tan reduce
+the argument in float64 (exact for ``|x| < 1e6``) and evaluate float64
+polynomials: their one error is the final rounding to float32; larger
+arguments take a scalar loop over libm's float64 functions. Coefficients are
+near-minimax fits (Lawson's iteratively reweighted least squares, in mpmath
+precision) made for this module. jitnn's fast-math flags include ``nsz``, so
+LLVM may drop the sign of a zero result; the odd functions keep -0 by an
+explicit select (the tests check erf, sin, tan, sqrt and softsign).
 """
 
 import math

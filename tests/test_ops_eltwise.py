@@ -433,6 +433,10 @@ def test_host_data_takes_the_tensor_s_type():
     assert jitnn.add(np.int32([1, 2]), 0.5).dtype == np.float32
     assert jitnn.add(np.int32([1, 2]), np.int64([3, 4])).dtype == np.float32
     assert jitnn.add(2, 3).dtype == np.float32
+    host = np.int8([1, 1, 1])
+    pending = jitnn.mul(i8, host)
+    host[:] = 7                                    # copied at the call, as jitnn.tensor does
+    assert pending.numpy().tolist() == [1, 2, 3]
 
 
 def test_mixed_types_are_refused_at_the_call():
