@@ -299,3 +299,41 @@ def test_a_fold_numpy_refuses_names_the_node():
     model = _model(nodes, {"x": [2, 3]}, ["y"], {"a": _x(1, 3), "b": _x(1, 4)})
     with pytest.raises(jitnn.JitnnValueError, match=r"onnx: node 'concat_1' \(Concat\)"):
         jitnn.onnx.prepare(model)
+
+
+# --- run-time integer inputs and load-time values ----------------------------------
+
+def test_a_fold_only_op_on_a_run_time_input_names_it():
+    node = helper.make_node("ConstantOfShape", ["shape"], ["y"], name="fill_1")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(jitnn.onnx.LoadTimeValueError,
+                       match=r"ConstantOfShape \(node 'fill_1'.*only when its inputs are known"
+                       ) as error:
+        jitnn.onnx.prepare(model)
+    assert error.value.names == ("shape",)
+    # run() has the value: the output is a constant
+    np.testing.assert_array_equal(jitnn.onnx.run(model, {"shape": np.array([2, 3])})["y"],
+                                  np.zeros((2, 3), np.float32))
+
+
+def test_dispatch_and_run_name_a_missing_input():
+    nodes, inits, _ = _chain()
+    prepared = jitnn.onnx.prepare(_model(nodes, {"x": [2, 3]}, ["y"], inits))
+    for call in (prepared.run, prepared.dispatch):
+        with pytest.raises(jitnn.JitnnTypeError, match=r"missing input 'x'"):
+            call({})
+
+
+def test_an_integer_input_out_of_its_jitnn_type_range_is_refused():
+    node = helper.make_node("Abs", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT64, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    prepared = jitnn.onnx.prepare(model)
+    assert prepared.graph.input_dtypes == {"x": np.int64}      # uint64 held as int64
+    with pytest.raises(jitnn.JitnnValueError, match="outside int64's range"):
+        prepared.run({"x": np.array([1, 2 ** 63], np.uint64)})

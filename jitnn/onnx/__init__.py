@@ -179,6 +179,10 @@ class OnnxModel:
         outputs are left out: see ``constant_outputs``)."""
         if self.graph is None:
             return {}
+        missing = [name for name in self.graph.inputs if name not in inputs]
+        if missing:
+            raise JitnnTypeError(f"onnx: missing input {missing[0]!r} (the model's inputs: "
+                                 f"{sorted(self.inputs)})")
         feed = {name: self._input_value(name, inputs[name]) for name in self.graph.inputs}
         return self.ctx.dispatch(self.graph, feed)
 
