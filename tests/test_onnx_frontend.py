@@ -372,6 +372,8 @@ def _resize_model(x_shape, attrs, scales=None, sizes=None, opset=19):
 @pytest.mark.parametrize("attrs, scales, sizes, kernel", [
     ({"mode": "linear"}, None, [1, 5, 9, 11], "resample2d"),
     ({"mode": "nearest"}, [1, 1, 2, 3], None, "resample2d"),
+    ({"mode": "nearest"}, None, [1, 5, 7, 3], "resample2d"),      # sizes: 9 -> 3
+    ({"mode": "linear"}, [1, 1, 1, 1 / 3], None, "gather"),       # 9 / 3 is not 3 in float32
     ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None,
      [1, 5, 4, 3], "resample2d"),
     ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
