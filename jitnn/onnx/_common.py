@@ -83,7 +83,7 @@ class Converter:
         self.opset = opset
         self.node = None
         self.index = 0                            # self.node's position in graph.node
-        self._operands: dict[int, Operand] = {}   # id(Const) -> its builder constant
+        self._operands: dict = {}                 # (id(Const), dtype) -> its builder constant
         self._keep: list[Const] = []              # keep the Consts alive (id keys)
         self.jitnn_ops = 0                        # ops added to the builder
         self.inputs: list = []                    # the node's input values (need_const)

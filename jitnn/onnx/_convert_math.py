@@ -16,7 +16,7 @@ import numpy as np
 
 from ..graph import Operand
 from ._common import Const, Converter, ints, need_const, rank_of, shape_of
-from ._convert import cast_to, indices_of, run_time_dtype
+from ._convert import indices_of, run_time_dtype
 
 UNSIGNED = (np.dtype(np.uint8), np.dtype(np.uint32))
 
