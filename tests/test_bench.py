@@ -252,3 +252,12 @@ def test_conv2d_suite_defaults_its_batches_when_the_cli_passes_none():
     assert batches_of(SimpleNamespace(quick=False, options={})) == [1, 8]
     assert batches_of(SimpleNamespace(quick=False, options={"batches": [8]})) == [8]
     assert batches_of(SimpleNamespace(quick=True, options={"batches": [8]})) == [1]
+
+
+def test_ops_quick_times_every_op_without_peers(capsys):
+    assert cli.main(["bench", "ops", "--quick", "--threads", "1", "--peers", ""]) == 0
+    out = capsys.readouterr().out
+    for label in ("reduce_mean H,W", "layer_norm C", "resample2d x2 nearest",
+                  "resample2d x2 linear", "pad 1 reflection"):
+        assert f"| {label} |" in out
+    assert "onnxruntime ms" not in out

@@ -1,4 +1,4 @@
-"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,all}``.
+"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,ops,model,all}``.
 
 Each suite measures jitnn against its peers (PyTorch, ONNX Runtime, numpy;
 those not installed are skipped with a line saying so) in the same run, and
@@ -61,6 +61,7 @@ SUITES: dict[str, str] = {
     "matmul": "jitnn.bench.matmul",
     "blocks": "jitnn.bench.blocks",
     "chain": "jitnn.bench.chain",
+    "ops": "jitnn.bench.ops",
     "model": "jitnn.bench.model",
 }
 
