@@ -7,3 +7,4 @@ registered op."""
 from . import (cast, conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # noqa: F401
                normalization, pad, pool, reduction, resample, scatter, shape, slice)
 from . import logical, math  # noqa: F401 - element-wise math and logic (after eltwise)
+from . import attention  # noqa: F401 - fused scaled dot-product attention
