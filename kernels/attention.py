@@ -345,6 +345,8 @@ def _strided(name, x):
     if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim != 4:
         _fail(f"{name} must be a 4-D float32 numpy array, got "
               f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    if x.size == 0:
+        return _NO_FLOATS[:0], [0, 0, 0]
     strides = []
     for axis, (size, step) in enumerate(zip(x.shape, x.strides)):
         if size > 1 and (step < 0 or step % 4):
@@ -357,7 +359,7 @@ def _strided(name, x):
         # numba compiles read-only arrays separately: one kernel, one copy here
         x = np.ascontiguousarray(x).copy()
         return _strided(name, x)
-    span = 1 + sum((size - 1) * step for size, step in zip(x.shape, strides)) if x.size else 0
+    span = 1 + sum((size - 1) * step for size, step in zip(x.shape, strides))
     flat = np.lib.stride_tricks.as_strided(x, (span,), (4,))
     return flat, strides[:3]
 

@@ -1,0 +1,176 @@
+"""The fused attention kernel (kernels/attention.py) on its own: operands
+read through strides (head-split layouts, a packed QKV projection, a strided
+output), every key block size against the reference, rows and keys that do
+not fill a tile, thread counts giving the same bits, masks of each mode and
+broadcast, the wrapper's checks, and the register tiles' machine code."""
+
+import numpy as np
+import pytest
+
+from jitnn.kernels import attention as A
+from jitnn.kernels.matmul import VEC
+from jitnn.ops.attention import scaled_dot_product_attention_reference as reference
+from tests.assembly import check_packed_fma, needs_release_build
+from tests.helpers import assert_close, random
+
+TOL = 2e-5
+
+
+def _run(q, k, v, mask=None, *, scale=0.25, causal=False, **options):
+    out = np.full(q.shape[:3] + v.shape[3:], np.nan, np.float32)
+    assert A.attention(q, k, v, out, mask, scale=scale, causal=causal, **options) is out
+    return out
+
+
+def _want(q, k, v, mask=None, *, scale=0.25, causal=False):
+    return reference(q, k, v, mask, scale=scale, is_causal=causal)
+
+
+@pytest.mark.parametrize("key_block", [1, 3, A.MR, A.KEY_BLOCK, 100, 1000])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_key_block_size(key_block, causal):
+    q, k, v = random((2, 3, 45, 20), 1), random((2, 3, 130, 20), 2), random((2, 3, 130, 9), 3)
+    mask = random((2, 1, 45, 130), 4)
+    got = _run(q, k, v, mask, causal=causal, key_block=key_block)
+    assert_close(got, _want(q, k, v, mask, causal=causal), tol=TOL)
+
+
+@pytest.mark.parametrize("rows", [1, A.QB - 1, A.QB, A.QB + 1, 2 * A.QB + 3])
+@pytest.mark.parametrize("keys", [1, A.MR - 1, A.MR + 1, A.KEY_BLOCK + 1])
+def test_rows_and_keys_that_do_not_fill_a_tile(rows, keys):
+    q, k, v = random((1, 2, rows, 7), rows), random((1, 2, keys, 7), keys), \
+        random((1, 2, keys, A.MR + 1), 5)
+    assert_close(_run(q, k, v), _want(q, k, v), tol=TOL)
+    assert_close(_run(q, k, v, causal=True), _want(q, k, v, causal=True), tol=TOL)
+
+
+def test_head_split_views_are_read_in_place():
+    """(B, S, H, D) buffers as (B, H, S, D) views, and the output written the
+    same way: no copies, the same values as contiguous operands."""
+    B, S, H, D = 2, 37, 5, 24
+    qs, ks, vs = (random((B, S, H, D), i) for i in range(3))
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (qs, ks, vs))
+    out = np.full((B, S, H, D), np.nan, np.float32)
+    A.attention(q, k, v, out.transpose(0, 2, 1, 3), scale=0.3, causal=True)
+    want = _want(q, k, v, scale=0.3, causal=True).transpose(0, 2, 1, 3)
+    assert_close(out, want, tol=TOL)
+    contiguous = _run(*(np.ascontiguousarray(x) for x in (q, k, v)), scale=0.3, causal=True)
+    np.testing.assert_array_equal(out, contiguous.transpose(0, 2, 1, 3))
+
+
+def test_packed_qkv_projection_is_read_in_place():
+    """Q, K and V as strided views of one (B, S, 3, H, D) projection output."""
+    B, S, H, D = 1, 29, 4, 16
+    qkv = random((B, S, 3, H, D), 9)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    assert not q.flags.c_contiguous
+    assert_close(_run(q, k, v), _want(q, k, v), tol=TOL)
+
+
+@pytest.mark.parametrize("mode", ["float", "bool"])
+@pytest.mark.parametrize("shape", [(2, 3, 11, 40), (2, 1, 1, 40), (1, 1, 11, 40), (11, 1),
+                                   (1, 3, 1, 1), (40,), ()])
+def test_mask_modes_and_broadcasts(mode, shape):
+    q, k, v = random((2, 3, 11, 8), 1), random((2, 3, 40, 8), 2), random((2, 3, 40, 8), 3)
+    rng = np.random.default_rng(len(shape))
+    mask = np.asarray(random(shape, rng, scale=2.0)) if mode == "float" else \
+        np.asarray(rng.random(shape) > 0.3, np.uint8)
+    assert_close(_run(q, k, v, mask), _want(q, k, v, mask), tol=TOL)
+
+
+def test_boolean_mask_drops_to_float32_lowest():
+    q, k, v = random((1, 1, 3, 4), 1), random((1, 1, 9, 4), 2), random((1, 1, 9, 5), 3)
+    mask = np.ones((3, 9), np.uint8)
+    mask[1] = 0
+    mask[2, 4:] = 0
+    got = _run(q, k, v, mask)
+    assert_close(got[0, 0, 1], v[0, 0].astype(np.float64).mean(axis=0), tol=1e-6)
+    assert_close(got[0, 0, 2], _want(q, k[..., :4, :], v[..., :4, :])[0, 0, 2], tol=1e-6)
+
+
+def test_thread_counts_give_the_same_bits():
+    q, k, v = random((2, 5, 100, 32), 1), random((2, 5, 150, 32), 2), random((2, 5, 150, 32), 3)
+    one = _run(q, k, v, causal=True, threads=1)
+    two = _run(q, k, v, causal=True, threads=2)
+    many = _run(q, k, v, causal=True, threads=64)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one, many)
+
+
+def test_read_only_operands():
+    q, k, v = random((1, 2, 5, 8), 1), random((1, 2, 6, 8), 2), random((1, 2, 6, 8), 3)
+    want = _run(q, k, v)
+    mask = np.zeros((5, 6), np.float32)
+    for x in (q, k, v, mask):
+        x.setflags(write=False)
+    np.testing.assert_array_equal(_run(q, k, v, mask), want)
+    broadcast = np.broadcast_to(np.zeros(6, np.float32), (1, 2, 5, 6))
+    np.testing.assert_array_equal(_run(q, k, v, broadcast), want)
+
+
+def test_empty_output_returns_at_once():
+    q, k, v = random((1, 2, 0, 8), 1), random((1, 2, 0, 8), 2), random((1, 2, 0, 8), 3)
+    assert _run(q, k, v).shape == (1, 2, 0, 8)
+
+
+def test_the_wrapper_checks_what_the_kernel_indexes():
+    q, k, v = random((1, 2, 5, 8), 1), random((1, 2, 6, 8), 2), random((1, 2, 6, 4), 3)
+    out = np.empty((1, 2, 5, 4), np.float32)
+
+    def fails(match, *args, **kwargs):
+        with pytest.raises(ValueError, match="attention: " + match):
+            A.attention(*args, **{"scale": 1.0, **kwargs})
+
+    fails("q must be a 4-D float32", q.astype(np.float64), k, v, out)
+    fails("k must be a 4-D float32", q, k[0], v, out)
+    fails(r"k \(1, 2, 6, 7\) must be \(B, H, Sk, D\)", q, k[..., :7], v, out)
+    fails(r"v \(1, 2, 5, 4\) must be \(B, H, Sk, Dv\)", q, k, v[:, :, :5], out)
+    fails("out must have shape", q, k, v, out[..., :3])
+    fails("q.s last axis must be contiguous", q[..., ::2], k[..., ::2], v, out)
+    fails("q has stride -160 bytes on axis 1: strides must be non-negative", q[:, ::-1], k, v, out)
+    fails("out must not overlap q", q, k, v, q[..., :4])
+    fails("mask must be a float32 .* or uint8", q, k, v, out, np.zeros((5, 6), np.int32))
+    fails(r"mask of shape \(4, 6\) does not broadcast to \(1, 2, 5, 6\)", q, k, v, out,
+          np.zeros((4, 6), np.float32))
+    fails("key_block must be >= 1", q, k, v, out, key_block=0)
+    fails("queries need keys with at least one element", q, k[:, :, :0], v[:, :, :0], out)
+    read_only = out.copy()
+    read_only.setflags(write=False)
+    fails("out must be writeable", q, k, v, read_only)
+
+
+@needs_release_build
+def test_register_tiles_use_packed_fma():
+    """The score tile and the P V tile: MR x QB / VEC packed FMAs per step
+    (28 zmm on AVX-512, 12 ymm on AVX2), no scalar FMA, no spill."""
+    from jitnn.kernels._config import jit
+    f32 = np.float32
+    D, keys = 24, 2 * A.MR
+    qt, st = np.ones(D * A.QB, f32), np.zeros(keys * A.QB, f32)
+    flat = np.ones(keys * D, f32)
+    scores = jit(cache=False)(A._scores.py_func)
+    scores(flat, 0, D, keys, D, qt, st)
+    accumulate = jit(cache=False)(A._accumulate.py_func)
+    accumulate(flat, 0, D, keys, D, st, np.zeros(D * A.QB + A.MR * A.QB, f32))
+    tile = A.MR * A.QB // VEC
+    check_packed_fma({"scores": scores.inspect_asm(scores.signatures[0]),
+                      "accumulate": accumulate.inspect_asm(accumulate.signatures[0])},
+                     min_fma=tile)
+
+
+@pytest.mark.slow
+@needs_release_build
+def test_the_driver_keeps_the_tiles_vectorized():
+    """The deployed driver (its own copies of the tiles, optimized with it;
+    ~10 s of compiling)."""
+    from jitnn.kernels._config import jit
+    driver = jit(parallel=True, cache=False)(A.attention_parallel.py_func)
+    q = random((1, 1, 3, 8), 1)
+    g = np.array([1, 1, 3, 3, 8, 8] + [0, 0, 8] * 4 + [0, 0, 0, 0, A.MASK_NONE, 0,
+                                                       A.KEY_BLOCK], np.int64)
+    out = np.empty(24, np.float32)
+    driver(q.reshape(-1), q.reshape(-1), q.reshape(-1), out, A._NO_FLOATS, A._NO_BITS, g,
+           1.0, 1)
+    assert_close(out.reshape(1, 1, 3, 8), _want(q, q, q, scale=1.0), tol=TOL)
+    asms = {sig: driver.inspect_asm(sig) for sig in driver.signatures}
+    check_packed_fma(asms, min_fma=A.MR * A.QB // VEC)
