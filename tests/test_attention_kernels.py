@@ -174,3 +174,16 @@ def test_the_driver_keeps_the_tiles_vectorized():
     assert_close(out.reshape(1, 1, 3, 8), _want(q, q, q, scale=1.0), tol=TOL)
     asms = {sig: driver.inspect_asm(sig) for sig in driver.signatures}
     check_packed_fma(asms, min_fma=A.MR * A.QB // VEC)
+
+
+def test_one_compiled_driver_for_every_call():
+    """Layouts, mask modes, read-only operands and sizes are runtime arguments:
+    the driver has one signature (one compile)."""
+    q, k, v = random((1, 2, 5, 8), 1), random((1, 2, 6, 8), 2), random((1, 2, 6, 3), 3)
+    _run(q, k, v)
+    _run(q, k, v, np.ones((5, 6), np.uint8), causal=True)
+    _run(q, k, v, np.zeros((5, 6), np.float32), key_block=2)
+    _run(q.transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3), k, v)
+    q.setflags(write=False)
+    _run(q, k, v)
+    assert len(A.attention_parallel.signatures) == 1, A.attention_parallel.signatures
