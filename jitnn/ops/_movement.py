@@ -168,3 +168,31 @@ def check_not_empty_axis(op: str, index_size: int, sizes: Sequence[int], what: s
     if index_size and min(sizes, default=1) == 0:
         raise JitnnValueError(f"{op}: {what} has size 0, so indices must be empty, got "
                               f"{index_size} of them")
+
+
+def elements_indices(op: str, x, index, axis: int):
+    """The index picker of a gather_elements/scatter_elements along ``axis``:
+    ``index`` must have x's rank and its sizes on every other axis."""
+    if index.ndim != x.ndim or any(index.shape[d] != x.shape[d]
+                                   for d in range(x.ndim) if d != axis):
+        raise JitnnValueError(
+            f"{op}: indices {tuple(index.shape)} must have the rank of x {x.shape} and its "
+            f"sizes on every axis but axis {axis}")
+    what = f"axis {axis} of x {x.shape}"
+    check_not_empty_axis(op, index.size, (x.shape[axis],), what)
+    return resolve(op, index, x.shape[axis], what)
+
+
+def nd_indices(op: str, x, index) -> tuple[int, object]:
+    """``(k, picker)`` of a gather_nd/scatter_nd: each row of ``index``'s last
+    axis holds ``k`` coordinates into x's first ``k`` axes."""
+    if index.ndim < 1:
+        raise JitnnValueError(f"{op}: indices must have rank >= 1, got a scalar")
+    k = index.shape[-1]
+    if k > x.ndim:
+        raise JitnnValueError(
+            f"{op}: indices {tuple(index.shape)} pick {k} coordinates, more than x {x.shape} "
+            f"has axes")
+    what = f"the first {k} axes of x {x.shape}"
+    check_not_empty_axis(op, index.size, x.shape[:k], what)
+    return k, resolve(op, index, x.shape[:k], what)

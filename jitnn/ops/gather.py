@@ -28,7 +28,8 @@ from ..errors import JitnnValueError
 from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, Tensor
 from ._common import ANY_DTYPE, as_tensor, axis_index, context_of, plain_op
-from ._movement import check_not_empty_axis, clamped_indices, exact, index_argument, resolve
+from ._movement import (check_not_empty_axis, clamped_indices, elements_indices, exact,
+                        index_argument, nd_indices, resolve)
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -105,14 +106,7 @@ def gather_elements(x, indices, axis: int = 0) -> Tensor:
     op = "gather_elements"
     ctx, x, index = _data(op, x, indices)
     axis = axis_index(op, "axis", axis, x.ndim)
-    if index.ndim != x.ndim or any(index.shape[d] != x.shape[d]
-                                   for d in range(x.ndim) if d != axis):
-        raise JitnnValueError(
-            f"{op}: indices {tuple(index.shape)} must have the rank of x {x.shape} and its "
-            f"sizes on every axis but axis {axis}")
-    what = f"axis {axis} of x {x.shape}"
-    check_not_empty_axis(op, index.size, (x.shape[axis],), what)
-    pick = resolve(op, index, x.shape[axis], what)
+    pick = elements_indices(op, x, index, axis)
     return _run(ctx, op, x, index, tuple(index.shape),
                 lambda data, ids: np.take_along_axis(data, ids, axis=axis), pick)
 
@@ -124,19 +118,9 @@ def gather_nd(x, indices) -> Tensor:
     as :func:`gather`'s, per axis."""
     op = "gather_nd"
     ctx, x, index = _data(op, x, indices)
-    if index.ndim < 1:
-        raise JitnnValueError(f"{op}: indices must have rank >= 1, got a scalar")
-    k = index.shape[-1]
-    if k > x.ndim:
-        raise JitnnValueError(
-            f"{op}: indices {tuple(index.shape)} pick {k} coordinates, more than x {x.shape} "
-            f"has axes")
-    sizes = x.shape[:k]
-    what = f"the first {k} axes of x {x.shape}"
-    check_not_empty_axis(op, index.size, sizes, what)
+    k, pick = nd_indices(op, x, index)
     lead = tuple(index.shape[:-1])
     shape = lead + x.shape[k:]
-    pick = resolve(op, index, sizes, what)
 
     def compute(data: np.ndarray, ids: np.ndarray) -> np.ndarray:
         rows = ids.reshape(math.prod(lead), k)

@@ -29,8 +29,8 @@ from ..errors import JitnnValueError
 from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, Tensor
 from ._common import ANY_DTYPE, as_tensor, axis_index, context_of, plain_op
-from ._movement import (check_not_empty_axis, clamped_indices, exact, index_argument, operand,
-                        resolve)
+from ._movement import (clamped_indices, elements_indices, exact, index_argument, nd_indices,
+                        operand)
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -89,17 +89,10 @@ def scatter_elements(x, indices, updates, axis: int = 0) -> Tensor:
     op = "scatter_elements"
     ctx, x, index, updates = _operands(op, x, indices, updates)
     axis = axis_index(op, "axis", axis, x.ndim)
-    if index.ndim != x.ndim or any(index.shape[d] != x.shape[d]
-                                   for d in range(x.ndim) if d != axis):
-        raise JitnnValueError(
-            f"{op}: indices {tuple(index.shape)} must have the rank of x {x.shape} and its "
-            f"sizes on every axis but axis {axis}")
     if updates.shape != tuple(index.shape):
         raise JitnnValueError(f"{op}: updates {updates.shape} must have the shape of "
                               f"indices {tuple(index.shape)}")
-    what = f"axis {axis} of x {x.shape}"
-    check_not_empty_axis(op, index.size, (x.shape[axis],), what)
-    pick = resolve(op, index, x.shape[axis], what)
+    pick = elements_indices(op, x, index, axis)
     return _run(ctx, op, x, index, updates,
                 lambda out, ids, values: np.put_along_axis(out, ids, values, axis), pick)
 
@@ -111,21 +104,12 @@ def scatter_nd(x, indices, updates) -> Tensor:
     module docstring)."""
     op = "scatter_nd"
     ctx, x, index, updates = _operands(op, x, indices, updates)
-    if index.ndim < 1:
-        raise JitnnValueError(f"{op}: indices must have rank >= 1, got a scalar")
-    k = index.shape[-1]
-    if k > x.ndim:
-        raise JitnnValueError(
-            f"{op}: indices {tuple(index.shape)} pick {k} coordinates, more than x {x.shape} "
-            f"has axes")
+    k, pick = nd_indices(op, x, index)
     lead = tuple(index.shape[:-1])
     if updates.shape != lead + x.shape[k:]:
         raise JitnnValueError(
             f"{op}: updates {updates.shape} must have the shape indices.shape[:-1] + "
             f"x.shape[{k}:] = {lead + x.shape[k:]}")
-    what = f"the first {k} axes of x {x.shape}"
-    check_not_empty_axis(op, index.size, x.shape[:k], what)
-    pick = resolve(op, index, x.shape[:k], what)
     rows = math.prod(lead)
 
     def write(out: np.ndarray, ids: np.ndarray, values: np.ndarray) -> None:
