@@ -43,6 +43,14 @@ ACTIVATIONS = (None, "relu", "relu6", ("clamp", -0.5, 0.75), ("leaky_relu", 0.2)
                "tanh", "hard_swish", "gelu")
 UNARY = ("relu", "clamp", "sigmoid", "tanh", "leaky_relu", "hard_swish", "gelu")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
+#: WebNN's math ops that run inside the blocked element-wise chains (smooth
+#: ones: a floor or a sign would turn a rounding difference into a jump)
+MATH = ("abs", "neg", "erf", "sin", "softsign", "elu", "hard_sigmoid", "softplus", "linear")
+#: ops between convs with blocked kernels of their own; drawn with their
+#: options and constants by _draw_between_convs, checked against
+#: jitnn.registry.reference(op)
+BETWEEN_CONVS = ("reduce_mean", "reduce_max", "layer_normalization",
+                 "instance_normalization", "pad", "resample2d")
 
 
 @dataclasses.dataclass
@@ -171,6 +179,43 @@ def _draw_rows(rng, shape, live, shapes):
     return "softmax", {}, {"axis": 1}, shape
 
 
+def _draw_between_convs(rng, shape):
+    """One of BETWEEN_CONVS (or a MATH op) on a 4-D ``shape``: (op, consts,
+    options, output shape)."""
+    n, c, h, w = shape
+    op = str(rng.choice(BETWEEN_CONVS + ("math",) * 3))
+    if op == "math":
+        op = str(rng.choice(MATH))
+        options = {"elu": {"alpha": 0.5}, "hard_sigmoid": {"alpha": 0.3, "beta": 0.4},
+                   "linear": {"alpha": -1.5, "beta": 0.25}}.get(op, {})
+        return op, {}, options, shape
+    if op in ("reduce_mean", "reduce_max"):
+        keep = bool(rng.random() < 0.7)
+        return op, {}, {"axes": [2, 3], "keep_dimensions": keep}, \
+            (n, c, 1, 1) if keep else (n, c)
+    if op in ("layer_normalization", "instance_normalization"):
+        consts = {}
+        if rng.random() < 0.7:
+            consts = {"scale": rng.uniform(0.5, 1.5, c).astype(np.float32),
+                      "bias": (rng.standard_normal(c) * 0.2).astype(np.float32)}
+        options = {"axes": [1]} if op == "layer_normalization" else {}
+        return op, consts, options, shape
+    if op == "pad":
+        mode = str(rng.choice(["constant", "edge", "reflection"]))
+        if mode == "reflection" and min(h, w) <= 2:     # reflection pads less than the axis
+            mode = "edge"
+        top, left = int(rng.integers(0, 3)), int(rng.integers(0, 2))
+        options = {"beginning_padding": [0, 0, top, left], "ending_padding": [0, 0, 1, 0],
+                   "mode": mode}
+        if mode == "constant":
+            options["value"] = float(rng.choice([0.0, -0.5]))
+        return op, {}, options, (n, c, h + top + 1, w + left)
+    if h * w > 200:                          # resample: keep the programs small
+        return "reduce_max", {}, {"axes": [2, 3], "keep_dimensions": True}, (n, c, 1, 1)
+    mode = str(rng.choice(["nearest-neighbor", "linear"]))
+    return op, {}, {"mode": mode, "scales": [2.0, 1.5]}, (n, c, 2 * h, (3 * w) // 2)
+
+
 def draw_program(seed, length: int = 12, large: bool = False) -> Program:
     """A program of ``length`` ops on one or two inputs (N, C, H, W): C (and
     the convolutions' output channels) from CHANNELS and H, W from 5 to 11, or
@@ -196,6 +241,8 @@ def draw_program(seed, length: int = 12, large: bool = False) -> Program:
         args = (x,)
         if len(shape) == 2:
             drawn = _draw_rows(rng, shape, live, shapes)
+        elif rng.random() < 0.15:
+            drawn = _draw_between_convs(rng, shape)
         elif draw < 0.04:
             drawn = "flatten", {}, {}, (n, shape[1] * shape[2] * shape[3])
         elif draw < 0.08:
@@ -310,6 +357,12 @@ def reference(step: Step, args: list) -> np.ndarray:
         return reshape_reference(args[0], options["new_shape"])
     if op == "softmax":
         return softmax_reference(args[0], options["axis"])
+    if op in MATH or op in BETWEEN_CONVS:
+        if op == "pad":
+            return jitnn.registry.reference(op)(
+                args[0], options.pop("beginning_padding"), options.pop("ending_padding"),
+                **options)
+        return jitnn.registry.reference(op)(args[0], **k, **options)
     raise AssertionError(op)
 
 
@@ -334,7 +387,10 @@ def call(api, step: Step, args: list, constant=lambda array: array):
                                        k.get("bias"), **options)
     if op == "concat":
         return api.concat(args, 1)
-    return getattr(api, op)(*args, **options)
+    if op == "pad":
+        return api.pad(args[0], options.pop("beginning_padding"), options.pop("ending_padding"),
+                       **options)
+    return getattr(api, op)(*args, **k, **options)
 
 
 def expected_values(program: Program, numbers: dict) -> dict:

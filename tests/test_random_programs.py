@@ -16,8 +16,8 @@ import threading
 import jitnn
 import pytest
 
-from .programs import (BINARY, CONTEXTS, UNARY, build_graph, draw_program, run_eager,
-                       run_graph)
+from .programs import (BETWEEN_CONVS, BINARY, CONTEXTS, MATH, UNARY, build_graph, draw_program,
+                       run_eager, run_graph)
 
 
 SEEDS = range(40)
@@ -107,6 +107,7 @@ def test_programs_draw_every_op_and_form():
                    "global_average_pool2d", "transpose", "reshape", "softmax", "add",
                    "conv_transpose2d", "flatten", "gemm", "matmul"}
     assert ops & set(UNARY) and len(ops & set(BINARY)) >= 4
+    assert len(ops & set(MATH)) >= 4 and ops >= set(BETWEEN_CONVS)
     convs = [s for s in steps if s.op == "conv2d"]
     assert any(s.options["groups"] > 1 and s.options["groups"] == s.consts["w"].shape[0]
                for s in convs)                                    # depthwise
