@@ -125,21 +125,38 @@ def test_padding_is_masked(name):
     assert not np.allclose(outs[0][~real], outs[1][~real])
 
 
-FULL_NEEDS = ("torch", "transformers", "timm", "torchvision", "onnxruntime")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(zoo.MODELS))
-def test_full_model_matches_onnxruntime(name):
-    missing = [m for m in FULL_NEEDS if importlib.util.find_spec(m) is None]
+def _need(*modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"building the full-size models needs {', '.join(missing)} "
+        pytest.skip(f"building the models needs {', '.join(missing)} "
                     "(pip install -e \".[models]\")")
-    path = zoo.export(name)
-    feeds = zoo.inputs(name)
+
+
+def _check_against_onnxruntime(name: str, path: str, feeds: list[dict]) -> None:
     model = jitnn.onnx.prepare(path, input_shapes={k: v.shape for k, v in feeds[0].items()})
     for i, feed in enumerate(feeds):
         expected = _onnxruntime(path, feed)
         got = model.run(feed)
         for out, array in expected.items():
             _assert_matches(got[out], array, f"{name}, input set {i}, {out}")
+
+
+MODEL_LIBRARIES = ("torch", "transformers", "timm", "torchvision", "onnxruntime")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_full_model_matches_onnxruntime(name):
+    """The full-size model, exported into the networks cache."""
+    _need(*MODEL_LIBRARIES)
+    _check_against_onnxruntime(name, zoo.export(name), zoo.inputs(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_dynamo_export_matches_onnxruntime(name):
+    """The small model exported by torch's other exporter (torch.export,
+    opset 18: other patterns for the same layers)."""
+    _need(*MODEL_LIBRARIES, "onnxscript")
+    _check_against_onnxruntime(name, zoo.export(name, small=True, dynamo=True),
+                               zoo.inputs(name, small=True))
