@@ -353,3 +353,14 @@ def test_softmax_as_webnn_calls_it():
     assert_close(out["y"], reference("softmax")(data, 1), tol=8 * EPS32)
     assert_close(out["z"], reference("softmax")(data, 0), tol=8 * EPS32)
     assert_close(jitnn.softmax(data).numpy(), reference("softmax")(data, -1), tol=8 * EPS32)
+
+
+def test_softmax_of_a_fully_masked_row_is_nan_without_a_warning():
+    import warnings
+    rows = np.array([[-np.inf] * 4, [0.0, 1.0, -np.inf, 2.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = jitnn.softmax(jitnn.tensor(rows)).numpy()
+    assert np.isnan(got[0]).all()
+    want = np.exp([0.0, 1.0, 0.0, 2.0]) * [1, 1, 0, 1]
+    np.testing.assert_allclose(got[1], want / want.sum(), rtol=1e-6)

@@ -200,9 +200,12 @@ def softmax(x, axis: int = -1) -> Tensor:
     def compute(data: np.ndarray) -> np.ndarray:
         if data.size == 0:
             return np.empty(data.shape, np.float32)
-        out = data - data.max(axis=axis, keepdims=True)
-        np.exp(out, out=out)
-        out /= out.sum(axis=axis, keepdims=True)
+        # a row of -inf (every key masked) gives NaN, as ONNX Runtime and
+        # PyTorch do, without numpy's warning
+        with np.errstate(invalid="ignore"):
+            out = data - data.max(axis=axis, keepdims=True)
+            np.exp(out, out=out)
+            out /= out.sum(axis=axis, keepdims=True)
         return out
 
     return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
