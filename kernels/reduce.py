@@ -22,9 +22,9 @@ How it is fast. Every accumulation is a loop over ``R`` rows of ``lanes``
 contiguous floats, adding into ``lanes`` float64 accumulators: the lane loop
 has no dependency between iterations, so LLVM's loop vectorizer turns it into
 AVX2 code without reassociating any sum (jitnn compiles without ``reassoc``).
-An ``inner`` of 1 (a contiguous row, e.g. a plain NCHW tensor over H and W)
-is read as ``R // 16`` rows of 16 lanes, whose 16 partial results and the
-tail are combined at the end. Blocked tensors give ``inner = cb`` lanes directly.
+A narrow ``inner`` (1: a contiguous row, e.g. a plain NCHW tensor over H and
+W; ``cb``: a blocked tensor) is read as rows of 64 contiguous lanes, 64 // inner
+pixels each, whose partial results and the tail are combined at the end.
 Parallel over the ``outer`` rows (and over chunks of ``inner`` when it is
 wide), in contiguous ranges, one per thread; small inputs run serially.
 """
@@ -52,8 +52,9 @@ _ADD, _ABS, _SQUARE, _MAX, _MIN, _PRODUCT, _EXP = range(7)
 _PARALLEL_MIN = 32768
 #: lanes per task when ``inner`` is wide (a plain NHWC tensor over H and W)
 _LANE_CHUNK = 1024
-#: partial results of a contiguous row (``inner == 1``): 16 float64 lanes, 4 ymm
-_ROW_LANES = 16
+#: lanes of a narrow ``inner``'s rows (a contiguous row, or cb lanes of a
+#: blocked tensor): 64 float64 partial results
+_ROW_LANES = 64
 
 
 # --- the accumulation loops ------------------------------------------------------
@@ -157,22 +158,24 @@ def _finish(op, value, count, shift):
 
 
 @jit()
-def _combine_lanes(op, kind, acc, shift, lanes):
-    """The partial results of ``lanes`` lanes as one: (value, shift)."""
+def _combine_lanes(op, kind, acc, shift, start, step, count):
+    """The partial results of lanes ``start + j * step``, ``j < count``, as
+    one: (value, shift)."""
     if op == LOG_SUM_EXP:                               # sum_l exp(m_l - M) * s_l
         m = -np.inf
-        for l in range(lanes):
-            m = nan_maximum(m, shift[l])
+        for j in range(count):
+            m = nan_maximum(m, shift[start + j * step])
         if math.isinf(m) or m != m:
             return 0.0, m                               # _finish gives m itself
         total = 0.0
-        for l in range(lanes):
+        for j in range(count):
+            l = start + j * step
             if shift[l] != -np.inf:                     # a lane of -inf adds nothing
                 total += acc[l] * math.exp(shift[l] - m)
         return total, m
     value = _initial(kind)
-    for l in range(lanes):
-        value = _combine(kind, value, acc[l])
+    for j in range(count):
+        value = _combine(kind, value, acc[start + j * step])
     return value, 0.0
 
 
@@ -181,28 +184,33 @@ def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
     """Tasks ``[first, last)``: task ``t`` is outer row ``t // chunks``, lanes
     ``[c * _LANE_CHUNK, ...)`` of its chunk ``c = t % chunks``.
 
-    An ``inner`` of 1 is a contiguous row, read as ``R // row_lanes`` rows of
-    ``row_lanes`` partial results, its tail added to the first lanes, the
-    lanes combined at the end. ``row_lanes`` comes from Python: as a runtime
-    value it keeps the lane loops loops, which the loop vectorizer takes (a
-    literal unrolled them into scalar code). log-sum-exp makes two passes,
-    each lane's max, then its sum of ``exp(x - max)``. Every accumulation
-    goes through one call of :func:`_accumulate` (its seven loops compiled
-    once: each call site is inlined)."""
+    A narrow ``inner`` that divides ``row_lanes`` (a contiguous row, inner 1;
+    a blocked tensor over H and W, inner = cb) is read as rows of
+    ``row_lanes`` contiguous floats, ``per_row = row_lanes // inner`` pixels
+    each, so that every loop runs over many lanes (8-lane loops ran at a
+    quarter of the memory's speed); lane ``l`` holds element ``l % inner``,
+    the tail pixels are added to the first lanes, and the lanes of each
+    element are combined at the end. ``row_lanes`` comes from Python: as a
+    runtime value it keeps the lane loops loops, which the loop vectorizer
+    takes (a literal unrolled them into scalar code). log-sum-exp makes two
+    passes, each lane's max, then its sum of ``exp(x - max)``. Every
+    accumulation goes through one call of :func:`_accumulate` (its seven
+    loops compiled once: each call site is inlined)."""
     chunks = (inner + _LANE_CHUNK - 1) // _LANE_CHUNK
     width = max(min(inner, _LANE_CHUNK), row_lanes)
     acc = np.empty(width, np.float64)
     shift = np.empty(width, np.float64)
     kind = _kind_of(op)
     passes = 2 if op == LOG_SUM_EXP else 1
-    row = inner == 1 and R >= 2 * row_lanes
+    per_row = row_lanes // inner if inner < row_lanes and row_lanes % inner == 0 else 1
+    grouped = per_row > 1 and R >= 2 * per_row
     for t in range(first, last):
         o = t // chunks
         l0 = (t % chunks) * _LANE_CHUNK
         base = o * R * inner + l0
-        if row:
-            lanes, rows, stride = row_lanes, R // row_lanes, row_lanes
-            left = R - rows * row_lanes
+        if grouped:
+            lanes, rows, stride = row_lanes, R // per_row, row_lanes
+            left = (R - rows * per_row) * inner
         else:
             lanes, rows, stride, left = min(inner - l0, _LANE_CHUNK), R, inner, 0
         for p in range(passes):
@@ -211,15 +219,16 @@ def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
             init = _initial(k)
             for l in range(lanes):
                 target[l] = init
-            for segment in range(2 if left else 1):     # the rows, then a row's tail
+            for segment in range(2 if left else 1):     # the rows, then the tail pixels
                 if segment == 0:
                     _base, _rows, _stride, _lanes = base, rows, stride, lanes
                 else:
                     _base, _rows, _stride, _lanes = base + rows * stride, 1, left, left
                 _accumulate(xf, _base, _rows, _stride, _lanes, k, target, shift)
-        if row:
-            value, m = _combine_lanes(op, kind, acc, shift, lanes)
-            outf[np.uint64(o)] = np.float32(_finish(op, value, R, m))
+        if grouped:
+            for c in range(inner):
+                value, m = _combine_lanes(op, kind, acc, shift, c, inner, per_row)
+                outf[np.uint64(o * inner + c)] = np.float32(_finish(op, value, R, m))
         else:
             for l in range(lanes):
                 outf[np.uint64(o * inner + l0 + l)] = np.float32(
