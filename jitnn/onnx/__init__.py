@@ -28,7 +28,7 @@ from ..graph import GraphBuilder
 from ..scheduler import explain
 from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, jitnn_dtype,
                       onnx_dtype, refused_dtype)
-from . import _convert, _convert_math, _convert_resize
+from . import _convert, _convert_math, _convert_resize, _patterns
 from ._fold import FOLD, SHAPE_ONLY
 from ._validate import ordered_nodes
 
@@ -337,7 +337,9 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         run_inputs[name] = values[name].shape
         input_dtypes[name] = dtype
 
-    for index in order:
+    # transformer patterns (attention, GELU, linear + activation, layer norm) convert
+    # as fused ops: their nodes are held back and written at once (jitnn/onnx/_patterns.py)
+    for index in _patterns.walk(graph, order, values, cv):
         node = graph.node[index]
         cv.node, cv.index = node, index
         if node.domain not in ("", "ai.onnx"):

@@ -1,0 +1,859 @@
+"""Transformer patterns in exported ONNX graphs, converted as fused jitnn ops.
+
+``torch.onnx.export`` (opset 17, TorchScript) writes a transformer's pieces
+as chains of small ops; jitnn has one op, or one fused launch, for each:
+
+* **attention**: ``MatMul(Q, Kᵀ)``, ``Mul``/``Div`` by constant scales (on
+  the scores, or on Q and Kᵀ before the product, as the exporter writes
+  ``F.scaled_dot_product_attention``), an ``Add`` mask and/or a ``Where``
+  mask, ``Softmax(-1)``, the exporter's all-masked-row guard ``Where(IsNaN(p),
+  0, p)``, ``MatMul(., V)`` becomes one ``scaled_dot_product_attention``.
+  When Q, K and V come from ``Transpose(0, 2, 1, 3)`` (K: ``(0, 2, 3, 1)``)
+  of ``(B, S, H, D)`` tensors and the result goes into ``Transpose(0, 2, 1,
+  3)``, it runs with ``layout="bshd"`` and the four transposes are skipped.
+  A constant mask that is the top-left causal triangle (0 or a value <= -1e9
+  / -inf elsewhere, or a bool ``Where`` condition) is ``is_causal=True``.
+* **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
+  two ``Mul`` by ``x`` and by 0.5 in any order becomes ``gelu(x)``. (The tanh
+  approximation stays the element-wise chain it is: jitnn's gelu is the erf
+  one.)
+* **linear**: ``MatMul(x, W)`` with a constant 2-D ``W``, ``Add`` of a
+  constant bias along the last axis, and an activation after it (Relu,
+  Sigmoid, Tanh, HardSwish, LeakyRelu, Gelu, or the GELU pattern) runs on the
+  2-D ``(rows, K)`` view of ``x`` and is reshaped back after the activation,
+  so that the scheduler fuses the bias and the activation into the GEMM's
+  epilogue (on a 3-D ``x`` the batched product fuses neither).
+* **layer normalization** as older exports write it: ``ReduceMean, Sub, Pow 2
+  (or Mul by itself), ReduceMean, Add eps, Sqrt, Div (or Reciprocal, Mul)``
+  and optional ``Mul`` by a constant scale and ``Add`` of a constant bias over
+  trailing axes becomes ``layer_normalization``.
+
+:func:`walk` drives the frontend's node loop: it matches the patterns on the
+graph's structure first (op types, attributes, which values are known at
+load time, who reads what), then yields the nodes to convert one by one,
+holding back those a pattern covers; at a pattern's last node it converts the
+pattern from the converted values, checking the constants (the scale, the
+mask's fill value, GELU's constants, epsilon...). When a check fails the
+held-back nodes are yielded after all and convert as they are. A pattern is
+matched only where no intermediate value of it is read outside it or is a
+graph output. ``ENABLED = False`` turns every fusion off (for comparisons).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..graph import Operand
+from ._common import Const, UnsupportedError
+from ._fold import FOLD, SHAPE_ONLY
+
+#: convert the patterns (False: every node converts on its own)
+ENABLED = True
+
+#: a mask value this negative drops a key as surely as -inf (exp underflows to 0)
+_DROP = -1e9
+#: the op types whose output shape :func:`_infer_shape` knows (elementwise: broadcast)
+_ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
+_UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", *("Relu", "Sigmoid", "Tanh",
+                                                               "HardSwish", "LeakyRelu", "Gelu")}
+_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape"}
+#: ONNX activations the linear pattern takes into the GEMM's epilogue
+_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
+                "HardSwish": "hard_swish", "LeakyRelu": "leaky_relu", "Gelu": "gelu"}
+
+
+class _Graph:
+    """Who writes and who reads each value of an ONNX graph, and which values
+    are known at load time (the node loop's own rule: initializers, inputs
+    given as constants, and what ``FOLD`` computes from those alone)."""
+
+    def __init__(self, graph, order: list[int], values: dict):
+        self.nodes = graph.node
+        self.outputs = {o.name for o in graph.output}
+        self.writer: dict[str, int] = {}
+        self.readers: dict[str, list[int]] = {}
+        self.const = {name for name, v in values.items() if isinstance(v, Const)}
+        for index in order:
+            node = self.nodes[index]
+            for name in node.output:
+                if name:
+                    self.writer[name] = index
+            for name in dict.fromkeys(n for n in node.input if n):
+                self.readers.setdefault(name, []).append(index)
+            present = [n for n in node.input if n]
+            if node.op_type in FOLD and node.domain in ("", "ai.onnx") and (
+                    all(n in self.const for n in present) or node.op_type in SHAPE_ONLY):
+                self.const.update(n for n in node.output if n)
+        self.taken: set[int] = set()
+
+    def node(self, name: str, *types: str):
+        """The index of the node writing ``name`` if its type is one of
+        ``types``, it runs at run time and no pattern took it; else None."""
+        index = self.writer.get(name)
+        if index is None or index in self.taken or name in self.const:
+            return None
+        node = self.nodes[index]
+        if node.op_type not in types or node.domain not in ("", "ai.onnx"):
+            return None
+        return index
+
+    def users(self, name: str) -> list[int]:
+        """The nodes reading ``name``'s data (not ``Shape``/``Size``, which read its shape)."""
+        return [r for r in self.readers.get(name, ())
+                if self.nodes[r].op_type not in SHAPE_ONLY]
+
+    def only_reader(self, name: str, *types: str):
+        """The index of the one node reading ``name``'s data (a value that is
+        not a graph output), if of one of ``types`` and free; else None."""
+        readers = self.users(name)
+        if len(readers) != 1 or name in self.outputs:
+            return None
+        index = readers[0]
+        node = self.nodes[index]
+        if index in self.taken or node.op_type not in types:
+            return None
+        return index
+
+    def private(self, index: int, covered: set[int]) -> bool:
+        """Whether every output of node ``index`` is read only by ``covered``
+        nodes, or by ``Shape``/``Size`` (which read its shape, :func:`walk`
+        gives them a placeholder of that shape when the node's type is one
+        whose shape it infers), and is not a graph output."""
+        shaped = self.nodes[index].op_type in _SHAPED
+        return all(name not in self.outputs and all(
+            r in covered or shaped and self.nodes[r].op_type in SHAPE_ONLY
+            for r in self.readers.get(name, ())) for name in self.nodes[index].output if name)
+
+    def shape_readers(self, index: int, covered: set[int]) -> bool:
+        """Whether ``Shape``/``Size`` nodes outside ``covered`` read node ``index``."""
+        return any(r not in covered for name in self.nodes[index].output if name
+                   for r in self.readers.get(name, ()))
+
+    def attr(self, index: int, name: str, default=None):
+        for a in self.nodes[index].attribute:
+            if a.name == name:
+                from onnx import helper
+                return helper.get_attribute_value(a)
+        return default
+
+
+class Pattern:
+    """One matched pattern: the nodes it covers (``anchor``, the last, writes
+    its result) and ``convert(cv, values) -> value or None`` (None: a constant
+    is not what the pattern needs; the nodes then convert as they are)."""
+
+    def __init__(self, kind: str, nodes: set[int], anchor: int, convert: Callable,
+                 data: dict | None = None):
+        self.kind, self.nodes, self.anchor, self.convert = kind, nodes, anchor, convert
+        self.data = data or {}
+        self.shaped: set[int] = set()       # held-back nodes that Shape/Size read
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.kind}, {len(self.nodes)} nodes, anchor #{self.anchor})"
+
+
+# --- matching ------------------------------------------------------------------
+
+def _other(g: _Graph, index: int, name: str) -> str | None:
+    """The other input of the two-input node ``index`` when one is ``name``."""
+    inputs = list(g.nodes[index].input)
+    if len(inputs) != 2 or inputs.count(name) != 1:
+        return None
+    return inputs[1] if inputs[0] == name else inputs[0]
+
+
+def _const_operand(g: _Graph, index: int, name: str) -> str | None:
+    """The other input of node ``index``, when it is a load-time constant."""
+    other = _other(g, index, name)
+    return other if other is not None and other in g.const else None
+
+
+def _scales(g: _Graph, name: str) -> tuple[str, list[tuple[int, str, bool]]]:
+    """Walk up from ``name`` through ``Mul``/``Div`` by constants, each read
+    only by the next: (the value above them, [(node, constant, divides)])."""
+    found = []
+    while True:
+        index = g.node(name, "Mul", "Div")
+        if index is None or len(g.users(name)) != 1 or name in g.outputs:
+            return name, found
+        node = g.nodes[index]
+        if node.op_type == "Div":
+            if node.input[1] not in g.const or node.input[0] in g.const:
+                return name, found
+            found.append((index, node.input[1], True))
+            name = node.input[0]
+        else:
+            a, b = node.input
+            if (a in g.const) == (b in g.const):
+                return name, found
+            const, name = (a, b) if a in g.const else (b, a)
+            found.append((index, const, False))
+
+
+def _transpose(g: _Graph, name: str, *perms: list[int]):
+    """The Transpose writing ``name`` if its perm is one of ``perms``."""
+    index = g.node(name, "Transpose")
+    if index is not None and list(g.attr(index, "perm", [])) in [list(p) for p in perms]:
+        return index
+    return None
+
+
+def _score_chain(g: _Graph, name: str, depth: int = 0):
+    """Walk up from the softmax input through the masks and scales to the
+    ``MatMul(Q, Kᵀ)``: ([(kind, node, operands)] from the matmul down, matmul
+    index), or None. Each value on the way is read by the next node only."""
+    if depth > 6 or name in g.outputs or len(g.users(name)) != 1:
+        return None
+    index = g.node(name, "MatMul", "Mul", "Div", "Add", "Where")
+    if index is None:
+        return None
+    node = g.nodes[index]
+    op = node.op_type
+    if op == "MatMul":
+        return [], index
+    candidates = []
+    if op in ("Mul", "Div"):
+        if node.input[1] in g.const and node.input[0] not in g.const:
+            candidates.append((node.input[0], ("scale", index, (node.input[1], op == "Div"))))
+        elif op == "Mul" and node.input[0] in g.const and node.input[1] not in g.const:
+            candidates.append((node.input[1], ("scale", index, (node.input[0], False))))
+    elif op == "Add":
+        a, b = node.input
+        for chain, mask in ((a, b), (b, a)):
+            if chain not in g.const:
+                candidates.append((chain, ("add", index, (mask,))))
+    elif op == "Where" and len(node.input) == 3:
+        cond, a, b = node.input
+        if b in g.const and a not in g.const:
+            candidates.append((a, ("where", index, (cond, b, True))))
+        elif a in g.const and b not in g.const:
+            candidates.append((b, ("where", index, (cond, a, False))))
+    for above, step in candidates:
+        found = _score_chain(g, above, depth + 1)
+        if found is not None:
+            steps, matmul = found
+            return steps + [step], matmul
+    return None
+
+
+def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
+    sm = g.nodes[softmax]
+    covered = {softmax}
+    probs = sm.output[0]
+    guard = None
+    readers = g.users(probs)
+    if len(readers) == 2 and probs not in g.outputs:
+        # the exporter's guard for rows whose every score is -inf: Where(IsNaN(p), 0, p)
+        isnan = next((r for r in readers if g.nodes[r].op_type == "IsNaN"), None)
+        where = next((r for r in readers if g.nodes[r].op_type == "Where"), None)
+        if isnan is None or where is None or isnan in g.taken or where in g.taken:
+            return None
+        w = g.nodes[where]
+        if list(w.input) != [g.nodes[isnan].output[0], w.input[1], probs] \
+                or w.input[1] not in g.const or g.users(g.nodes[isnan].output[0]) != [where]:
+            return None
+        guard, probs = w.input[1], w.output[0]
+        covered |= {isnan, where}
+    second = g.only_reader(probs, "MatMul")
+    if second is None or g.nodes[second].input[0] != probs or g.nodes[second].input[1] == probs:
+        return None
+    covered.add(second)
+    found = _score_chain(g, sm.input[0])
+    if found is None:
+        return None
+    steps, first = found
+    kinds = [s[0] for s in steps]
+    # scales next to the product, then at most one Add and one Where mask
+    masks = [k for k in kinds if k != "scale"]
+    if kinds != sorted(kinds, key=lambda k: k != "scale") or masks.count("add") > 1 \
+            or masks.count("where") > 1 or first in g.taken:
+        return None
+    covered |= {first} | {s[1] for s in steps}
+    scales = [(s[2][0], s[2][1]) for s in steps if s[0] == "scale"]
+
+    # Q: scales, then the head-split transpose (and scales before it)
+    q_top, q_scales = _scales(g, g.nodes[first].input[0])
+    q_t = _transpose(g, q_top, [0, 2, 1, 3])
+    q_src, q_before = (g.nodes[q_t].input[0], []) if q_t is not None else (q_top, [])
+    if q_t is not None and g.private(q_t, covered | {n for n, _, _ in q_scales}):
+        q_src, q_before = _scales(g, q_src)
+    # Kᵀ: scales, then (0, 2, 3, 1) of (B, S, H, D), or (0, 1, 3, 2) of (B, H, S, D)
+    k_top, k_scales = _scales(g, g.nodes[first].input[1])
+    k_nodes, k_bshd, k_bhsd = [], None, None
+    t = _transpose(g, k_top, [0, 2, 3, 1])
+    if t is not None:
+        k_nodes, k_bshd = [t], g.nodes[t].input[0]
+    else:
+        t = _transpose(g, k_top, [0, 1, 3, 2], [0, 2, 1])
+        if t is not None:
+            k_nodes, k_bhsd = [t], g.nodes[t].input[0]
+            inner = _transpose(g, k_bhsd, [0, 2, 1, 3])
+            if inner is not None and g.users(k_bhsd) == [t] and k_bhsd not in g.outputs:
+                k_nodes.append(inner)
+                k_bshd = g.nodes[inner].input[0]
+    v_name = g.nodes[second].input[1]
+    v_t = _transpose(g, v_name, [0, 2, 1, 3])
+    # the result, through Reshapes to its own shape (the exporter's SDPA writes one)
+    # into the head-merge Transpose(0, 2, 1, 3)
+    out, out_reshapes = g.nodes[second].output[0], []
+    while (r := g.only_reader(out, "Reshape")) is not None and g.nodes[r].input[0] == out \
+            and g.nodes[r].input[1] in g.const and len(out_reshapes) < 2:
+        out_reshapes.append(r)
+        out = g.nodes[r].output[0]
+    out_t = g.only_reader(out, "Transpose")
+    if out_t is not None and list(g.attr(out_t, "perm", [])) != [0, 2, 1, 3]:
+        out_t = None
+    scales += [(c, d) for _, c, d in q_scales + k_scales]
+    covered |= {n for n, _, _ in q_scales + k_scales}
+    bshd = q_t is not None and k_bshd is not None and v_t is not None and out_t is not None
+    if bshd:
+        covered |= {out_t} | {n for n, _, _ in q_before} | set(out_reshapes)
+        scales += [(c, d) for _, c, d in q_before]
+        for index in [q_t, v_t] + k_nodes:
+            # a transpose read elsewhere too still converts; attention reads its input
+            if g.private(index, covered | set(k_nodes)):
+                covered.add(index)
+        q, k, v, k_mode = q_src, k_bshd, g.nodes[v_t].input[0], "bshd"
+    else:
+        if k_bhsd is not None and g.private(k_nodes[0], covered):
+            covered.add(k_nodes[0])
+            k, k_mode = k_bhsd, "bhsd"
+        else:
+            k, k_mode = k_top, "kt"
+        q, v = q_top, v_name
+    anchor = out_t if bshd else second
+    for index in covered - {anchor}:
+        if not g.private(index, covered):
+            return None
+    plan = {"q": q, "k": k, "v": v, "k_mode": k_mode, "bshd": bshd, "scales": scales,
+            "reshapes": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
+                         for r in out_reshapes] if bshd else [],
+            "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None)}
+    return Pattern("attention", covered, anchor, lambda cv, values: _attention(cv, values, plan))
+
+
+def _match_gelu(g: _Graph, erf: int) -> Pattern | None:
+    """``0.5 * x * (1 + erf(x / √2))`` in the orders exporters write it."""
+    e = g.nodes[erf]
+    div = g.node(e.input[0], "Div", "Mul")
+    if div is None:
+        return None
+    d = g.nodes[div]
+    if d.op_type == "Div":
+        x, c = d.input
+        if c not in g.const or x in g.const:
+            return None
+    else:
+        a, b = d.input
+        if (a in g.const) == (b in g.const):
+            return None
+        c, x = (a, b) if a in g.const else (b, a)
+    consts = [(c, math.sqrt(2.0) if d.op_type == "Div" else math.sqrt(0.5))]
+    add = g.only_reader(e.output[0], "Add")
+    if add is None or _const_operand(g, add, e.output[0]) is None:
+        return None
+    consts.append((_const_operand(g, add, e.output[0]), 1.0))
+    covered = {div, erf, add}
+    one_plus = g.nodes[add].output[0]
+    first = g.only_reader(one_plus, "Mul")
+    if first is None:
+        return None
+    partner = _other(g, first, one_plus)
+    covered.add(first)
+    if partner == x:                                   # x * (1 + erf) * 0.5
+        last = g.only_reader(g.nodes[first].output[0], "Mul")
+        half = None if last is None else _const_operand(g, last, g.nodes[first].output[0])
+    elif partner in g.const:                           # (1 + erf) * 0.5 * x
+        half = partner
+        last = g.only_reader(g.nodes[first].output[0], "Mul")
+        if last is None or _other(g, last, g.nodes[first].output[0]) != x:
+            return None
+    else:                                              # (x * 0.5) * (1 + erf)
+        last, h = first, g.node(partner, "Mul")
+        half = None if h is None else _const_operand(g, h, x)
+        if half is None or g.users(partner) != [first] or partner in g.outputs:
+            return None
+        covered.add(h)
+    if last is None or half is None:
+        return None
+    covered.add(last)
+    consts.append((half, 0.5))
+    if any(not g.private(i, covered) for i in covered - {last}):
+        return None
+    return Pattern("gelu", covered, last, lambda cv, values: _gelu(cv, values, x, consts),
+                   {"x": x, "consts": consts})
+
+
+def _match_layer_norm(g: _Graph, mean: int) -> Pattern | None:
+    x = g.nodes[mean].input[0]
+    sub = g.only_reader(g.nodes[mean].output[0], "Sub")
+    if sub is None or list(g.nodes[sub].input) != [x, g.nodes[mean].output[0]]:
+        return None
+    centered = g.nodes[sub].output[0]
+    readers = g.users(centered)
+    if len(readers) != 2 or centered in g.outputs:
+        return None
+    square = next((r for r in readers if g.nodes[r].op_type in ("Pow", "Mul")
+                   and g.nodes[r].input[0] == centered), None)
+    if square is None or square in g.taken:
+        return None
+    sq = g.nodes[square]
+    if sq.op_type == "Mul" and list(sq.input) != [centered, centered]:
+        return None
+    two = sq.input[1] if sq.op_type == "Pow" else None
+    if two is not None and two not in g.const:
+        return None
+    var = g.only_reader(sq.output[0], "ReduceMean")
+    add = None if var is None else g.only_reader(g.nodes[var].output[0], "Add")
+    eps = None if add is None else _const_operand(g, add, g.nodes[var].output[0])
+    root = None if eps is None else g.only_reader(g.nodes[add].output[0], "Sqrt")
+    if root is None:
+        return None
+    covered = {mean, sub, square, var, add, root}
+    std = g.nodes[root].output[0]
+    divide = g.only_reader(std, "Div", "Reciprocal")
+    if divide is None:
+        return None
+    if g.nodes[divide].op_type == "Div":
+        if list(g.nodes[divide].input) != [centered, std]:
+            return None
+        last = divide
+    else:
+        last = g.only_reader(g.nodes[divide].output[0], "Mul")
+        if last is None or _other(g, last, g.nodes[divide].output[0]) != centered:
+            return None
+        covered.add(divide)
+    covered.add(last)
+    if set(readers) - covered:
+        return None
+    scale = bias = None
+    step = g.only_reader(g.nodes[last].output[0], "Mul")
+    if step is not None and _const_operand(g, step, g.nodes[last].output[0]) is not None:
+        scale, last = _const_operand(g, step, g.nodes[last].output[0]), step
+        covered.add(step)
+    step = g.only_reader(g.nodes[last].output[0], "Add")
+    if step is not None and _const_operand(g, step, g.nodes[last].output[0]) is not None:
+        bias, last = _const_operand(g, step, g.nodes[last].output[0]), step
+        covered.add(step)
+    if any(not g.private(i, covered) for i in covered - {last}):
+        return None
+    plan = {"x": x, "means": (mean, var), "two": two, "eps": eps, "scale": scale, "bias": bias}
+    return Pattern("layer_norm", covered, last,
+                   lambda cv, values: _layer_norm(cv, values, g, plan))
+
+
+def _match_linear(g: _Graph, matmul: int, gelus: dict[str, Pattern]) -> Pattern | None:
+    x, w = g.nodes[matmul].input
+    if w not in g.const or x in g.const:
+        return None
+    product = g.nodes[matmul].output[0]
+    add = g.only_reader(product, "Add")
+    bias = None if add is None else _const_operand(g, add, product)
+    if bias is None:
+        return None
+    covered, last, activation, gelu = {matmul, add}, add, None, None
+    out = g.nodes[add].output[0]
+    act = g.only_reader(out, *_ACTIVATIONS)
+    if act is not None:
+        covered.add(act)
+        last, activation = act, _ACTIVATIONS[g.nodes[act].op_type]
+        if activation == "gelu" and g.attr(act, "approximate", "none") != "none":
+            return None
+        if activation == "leaky_relu":
+            activation = ("leaky_relu", float(g.attr(act, "alpha", 0.01)))
+    elif out in gelus and out not in g.outputs \
+            and set(g.readers.get(out, ())) <= gelus[out].nodes:
+        gelu = gelus.pop(out)
+        covered |= gelu.nodes
+        last, activation = gelu.anchor, "gelu"
+    plan = {"x": x, "w": w, "bias": bias, "activation": activation, "gelu": gelu}
+    return Pattern("linear", covered, last, lambda cv, values: _linear(cv, values, plan))
+
+
+def match(graph, order: list[int], values: dict) -> list[Pattern]:
+    """The patterns of ``graph`` (nodes in ``order``; ``values``: the values
+    known before the first node, Consts and graph inputs), none overlapping."""
+    g = _Graph(graph, order, values)
+    found: list[Pattern] = []
+
+    def take(pattern: Pattern | None) -> Pattern | None:
+        if pattern is not None and not pattern.nodes & g.taken:
+            g.taken |= pattern.nodes
+            pattern.shaped = {i for i in pattern.nodes - {pattern.anchor}
+                              if g.shape_readers(i, pattern.nodes)}
+            found.append(pattern)
+            return pattern
+        return None
+    by_type: dict[str, list[int]] = {}
+    for index in order:
+        by_type.setdefault(graph.node[index].op_type, []).append(index)
+    for index in by_type.get("Softmax", []):
+        take(_match_attention(g, index))
+    gelus = {}
+    for index in by_type.get("Erf", []):
+        pattern = _match_gelu(g, index)
+        if pattern is not None and not pattern.nodes & g.taken:
+            gelus[pattern.data["x"]] = pattern
+    for index in by_type.get("MatMul", []):
+        if index not in g.taken:
+            take(_match_linear(g, index, gelus))
+    for pattern in gelus.values():
+        take(pattern)
+    for index in by_type.get("ReduceMean", []):
+        if index not in g.taken:
+            take(_match_layer_norm(g, index))
+    return found
+
+
+def walk(graph, order: list[int], values: dict, cv) -> Iterator[int]:
+    """The node loop's order, with the patterns converted: yields the indices
+    of the nodes to convert as they are; a pattern's nodes are held back until
+    its last one, where the pattern's value is written to ``values`` (or, if
+    its constants do not fit, the held-back nodes are yielded after all)."""
+    patterns = match(graph, order, values) if ENABLED else []
+    if not patterns:
+        yield from order
+        return
+    owner = {index: p for p in patterns for index in p.nodes}
+    held: dict[int, list[int]] = {}
+    held_shapes: dict[str, tuple[int, ...]] = {}
+    for index in order:
+        pattern = owner.get(index)
+        if pattern is None:
+            yield index
+            continue
+        if index != pattern.anchor:
+            node = graph.node[index]
+            shape = _infer_shape(node, values, held_shapes)
+            if shape is not None:
+                held_shapes[node.output[0]] = shape
+            if index in pattern.shaped:
+                # Shape or Size read this held-back value: give them its shape
+                if shape is None:                 # give up the pattern: convert its nodes
+                    for i in pattern.nodes:
+                        owner.pop(i, None)
+                    yield from held.pop(id(pattern), [])
+                    yield index
+                    continue
+                values[graph.node[index].output[0]] = _Shaped(shape)
+            held.setdefault(id(pattern), []).append(index)
+            continue
+        node = graph.node[index]
+        cv.node, cv.index = node, index
+        try:
+            result = pattern.convert(cv, values)
+        except UnsupportedError:
+            result = None                 # jitnn refused an operand: convert the nodes
+        if result is None:
+            yield from held.pop(id(pattern), [])
+            yield index
+            continue
+        held.pop(id(pattern), None)
+        values[node.output[0]] = result
+
+
+# --- converting ------------------------------------------------------------------
+
+class _Shaped:
+    """What ``Shape`` and ``Size`` see of a value a pattern holds back: its shape."""
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+
+def _reshaped(shape: tuple[int, ...], target, allowzero: bool) -> tuple[int, ...] | None:
+    """ONNX Reshape's output shape (0 copies a dim unless ``allowzero``, one -1
+    inferred), or None if it does not fit."""
+    dims = [int(d) for d in target]
+    if not allowzero:
+        if any(d == 0 and i >= len(shape) for i, d in enumerate(dims)):
+            return None
+        dims = [shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    size = math.prod(shape)
+    if dims.count(-1) == 1:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:
+            return None
+        dims[dims.index(-1)] = size // known
+    if any(d < 0 for d in dims) or math.prod(dims) != size:
+        return None
+    return tuple(dims)
+
+
+def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
+    """The output shape of a held-back ``node`` from its inputs' shapes (in
+    ``values``, or ``held``: those of held-back values), or None."""
+    shapes = [(values[n].shape if n in values else held.get(n)) if n else None
+              for n in node.input]
+    if any(s is None for s, n in zip(shapes, node.input) if n):
+        return None
+    try:
+        if node.op_type in _UNARY:
+            return tuple(shapes[0])
+        if node.op_type in _ELEMENTWISE:
+            return tuple(np.broadcast_shapes(*[s for s in shapes if s is not None]))
+        if node.op_type == "Transpose":
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"),
+                        list(range(len(shapes[0])))[::-1])
+            return tuple(shapes[0][p] for p in perm)
+        if node.op_type == "MatMul":
+            a, b = shapes
+            if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+                return None
+            return tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1])
+        if node.op_type == "Reshape" and isinstance(values.get(node.input[1]), Const):
+            allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
+            return _reshaped(tuple(shapes[0]), values[node.input[1]].array.reshape(-1),
+                             bool(allowzero))
+    except (ValueError, IndexError):
+        return None
+    return None
+
+
+def _scalar(value) -> float | None:
+    """A size-1 float or integer constant as a float, else None."""
+    if isinstance(value, Const) and value.array.size == 1 and value.array.dtype.kind in "fiu":
+        return float(value.array.reshape(-1)[0])
+    return None
+
+
+def _close(value, expected: float, rel: float = 1e-6) -> bool:
+    got = _scalar(value)
+    return got is not None and abs(got - expected) <= rel * abs(expected)
+
+
+def _float_tensor(value) -> bool:
+    return isinstance(value, Operand) and value.dtype == np.float32
+
+
+def _causal(keep: np.ndarray, sq: int, sk: int) -> bool:
+    """Whether the bool array ``keep`` (broadcast to the scores) is the
+    top-left causal triangle: key ``j`` kept for query row ``i`` iff ``j <= i``."""
+    if keep.ndim < 2 or keep.shape[-2:] != (sq, sk):
+        return False
+    triangle = np.tri(sq, sk, dtype=bool)
+    return bool((keep.reshape(-1, sq, sk) == triangle).all())
+
+
+def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
+    """(mask operand or None, is_causal) from the Add and Where masks, or
+    None when they cannot be one jitnn mask."""
+    sq, sk = scores[-2:]
+    masks, causal = [], False
+    for kind, _, operands in steps:
+        if kind == "add":
+            mask = values[operands[0]]
+            if not (_float_tensor(mask) or isinstance(mask, Const)
+                    and mask.array.dtype.kind == "f"):
+                return None
+            if isinstance(mask, Const):
+                m = mask.array
+                keep = m == 0
+                if not causal and np.all(keep | (m <= _DROP)) and _causal(keep, sq, sk):
+                    causal = True
+                    continue
+                mask = cv.float_operand(mask)
+            masks.append((mask, tuple(m.shape) if isinstance(mask, Const) else mask.shape))
+        elif kind == "where":
+            cond, fill, keep_if_true = operands
+            fill_value = _scalar(values[fill])
+            if fill_value is None or not (fill_value <= _DROP):
+                return None
+            cond = values[cond]
+            if isinstance(cond, Const):
+                keep = cond.array.astype(bool) if keep_if_true else ~cond.array.astype(bool)
+                if not causal and _causal(keep, sq, sk):
+                    causal = True
+                    continue
+                if fill_value == -np.inf:
+                    masks.append((cv.float_operand(Const(np.where(keep, 0.0, -np.inf)
+                                                         .astype(np.float32))), keep.shape))
+                else:
+                    masks.append((cv.operand(Const(keep)), keep.shape))
+            else:
+                if not cv.is_bool(cond):
+                    return None
+                if not keep_if_true:
+                    cond = cv.op("logical_not", cond)
+                if fill_value == -np.inf:
+                    zero = cv.float_operand(Const(np.zeros((), np.float32)))
+                    cond = cv.op("where", cond, zero,
+                                 cv.float_operand(Const(np.array(-np.inf, np.float32))))
+                masks.append((cond, cond.shape))
+    if len(masks) > 1:
+        return None                      # two masks that are not a causal one
+    if masks:
+        shape = masks[0][1]
+        try:
+            if len(shape) > len(scores) or np.broadcast_shapes(shape, scores) != scores:
+                return None
+        except ValueError:
+            return None
+    return (masks[0][0] if masks else None), causal
+
+
+def _attention(cv, values, plan) -> Operand | None:
+    q, k, v = values[plan["q"]], values[plan["k"]], values[plan["v"]]
+    if not all(_float_tensor(t) for t in (q, k, v)):
+        return None
+    rank = len(q.shape)
+    if plan["bshd"]:
+        if rank != 4 or len(k.shape) != 4 or len(v.shape) != 4:
+            return None
+        (b, sq, h, d), (bk, sk, hk, dk), (bv, skv, hv, _) = q.shape, k.shape, v.shape
+        scores = (b, h, sq, sk)
+    else:
+        if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
+            return None
+        if plan["k_mode"] == "kt":
+            kt = k.shape
+            k_shape = kt[:-2] + (kt[-1], kt[-2])
+        elif plan["k_mode"] == "bshd":
+            return None
+        else:
+            k_shape = k.shape
+        lead = q.shape[:-2]
+        if k_shape[:-2] != lead or v.shape[:-2] != lead:
+            return None                   # broadcast batch or heads: not one attention
+        (sq, d), (sk, dk), (skv, _) = q.shape[-2:], k_shape[-2:], v.shape[-2:]
+        b, h, bk, hk, bv, hv = 0, 0, 0, 0, 0, 0
+        scores = lead + (sq, sk)
+    if (bk, hk, bv, hv) != (b, h, b, h) or dk != d or skv != sk:
+        return None
+    for target, allowzero in plan["reshapes"]:
+        result = (b, h, sq, v.shape[-1])
+        shape = values[target]
+        if not isinstance(shape, Const) or _reshaped(result, shape.array.reshape(-1),
+                                                     allowzero) != result:
+            return None
+    axis = plan["axis"]
+    if axis is None:
+        axis = -1 if cv.opset >= 13 else 1
+    if int(axis) % rank != rank - 1:
+        return None
+    scale = 1.0
+    for name, divides in plan["scales"]:
+        s = _scalar(values[name])
+        if s is None or not math.isfinite(s) or s == 0.0:
+            return None
+        scale = scale / s if divides else scale * s
+    if plan["guard"] is not None and _scalar(values[plan["guard"]]) != 0.0:
+        return None
+    masked = _mask_operands(cv, values, plan["steps"], scores)
+    if masked is None:
+        return None
+    mask, causal = masked
+    if plan["k_mode"] == "kt":
+        k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
+    out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
+                layout="bshd" if plan["bshd"] else "bhsd")
+    if plan["guard"] is not None:
+        # the guard zeroes the probabilities of a NaN row: the row's output is 0
+        zero = cv.float_operand(values[plan["guard"]])
+        out = cv.op("where", cv.op("is_nan", out), zero, out)
+    return out
+
+
+def _gelu_constants(values, consts) -> bool:
+    return all(_close(values[name], expected) for name, expected in consts)
+
+
+def _gelu(cv, values, x: str, consts) -> Operand | None:
+    value = values[x]
+    if not _float_tensor(value) or not _gelu_constants(values, consts):
+        return None
+    return cv.op("gelu", value)
+
+
+def _reduce_axes(cv, values, g: _Graph, index: int, rank: int) -> tuple[int, ...] | None:
+    """The axes of ReduceMean node ``index`` (attribute, or input from opset
+    18), sorted and non-negative; None for keepdims=0 or no axes given."""
+    if not g.attr(index, "keepdims", 1):
+        return None
+    node = g.nodes[index]
+    if len(node.input) > 1 and node.input[1]:
+        given = values[node.input[1]]
+        if not isinstance(given, Const):
+            return None
+        axes = [int(a) for a in given.array.reshape(-1)]
+    else:
+        axes = g.attr(index, "axes", None)
+        if axes is None:
+            return None
+    return tuple(sorted(int(a) % rank for a in axes))
+
+
+def _norm_parameter(value, shape: tuple[int, ...], axes: tuple[int, ...]):
+    """A constant scale or bias as an array of the normalized axes' sizes, or
+    None when it varies along another axis (it is not a layer norm's then)."""
+    if not isinstance(value, Const) or value.array.dtype.kind not in "fiu":
+        return None
+    array = value.array
+    if array.ndim > len(shape):
+        return None
+    full = (1,) * (len(shape) - array.ndim) + array.shape
+    for i, size in enumerate(full):
+        if size not in (1, shape[i]) or (i not in axes and size != 1):
+            return None
+    dims = tuple(shape[a] for a in axes)
+    return np.broadcast_to(array.reshape(full), tuple(
+        shape[i] if i in axes else 1 for i in range(len(shape)))).reshape(dims).astype(np.float32)
+
+
+def _layer_norm(cv, values, g: _Graph, plan) -> Operand | None:
+    x = values[plan["x"]]
+    if not _float_tensor(x):
+        return None
+    rank = len(x.shape)
+    axes = [_reduce_axes(cv, values, g, i, rank) for i in plan["means"]]
+    if axes[0] is None or axes[0] != axes[1] or not axes[0] \
+            or axes[0] != tuple(range(rank - len(axes[0]), rank)):
+        return None
+    axes = axes[0]
+    if plan["two"] is not None and _scalar(values[plan["two"]]) != 2.0:
+        return None
+    eps = _scalar(values[plan["eps"]])
+    if eps is None or not (eps >= 0.0) or not math.isfinite(eps):
+        return None
+    operands = []
+    for name in (plan["scale"], plan["bias"]):
+        if name is None:
+            operands.append(None)
+            continue
+        array = _norm_parameter(values[name], x.shape, axes)
+        if array is None:
+            return None
+        operands.append(cv.float_operand(Const(array)))
+    return cv.op("layer_normalization", x, operands[0], operands[1], axes=list(axes),
+                 epsilon=eps)
+
+
+def _linear(cv, values, plan) -> Operand | None:
+    x, w, bias = values[plan["x"]], values[plan["w"]], values[plan["bias"]]
+    if not _float_tensor(x) or len(x.shape) < 2 or not isinstance(w, Const) \
+            or w.array.ndim != 2 or w.array.dtype.kind != "f" or x.shape[-1] != w.shape[0]:
+        return None
+    n = w.shape[1]
+    if not isinstance(bias, Const) or bias.array.dtype.kind != "f" \
+            or bias.array.ndim > len(x.shape) or bias.array.size not in (1, n) \
+            or any(s != 1 for s in bias.array.shape[:-1]):
+        return None
+    gelu = plan["gelu"]
+    if gelu is not None and not _gelu_constants(values, gelu.data["consts"]):
+        return None
+    rows = math.prod(x.shape[:-1])
+    flat = cv.op("reshape", x, (rows, x.shape[-1])) if len(x.shape) != 2 else x
+    bias_operand = cv.float_operand(bias) if bias.array.ndim == 1 else \
+        cv.float_operand(Const(bias.array.reshape(-1)))
+    y = cv.op("add", cv.op("matmul", flat, cv.float_operand(w)), bias_operand)
+    activation = plan["activation"]
+    if isinstance(activation, tuple):
+        y = cv.op(activation[0], y, *activation[1:])
+    elif activation is not None:
+        y = cv.op(activation, y)
+    return cv.op("reshape", y, x.shape[:-1] + (n,)) if len(x.shape) != 2 else y
+

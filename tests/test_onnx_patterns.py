@@ -1,0 +1,507 @@
+"""The ONNX frontend's transformer patterns (jitnn/onnx/_patterns.py):
+attention, the erf GELU, MatMul + bias + activation and the decomposed layer
+norm, written with onnx.helper as ``torch.onnx.export`` (opset 17,
+TorchScript) writes them. Each model is checked against a float64 run of
+the same model (onnx's reference evaluator on a float64 copy) and for the
+fused op in its plan (``jitnn.explain``) or its launch count; the patterns
+that must not fuse (an intermediate read twice, or a graph output; constants
+that are not the pattern's) still give the right numbers. The small BERT,
+GPT-2, Llama and ViT of tests/data/models fire their fusions and match their
+stored ONNX Runtime outputs."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import jitnn  # noqa: E402
+import jitnn.onnx  # noqa: E402
+from jitnn.onnx import _patterns  # noqa: E402
+from tests.helpers import assert_schedule, random  # noqa: E402
+from tests.onnx_models import evaluate, masked_attention_block  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "models")
+LOWEST = float(np.finfo(np.float32).min)
+
+
+# --- building models and their float64 reference ----------------------------------------
+
+class Net:
+    """Nodes, initializers and inputs of one graph, with fresh names."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
+
+    def const(self, array, dtype=np.float32) -> str:
+        self.count += 1
+        name = f"c{self.count}"
+        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), name))
+        return name
+
+    def input(self, name: str, shape, elem=TensorProto.FLOAT) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        return name
+
+    def __call__(self, op: str, *inputs: str, outputs: int = 1, **attrs):
+        self.count += 1
+        names = [f"{op.lower()}{self.count}_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op, list(inputs), names, name=names[0], **attrs))
+        return names[0] if outputs == 1 else names
+
+    def model(self, outputs: list[str], opset: int = 17):
+        graph = helper.make_graph(
+            self.nodes, "patterns", self.inputs,
+            [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+            self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _float64(model):
+    """A copy of ``model`` computing in float64 (inputs, constants and Casts)."""
+    import onnx
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    for i, tensor in enumerate(graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT:
+            graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float64), tensor.name))
+    for info in graph.input:
+        if info.type.tensor_type.elem_type == TensorProto.FLOAT:
+            info.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for node in graph.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.DOUBLE
+            if node.op_type == "Constant" and a.name == "value" \
+                    and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(a.t).astype(np.float64), a.t.name))
+    return copy
+
+
+def reference(model, feed: dict) -> dict:
+    """The model's outputs in float64 (onnx's reference evaluator)."""
+    from onnx.reference import ReferenceEvaluator
+    session = ReferenceEvaluator(_float64(model))
+    feed = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feed.items()}
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, session.run(None, feed)))
+
+
+def run(model, feed: dict, ctx=None, *, fuse: bool = True):
+    """jitnn's outputs and the plan of the first output (``jitnn.explain``)."""
+    ctx = ctx or jitnn.Context(num_threads=1)
+    saved, _patterns.ENABLED = _patterns.ENABLED, fuse
+    try:
+        converted = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape
+                                                                 for k, v in feed.items()})
+    finally:
+        _patterns.ENABLED = saved
+    pending = converted.dispatch(feed)
+    plan = jitnn.explain(next(iter(pending.values())))
+    return converted.run(feed), plan
+
+
+def steps(plan: str) -> list[str]:
+    """The step labels of a ``jitnn.explain`` text."""
+    return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan, re.M)]
+
+
+def check(model, feed: dict, tol: float = 2e-5, **kwargs) -> list[str]:
+    """jitnn against the float64 reference; returns the plan's step labels."""
+    got, plan = run(model, feed, **kwargs)
+    want = reference(model, feed)
+    for name, value in want.items():
+        scale = max(float(np.abs(value).max()), 1e-30)
+        assert got[name].shape == value.shape, name
+        err = float(np.abs(got[name] - value).max()) / scale
+        assert err < tol, f"{name}: max error {err:.2e} of the largest magnitude"
+    return steps(plan)
+
+
+# --- attention ----------------------------------------------------------------------------
+
+def _heads(net: Net, x: str, b: int, s: int, h: int, d: int, perm) -> str:
+    """A projection of ``x`` (B, S, E), split into heads and transposed by ``perm``."""
+    e = h * d
+    w = net.const(net.rng.standard_normal((e, e)) / math.sqrt(e))
+    y = net("Add", net.const(net.rng.standard_normal(e) * 0.1), net("MatMul", x, w))
+    y = net("Reshape", y, net.const([b, s, h, d], np.int64))
+    return net("Transpose", y, perm=perm)
+
+
+def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict, rng) -> str:
+    """The scores with the mask of ``kind`` applied (as the exporters write it)."""
+    keep = rng.random((b, 1, 1, s)) > 0.3
+    keep[..., 0] = True
+    tri = np.tril(np.ones((s, s), bool))[None, None]
+    if kind == "none":
+        return scores
+    if kind == "add":            # BERT: a run-time (B, 1, 1, S) float mask
+        feed["mask"] = np.where(keep, 0.0, LOWEST).astype(np.float32)
+        return net("Add", scores, net.input("mask", (b, 1, 1, s)))
+    if kind == "add_bool":       # the SDPA export: Where(bool, 0, min) added
+        feed["keep"] = keep
+        bias = net("Where", net.input("keep", (b, 1, 1, s), TensorProto.BOOL),
+                   net.const(0.0), net.const(LOWEST))
+        return net("Add", scores, bias)
+    if kind == "add_const":      # a constant float mask that is not causal
+        m = np.where(rng.random((1, 1, s, s)) > 0.3, 0.0, -1e4) * (1 - np.eye(s))
+        return net("Add", net.const(m), scores)
+    if kind == "where":          # Where(bool mask, scores, min)
+        feed["keep"] = keep
+        return net("Where", net.input("keep", (b, 1, 1, s), TensorProto.BOOL), scores,
+                   net.const(LOWEST))
+    if kind == "where_not":      # masked_fill(mask, -inf): Where(dropped, -inf, scores)
+        feed["dropped"] = ~keep
+        return net("Where", net.input("dropped", (b, 1, 1, s), TensorProto.BOOL),
+                   net.const(-np.inf), scores)
+    if kind == "where_const":    # a constant bool mask that is not causal
+        m = rng.random((1, 1, s, s)) > 0.3
+        m[..., 0] = True
+        return net("Where", net.const(m, np.bool_), scores, net.const(LOWEST))
+    if kind == "causal_trilu":   # Trilu of ones, Where(tril, scores, -inf)
+        ones = net("ConstantOfShape", net.const([s, s], np.int64),
+                   value=numpy_helper.from_array(np.ones(1, np.bool_)))
+        cond = net("Trilu", net("Cast", ones, to=TensorProto.BOOL), upper=0)
+        return net("Where", cond, scores, net.const(-np.inf))
+    if kind == "causal_range":   # GPT-2: LessOrEqual of Range outputs, Where(., ., min)
+        r = net("Range", net.const(0, np.int64), net.const(s, np.int64),
+                net.const(1, np.int64))
+        cond = net("LessOrEqual", net("Unsqueeze", r, net.const([0], np.int64)),
+                   net("Unsqueeze", r, net.const([1], np.int64)))
+        return net("Where", cond, scores, net.const(LOWEST))
+    if kind == "causal_add":     # a constant (1, 1, S, S) of 0 and -inf
+        return net("Add", scores, net.const(np.where(tri, 0.0, -np.inf)))
+    if kind == "causal_and_pad":  # a causal Where, then the padding mask added
+        feed["mask"] = np.where(keep, 0.0, LOWEST).astype(np.float32)
+        causal = net("Where", net.const(tri, np.bool_), scores, net.const(LOWEST))
+        return net("Add", causal, net.input("mask", (b, 1, 1, s)))
+    raise ValueError(kind)
+
+
+def bert_attention(mask: str = "add", scale: str = "qk", b: int = 2, s: int = 7, h: int = 3,
+                   d: int = 8, guard: bool = True, seed: int = 0):
+    """Self-attention as the TorchScript exporter writes transformers' SDPA
+    attention: projections, Reshape + Transpose into heads, Q and Kᵀ scaled
+    by sqrt(1/sqrt(D)) (``scale="qk"``) or the scores divided by sqrt(D)
+    computed from Shape (``"div"``), a mask, Softmax, the IsNaN guard, · V, a
+    Reshape to the same shape, the heads merged back."""
+    net = Net(seed)
+    feed = {"x": random((b, s, h * d), seed)}
+    x = net.input("x", (b, s, h * d))
+    q = _heads(net, x, b, s, h, d, [0, 2, 1, 3])
+    kt = _heads(net, x, b, s, h, d, [0, 2, 3, 1])
+    v = _heads(net, x, b, s, h, d, [0, 2, 1, 3])
+    if scale == "qk":
+        root = net.const(1 / math.sqrt(math.sqrt(d)))
+        scores = net("MatMul", net("Mul", q, root), net("Mul", kt, root))
+    else:
+        depth = net("Cast", net("Slice", net("Shape", q), net.const([-1], np.int64),
+                                net.const([2 ** 62], np.int64)), to=TensorProto.FLOAT)
+        scores = net("Div", net("MatMul", q, kt), net("Sqrt", depth))
+    probs = net("Softmax", _mask(net, mask, scores, b, s, feed, net.rng), axis=-1)
+    if guard:
+        probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    out = net("MatMul", probs, v)
+    out = net("Reshape", out, net("Shape", out))
+    out = net("Transpose", out, perm=[0, 2, 1, 3])
+    out = net("Reshape", out, net.const([b, s, h * d], np.int64))
+    return net.model([out]), feed
+
+
+@pytest.mark.parametrize("mask", ["none", "add", "add_bool", "add_const", "where", "where_not",
+                                  "where_const", "causal_trilu", "causal_range", "causal_add",
+                                  "causal_and_pad"])
+def test_attention_bshd_fuses_with_each_mask(mask):
+    model, feed = bert_attention(mask)
+    labels = check(model, feed)
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+    assert not {"softmax", "transpose"} & set(labels), labels
+
+
+@pytest.mark.parametrize("scale", ["qk", "div"])
+def test_attention_scale_from_constants_or_shape(scale):
+    model, feed = bert_attention("add", scale=scale, guard=False, h=2, d=16, s=9)
+    labels = check(model, feed)
+    assert "scaled_dot_product_attention" in labels and "softmax" not in labels, labels
+
+
+def test_attention_causal_becomes_is_causal():
+    """A constant causal mask is no operand: the attention node reads Q, K, V only."""
+    model, feed = bert_attention("causal_trilu", guard=False)
+    _, plan = run(model, feed)
+    line = next(l for l in plan.splitlines() if "scaled_dot_product_attention" in l)
+    assert "nchw,nchw,nchw -> nchw" in line, line
+
+
+def test_attention_bhsd_operands_and_k_already_transposed():
+    """Q, K, V given as (B, H, S, D) (Kᵀ a Transpose(0, 1, 3, 2) of K, or a
+    (B, H, D, S) input), a scale on the scores, no transposes around."""
+    b, h, s, d = 2, 3, 5, 4
+    for k_given_transposed in (False, True):
+        net = Net()
+        q = net.input("q", (b, h, s, d))
+        v = net.input("v", (b, h, s, 6))
+        if k_given_transposed:
+            kt = net.input("kt", (b, h, d, s))
+            feed = {"kt": random((b, h, d, s), 2)}
+        else:
+            kt = net("Transpose", net.input("k", (b, h, s, d)), perm=[0, 1, 3, 2])
+            feed = {"k": random((b, h, s, d), 2)}
+        feed.update(q=random((b, h, s, d), 1), v=random((b, h, s, 6), 3))
+        scores = net("Mul", net("MatMul", q, kt), net.const(0.5))
+        out = net("MatMul", net("Softmax", scores, axis=3), v)
+        labels = check(net.model([out]), feed)
+        assert "scaled_dot_product_attention" in labels and "softmax" not in labels, labels
+
+
+def test_attention_3d_heads_from_onnx_models():
+    """tests/onnx_models.py's BERT-style block: (N, S, D) attention, a
+    (1, 1, S) additive mask built from the int64 mask input."""
+    model = masked_attention_block(seq=7)
+    rng = np.random.default_rng(1)
+    feed = {"input_ids": rng.integers(0, 50, (1, 7)), "attention_mask":
+            np.array([[1, 1, 1, 1, 1, 0, 0]])}
+    got, plan = run(model, feed)
+    want = evaluate(model, feed)
+    np.testing.assert_allclose(got[model.graph.output[0].name],
+                               want[model.graph.output[0].name], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got[model.graph.output[1].name],
+                                  want[model.graph.output[1].name])
+    assert "scaled_dot_product_attention" in steps(plan), plan
+
+
+def test_attention_not_fused_when_an_intermediate_is_read_twice():
+    """The scores also go to an output, or the probabilities do: nothing
+    fuses (the attention op never writes them), the numbers stay right."""
+    for exposed in ("scores", "probs"):
+        net = Net()
+        feed = {"x": random((2, 3, 5, 4))}
+        x = net.input("x", (2, 3, 5, 4))
+        scores = net("MatMul", x, net("Transpose", x, perm=[0, 1, 3, 2]))
+        scaled = net("Mul", scores, net.const(0.5))
+        probs = net("Softmax", scaled, axis=-1)
+        out = net("MatMul", probs, x)
+        second = net("ReduceSum", scaled if exposed == "scores" else probs,
+                     net.const([-1], np.int64))
+        labels = check(net.model([out, second]), feed)
+        assert "softmax" in labels and "scaled_dot_product_attention" not in labels, labels
+
+
+def test_attention_left_alone_when_a_constant_does_not_fit():
+    """A per-head scale (not one number) and a mask fill of -100 (a Where
+    that replaces scores, not one that drops keys): converted op by op."""
+    b, h, s, d = 1, 2, 4, 4
+    for variant in ("per_head_scale", "weak_fill"):
+        net = Net()
+        feed = {"q": random((b, h, s, d), 1)}
+        q = net.input("q", (b, h, s, d))
+        scores = net("MatMul", q, net("Transpose", q, perm=[0, 1, 3, 2]))
+        if variant == "per_head_scale":
+            scores = net("Mul", scores, net.const([[[[0.5]], [[0.25]]]]))
+        else:
+            m = np.tril(np.ones((s, s), bool)) ^ np.eye(s, k=-1, dtype=bool)
+            scores = net("Where", net.const(m, np.bool_), scores, net.const(-100.0))
+        out = net("MatMul", net("Softmax", scores, axis=-1), q)
+        labels = check(net.model([out]), feed)
+        assert "softmax" in labels and "scaled_dot_product_attention" not in labels, labels
+
+
+def test_fusions_off_give_the_same_numbers():
+    model, feed = bert_attention("add")
+    fused, _ = run(model, feed)
+    plain, plan = run(model, feed, fuse=False)
+    assert "softmax" in steps(plan)
+    for name in fused:
+        np.testing.assert_allclose(fused[name], plain[name], rtol=1e-5, atol=1e-6)
+
+
+# --- GELU, linear + activation --------------------------------------------------------
+
+def _gelu(net: Net, x: str, order: str) -> str:
+    """Exact GELU as exporters write it, in ``order``."""
+    if order.startswith("mul"):
+        inner = net("Mul", net.const(math.sqrt(0.5)), x)
+    else:
+        inner = net("Div", x, net.const(math.sqrt(2.0)))
+    one_plus = net("Add", net.const(1.0), net("Erf", inner))
+    if order.endswith("x_first"):       # BERT: x * (1 + erf) then * 0.5
+        return net("Mul", net("Mul", x, one_plus), net.const(0.5))
+    if order.endswith("half_first"):    # (x * 0.5) * (1 + erf)
+        return net("Mul", net("Mul", x, net.const(0.5)), one_plus)
+    return net("Mul", x, net("Mul", one_plus, net.const(0.5)))   # x * ((1 + erf) * 0.5)
+
+
+def linear_net(activation: str, rows=(2, 9), k: int = 12, n: int = 20, seed: int = 0):
+    """``act(x @ W + b)`` on a (..., K) input, the bias added first as the exporter writes it."""
+    net = Net(seed)
+    shape = tuple(rows) + (k,)
+    feed = {"x": random(shape, seed)}
+    y = net("MatMul", net.input("x", shape), net.const(net.rng.standard_normal((k, n)) / 3))
+    y = net("Add", net.const(net.rng.standard_normal(n)), y)
+    if activation in ("div_x_first", "mul_x_first", "div_half_first", "div_half_last"):
+        y = _gelu(net, y, activation)
+    elif activation == "LeakyRelu":
+        y = net(activation, y, alpha=0.2)
+    elif activation != "none":
+        y = net(activation, y)
+    return net.model([y]), feed
+
+
+@pytest.mark.parametrize("order", ["div_x_first", "mul_x_first", "div_half_first",
+                                   "div_half_last"])
+def test_gelu_after_linear_is_one_launch(order):
+    model, feed = linear_net(order)
+    labels = check(model, feed)
+    assert "matmul + add + gelu" in labels and "erf" not in " ".join(labels), labels
+    ctx = jitnn.Context(num_threads=1)
+    converted = jitnn.onnx.prepare(model, ctx)
+    converted.run(feed)                                  # compile, pack
+    with assert_schedule(ctx, kernels=1, fused=2):
+        converted.run(feed)
+
+
+@pytest.mark.parametrize("activation", ["none", "Relu", "Sigmoid", "Tanh", "LeakyRelu",
+                                        "HardSwish"])
+def test_linear_bias_activation_fuse_on_3d_input(activation):
+    model, feed = linear_net(activation, rows=(3, 5))
+    labels = check(model, feed)
+    name = {"none": "", "Relu": " + relu", "Sigmoid": " + sigmoid", "Tanh": " + tanh",
+            "LeakyRelu": " + leaky_relu", "HardSwish": " + hard_swish"}[activation]
+    assert f"matmul + add{name}" in labels, labels
+
+
+def test_gelu_alone_and_with_a_wrong_constant():
+    """GELU on a run-time input is one gelu; a Div by 1.5 is no GELU and
+    converts op by op (and still matches)."""
+    net = Net()
+    feed = {"x": random((2, 7, 9))}
+    y = _gelu(net, net.input("x", (2, 7, 9)), "div_x_first")
+    labels = check(net.model([y]), feed)
+    assert labels == ["gelu"], labels
+    model = net.model([y])
+    for init in model.graph.initializer:
+        if abs(numpy_helper.to_array(init).reshape(-1)[0] - math.sqrt(2)) < 1e-6:
+            init.CopyFrom(numpy_helper.from_array(np.array(1.5, np.float32), init.name))
+    labels = check(model, feed)
+    assert "gelu" not in labels and "erf" in " ".join(labels), labels
+
+
+def test_gelu_tanh_approximation_stays_a_chain():
+    """GPT-2's gelu_new: jitnn has no tanh GELU, the chain runs element-wise."""
+    net = Net()
+    feed = {"x": random((3, 11))}
+    x = net.input("x", (3, 11))
+    inner = net("Add", x, net("Mul", net.const(0.044715), net("Pow", x, net.const(3.0))))
+    t = net("Tanh", net("Mul", net.const(math.sqrt(2 / math.pi)), inner))
+    y = net("Mul", net("Mul", net.const(0.5), x), net("Add", net.const(1.0), t))
+    labels = check(net.model([y]), feed)
+    assert "gelu" not in labels and any("tanh" in l for l in labels), labels
+
+
+# --- layer normalization -----------------------------------------------------------------
+
+def layer_norm_net(square: str = "pow", divide: str = "div", affine: bool = True,
+                   axes=(-1,), shape=(2, 5, 12), opset: int = 17, eps: float = 1e-5):
+    net = Net(3)
+    feed = {"x": random(shape, 3, scale=2.0) + 1.0}
+    x = net.input("x", shape)
+
+    def mean(v):
+        if opset >= 18:
+            return net("ReduceMean", v, net.const(list(axes), np.int64))
+        return net("ReduceMean", v, axes=list(axes))
+    centered = net("Sub", x, mean(x))
+    sq = net("Pow", centered, net.const(2.0)) if square == "pow" else \
+        net("Mul", centered, centered)
+    std = net("Sqrt", net("Add", mean(sq), net.const(eps)))
+    y = net("Div", centered, std) if divide == "div" else \
+        net("Mul", centered, net("Reciprocal", std))
+    if affine:
+        ax = [a % len(shape) for a in axes]
+        dims = [shape[i] if i in ax else 1 for i in range(min(ax), len(shape))]
+        y = net("Mul", y, net.const(net.rng.uniform(0.5, 1.5, dims)))
+        y = net("Add", net.const(net.rng.standard_normal(dims)), y)
+    return net.model([y], opset), feed
+
+
+@pytest.mark.parametrize("square,divide,affine", [("pow", "div", True), ("mul", "div", True),
+                                                  ("pow", "reciprocal", True),
+                                                  ("pow", "div", False)])
+def test_decomposed_layer_norm_is_one_op(square, divide, affine):
+    model, feed = layer_norm_net(square, divide, affine)
+    labels = check(model, feed)
+    assert labels == ["layer_normalization"], labels
+
+
+def test_decomposed_layer_norm_trailing_axes_opset18_and_not_trailing():
+    model, feed = layer_norm_net(axes=(-2, -1), opset=18)
+    assert check(model, feed) == ["layer_normalization"]
+    model, feed = layer_norm_net(axes=(1,), shape=(2, 5, 12))
+    labels = check(model, feed)
+    assert "layer_normalization" not in labels and "reduce_mean" in labels, labels
+
+
+def test_rms_norm_runs_as_its_chain_without_reorders():
+    """Llama's RMSNorm: no jitnn op does better; it runs plain, no reorder."""
+    net = Net()
+    feed = {"x": random((2, 6, 16))}
+    x = net.input("x", (2, 6, 16))
+    ms = net("ReduceMean", net("Pow", x, net.const(2.0)), axes=[-1])
+    y = net("Div", x, net("Sqrt", net("Add", ms, net.const(1e-6))))
+    y = net("Mul", net.const(net.rng.uniform(0.5, 1.5, 16)), y)
+    model = net.model([y])
+    check(model, feed)
+    _, plan = run(model, feed)
+    assert "0 reorder(s) planned" in plan, plan
+
+
+def test_a_bigger_block_context():
+    model, feed = bert_attention("causal_and_pad")
+    labels = check(model, feed, ctx=jitnn.Context(num_threads=1, block=16))
+    assert "scaled_dot_product_attention" in labels
+
+
+# --- the model zoo's transformers -------------------------------------------------------------
+
+def _stored(name: str):
+    with np.load(os.path.join(DATA, f"{name}.npz")) as data:
+        arrays = {key: data[key] for key in data.files}
+    count = len({key.split(".")[0] for key in arrays})
+    return [({k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"{i}.in.")},
+             {k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"{i}.out.")})
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("name,fused", [
+    ("bert", {"scaled_dot_product_attention": 2, "matmul + add + gelu": 2, "matmul + add": 10}),
+    ("gpt2", {"scaled_dot_product_attention": 2}),
+    ("llama", {"scaled_dot_product_attention": 2}),
+    ("vit", {"scaled_dot_product_attention": 2, "matmul + add + gelu": 2, "matmul + add": 10})])
+def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):
+    path = os.path.join(DATA, f"{name}.onnx")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not there")
+    sets = _stored(name)
+    ctx = jitnn.Context(num_threads=1)
+    model = jitnn.onnx.prepare(path, ctx, input_shapes={k: v.shape for k, v in sets[0][0].items()})
+    for feed, stored in sets:
+        got = model.run(feed)
+        for key, want in stored.items():
+            scale = float(np.abs(want).max())
+            np.testing.assert_allclose(got[key], want, rtol=1e-3, atol=1e-3 * scale)
+    labels = steps(jitnn.explain(next(iter(model.dispatch(sets[0][0]).values()))))
+    for label, count in fused.items():
+        assert labels.count(label) == count, (label, labels)
+    assert "softmax" not in labels and "erf" not in " ".join(labels)
