@@ -314,7 +314,7 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         scales += [(c, d) for _, c, d in q_before]
         for index in [q_t, v_t] + k_nodes:
             # a transpose read elsewhere too still converts; attention reads its input
-            if g.private(index, covered | set(k_nodes)):
+            if g.private(index, covered):
                 covered.add(index)
         q, k, v, k_mode = q_src, k_bshd, g.nodes[v_t].input[0], "bshd"
     else:
@@ -641,59 +641,68 @@ def _causal(keep: np.ndarray, sq: int, sk: int) -> bool:
 
 def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
     """(mask operand or None, is_causal) from the Add and Where masks, or
-    None when they cannot be one jitnn mask."""
+    None when they cannot be one jitnn mask. Checks everything before it
+    adds an op (a refused pattern leaves nothing in the graph)."""
     sq, sk = scores[-2:]
-    masks, causal = [], False
+    masks, causal = [], False           # masks: (shape, make the operand)
     for kind, _, operands in steps:
         if kind == "add":
             mask = values[operands[0]]
-            if not (_float_tensor(mask) or isinstance(mask, Const)
-                    and mask.array.dtype.kind == "f"):
-                return None
-            if isinstance(mask, Const):
+            if isinstance(mask, Const) and mask.array.dtype.kind == "f":
                 m = mask.array
                 keep = m == 0
                 if not causal and np.all(keep | (m <= _DROP)) and _causal(keep, sq, sk):
                     causal = True
                     continue
-                mask = cv.float_operand(mask)
-            masks.append((mask, tuple(m.shape) if isinstance(mask, Const) else mask.shape))
+                masks.append((m.shape, lambda mask=mask: cv.float_operand(mask)))
+            elif _float_tensor(mask):
+                masks.append((mask.shape, lambda mask=mask: mask))
+            else:
+                return None
         elif kind == "where":
             cond, fill, keep_if_true = operands
             fill_value = _scalar(values[fill])
             if fill_value is None or not (fill_value <= _DROP):
                 return None
             cond = values[cond]
+            infinite = fill_value == -np.inf
             if isinstance(cond, Const):
                 keep = cond.array.astype(bool) if keep_if_true else ~cond.array.astype(bool)
                 if not causal and _causal(keep, sq, sk):
                     causal = True
                     continue
-                if fill_value == -np.inf:
-                    masks.append((cv.float_operand(Const(np.where(keep, 0.0, -np.inf)
-                                                         .astype(np.float32))), keep.shape))
-                else:
-                    masks.append((cv.operand(Const(keep)), keep.shape))
+                # -inf: the additive mask it is; a finite fill replaces the score as
+                # the kernel's boolean mask does (float32 lowest: the same weights)
+                array = np.where(keep, 0.0, -np.inf).astype(np.float32) if infinite else keep
+                masks.append((keep.shape, lambda a=array: cv.operand(
+                    Const(a), np.float32 if infinite else None)))
+            elif cv.is_bool(cond):
+                masks.append((cond.shape, lambda c=cond, k=keep_if_true, i=infinite:
+                              _run_time_mask(cv, c, k, i)))
             else:
-                if not cv.is_bool(cond):
-                    return None
-                if not keep_if_true:
-                    cond = cv.op("logical_not", cond)
-                if fill_value == -np.inf:
-                    zero = cv.float_operand(Const(np.zeros((), np.float32)))
-                    cond = cv.op("where", cond, zero,
-                                 cv.float_operand(Const(np.array(-np.inf, np.float32))))
-                masks.append((cond, cond.shape))
+                return None
     if len(masks) > 1:
         return None                      # two masks that are not a causal one
     if masks:
-        shape = masks[0][1]
+        shape = tuple(masks[0][0])
         try:
             if len(shape) > len(scores) or np.broadcast_shapes(shape, scores) != scores:
                 return None
         except ValueError:
             return None
-    return (masks[0][0] if masks else None), causal
+    return (masks[0][1]() if masks else None), causal
+
+
+def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Operand:
+    """The attention mask of ``Where(cond, scores, fill)`` (``keep_if_true``)
+    or ``Where(cond, fill, scores)`` on a run-time bool ``cond``: ``cond`` (or
+    its negation) as the boolean mask; a ``-inf`` fill as the additive mask."""
+    if not keep_if_true:
+        cond = cv.op("logical_not", cond)
+    if infinite:
+        cond = cv.op("where", cond, cv.float_operand(Const(np.zeros((), np.float32))),
+                     cv.float_operand(Const(np.array(-np.inf, np.float32))))
+    return cond
 
 
 def _attention(cv, values, plan) -> Operand | None:
