@@ -60,7 +60,7 @@ class Net:
     def model(self, outputs: list[str], opset: int = 17):
         graph = helper.make_graph(
             self.nodes, "patterns", self.inputs,
-            [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
             self.inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -229,6 +229,9 @@ def test_attention_bshd_fuses_with_each_mask(mask):
     labels = check(model, feed)
     assert labels.count("scaled_dot_product_attention") == 1, labels
     assert not {"softmax", "transpose"} & set(labels), labels
+    # the IsNaN guard stays only where a mask can drop every key of a row with
+    # -inf (a run-time -inf Where; a float mask input could hold -inf too)
+    assert ("is_nan" in labels) == (mask in ("where_not", "add", "causal_and_pad")), labels
 
 
 def test_attention_all_masked_rows_as_the_model_gives_them():
@@ -379,14 +382,20 @@ def linear_net(activation: str, rows=(2, 9), k: int = 12, n: int = 20, seed: int
 
 @pytest.mark.parametrize("order", ["div_x_first", "mul_x_first", "div_half_first",
                                    "div_half_last"])
-def test_gelu_after_linear_is_one_launch(order):
+@pytest.mark.parametrize("in_epilogue", [False, True])
+def test_gelu_after_linear(order, in_epilogue, monkeypatch):
+    """GELU after MatMul + bias: the GEMM with the bias in its epilogue, then
+    the vectorized gelu pass (the default: faster than the epilogue's scalar
+    erf), or all in one launch with ``GELU_IN_EPILOGUE``."""
+    monkeypatch.setattr(_patterns, "GELU_IN_EPILOGUE", in_epilogue)
     model, feed = linear_net(order)
     labels = check(model, feed)
-    assert "matmul + add + gelu" in labels and "erf" not in " ".join(labels), labels
+    want = ["matmul + add + gelu"] if in_epilogue else ["matmul + add", "gelu"]
+    assert [l for l in labels if l != "reshape"] == want, labels
     ctx = jitnn.Context(num_threads=1)
     converted = jitnn.onnx.prepare(model, ctx)
     converted.run(feed)                                  # compile, pack
-    with assert_schedule(ctx, kernels=1, fused=2):
+    with assert_schedule(ctx, kernels=1 if in_epilogue else 2, fused=2 if in_epilogue else 1):
         converted.run(feed)
 
 
@@ -491,6 +500,76 @@ def test_a_bigger_block_context():
     assert "scaled_dot_product_attention" in labels
 
 
+# --- a BERT-base encoder layer ------------------------------------------------------------
+
+def encoder_layer(seq: int = 128, hidden: int = 768, heads: int = 12, batch: int = 1,
+                  seed: int = 0, fill: float = -np.inf):
+    """One BERT encoder layer (post-norm) as the TorchScript exporter writes
+    transformers' BertLayer at opset 17: Q, K, V projections, the SDPA
+    attention pattern of :func:`bert_attention` with BERT's mask (the int64
+    ``attention_mask`` input as ``Where(bool, 0, fill)`` of shape ``(B, 1, 1,
+    S)``, added to the scores; transformers' export has ``fill = -inf``),
+    the IsNaN guard, the output projection, residual add and
+    LayerNormalization, the 4x intermediate with the erf GELU, the second
+    residual and LayerNormalization. Returns (model, inputs)."""
+    net = Net(seed)
+    d = hidden // heads
+    feed = {"x": random((batch, seq, hidden), seed),
+            "attention_mask": np.ones((batch, seq), np.int64)}
+    feed["attention_mask"][:, seq - seq // 8:] = 0        # the last eighth is padding
+    x = net.input("x", (batch, seq, hidden))
+    keep = net("Unsqueeze", net("Cast", net.input("attention_mask", (batch, seq),
+                                                 TensorProto.INT64), to=TensorProto.BOOL),
+               net.const([1, 2], np.int64))
+    mask = net("Where", keep, net.const(0.0), net.const(fill))
+
+    def linear(v: str, k: int, n: int) -> str:
+        w = net.const(net.rng.standard_normal((k, n)) / math.sqrt(k))
+        return net("Add", net.const(net.rng.standard_normal(n) * 0.1), net("MatMul", v, w))
+
+    def split(v: str, perm) -> str:
+        return net("Transpose", net("Reshape", v, net.const([batch, seq, heads, d], np.int64)),
+                   perm=perm)
+
+    def norm(v: str) -> str:
+        return net("LayerNormalization", v, net.const(net.rng.uniform(0.8, 1.2, hidden)),
+                   net.const(net.rng.standard_normal(hidden) * 0.1), axis=-1, epsilon=1e-12)
+    root = net.const(1 / math.sqrt(math.sqrt(d)))
+    q = net("Mul", split(linear(x, hidden, hidden), [0, 2, 1, 3]), root)
+    kt = net("Mul", split(linear(x, hidden, hidden), [0, 2, 3, 1]), root)
+    v = split(linear(x, hidden, hidden), [0, 2, 1, 3])
+    probs = net("Softmax", net("Add", net("MatMul", q, kt), mask), axis=-1)
+    probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    context = net("Transpose", net("MatMul", probs, v), perm=[0, 2, 1, 3])
+    context = net("Reshape", context, net.const([batch, seq, hidden], np.int64))
+    h = norm(net("Add", linear(context, hidden, hidden), x))
+    inter = _gelu(net, linear(h, hidden, 4 * hidden), "div_x_first")
+    out = norm(net("Add", linear(inter, 4 * hidden, hidden), h))
+    return net.model([out]), feed
+
+
+@pytest.mark.slow
+def test_bert_base_encoder_layer():
+    model, feed = encoder_layer(seq=128)
+    labels = check(model, feed, tol=1e-4)
+    assert labels.count("matmul + add") == 6 and labels.count("gelu") == 1 \
+        and labels.count("scaled_dot_product_attention") == 1, labels
+
+
+@pytest.mark.parametrize("fill", [-np.inf, LOWEST])
+def test_small_encoder_layer(fill):
+    """Every projection one GEMM with its bias, attention one op (the IsNaN
+    guard only with the -inf mask, which can drop every key of a row), GELU
+    one pass; a row of batch 1 all padding."""
+    model, feed = encoder_layer(seq=9, hidden=32, heads=4, batch=2, fill=fill)
+    feed["attention_mask"][1] = 0
+    labels = check(model, feed, tol=1e-5)
+    assert not {"softmax", "transpose", "matmul", "mul"} & set(labels), labels
+    assert ("is_nan" in labels) == (fill == -np.inf), labels
+    assert labels.count("matmul + add") == 6 and labels.count("gelu") == 1 \
+        and labels.count("scaled_dot_product_attention") == 1, labels
+
+
 # --- the model zoo's transformers -------------------------------------------------------------
 
 def _stored(name: str):
@@ -503,10 +582,12 @@ def _stored(name: str):
 
 
 @pytest.mark.parametrize("name,fused", [
-    ("bert", {"scaled_dot_product_attention": 2, "matmul + add + gelu": 2, "matmul + add": 10}),
-    ("gpt2", {"scaled_dot_product_attention": 2}),
-    ("llama", {"scaled_dot_product_attention": 2}),
-    ("vit", {"scaled_dot_product_attention": 2, "matmul + add + gelu": 2, "matmul + add": 10})])
+    # the text models' masks are Where(bool, 0, -inf): a row of padding is all -inf,
+    # so the exporter's IsNaN guard stays (is_nan, where on the attention's output)
+    ("bert", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 12, "is_nan": 2}),
+    ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 2}),
+    ("llama", {"scaled_dot_product_attention": 2, "is_nan": 2}),
+    ("vit", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 12})])
 def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):
     path = os.path.join(DATA, f"{name}.onnx")
     if not os.path.exists(path):

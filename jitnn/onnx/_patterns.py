@@ -53,6 +53,13 @@ from ._fold import FOLD, SHAPE_ONLY
 #: convert the patterns (False: every node converts on its own)
 ENABLED = True
 
+#: GELU after a linear layer in the GEMM's epilogue (one launch), or as its own pass after
+#: it. The epilogue's gelu calls scalar ``erf`` per element (kernels/epilogue.py) where the
+#: element-wise pass is vectorized (kernels/vmath.py): for BERT-base's 512 x 768 x 3072
+#: intermediate on 2 threads the fused launch took 29.7 ms, the GEMM + bias 15 ms and the
+#: gelu pass about 1 ms; so off until the epilogue vectorizes erf
+GELU_IN_EPILOGUE = False
+
 #: a mask value this negative drops a key as surely as -inf (exp underflows to 0)
 _DROP = -1e9
 #: the op types whose output shape :func:`_infer_shape` knows (elementwise: broadcast)
@@ -331,8 +338,21 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
     plan = {"q": q, "k": k, "v": v, "k_mode": k_mode, "bshd": bshd, "scales": scales,
             "reshapes": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
                          for r in out_reshapes] if bshd else [],
-            "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None)}
+            "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None),
+            "finite": _finite_masks(g, steps)}
     return Pattern("attention", covered, anchor, lambda cv, values: _attention(cv, values, plan))
+
+
+def _finite_masks(g: _Graph, steps) -> dict[str, tuple[str, str]]:
+    """The run-time Add masks written as ``Where(cond, a, b)`` of two
+    constants (BERT's, GPT-2's and Llama's exports): {mask: (a, b)}. When
+    both are finite no row of the scores is all -inf (see _mask_operands)."""
+    found = {}
+    for kind, _, operands in steps:
+        where = g.node(operands[0], "Where") if kind == "add" else None
+        if where is not None and all(n in g.const for n in g.nodes[where].input[1:]):
+            found[operands[0]] = tuple(g.nodes[where].input[1:])
+    return found
 
 
 def _match_gelu(g: _Graph, erf: int) -> Pattern | None:
@@ -639,13 +659,15 @@ def _causal(keep: np.ndarray, sq: int, sk: int) -> bool:
     return bool((keep.reshape(-1, sq, sk) == triangle).all())
 
 
-def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
-    """(mask operand or None, is_causal) from the Add and Where masks, or
-    None when they cannot be one jitnn mask. Checks everything before it
-    adds an op (a refused pattern leaves nothing in the graph)."""
+def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
+    """(mask operand or None, is_causal, NaN-free) from the Add and Where
+    masks, or None when they cannot be one jitnn mask. NaN-free: no row of
+    the scores can be all -inf (or hold +inf or NaN) for finite Q and K, so
+    that no softmax row is NaN. Checks everything before it adds an op (a
+    refused pattern leaves nothing in the graph)."""
     sq, sk = scores[-2:]
-    masks, causal = [], False           # masks: (shape, make the operand)
-    for kind, _, operands in steps:
+    masks, causal, nan_free = [], False, True    # masks: (shape, make the operand)
+    for kind, _, operands in plan["steps"]:
         if kind == "add":
             mask = values[operands[0]]
             if isinstance(mask, Const) and mask.array.dtype.kind == "f":
@@ -654,8 +676,14 @@ def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
                 if not causal and np.all(keep | (m <= _DROP)) and _causal(keep, sq, sk):
                     causal = True
                     continue
+                nan_free &= bool(m.ndim and np.all(m < np.inf) and np.all(
+                    np.any(m > -np.inf, axis=-1)) and m.shape[-1] == sk)
                 masks.append((m.shape, lambda mask=mask: cv.float_operand(mask)))
             elif _float_tensor(mask):
+                pair = plan["finite"].get(operands[0])
+                nan_free &= pair is not None and all(
+                    _scalar(values[n]) is not None and math.isfinite(_scalar(values[n]))
+                    for n in pair)
                 masks.append((mask.shape, lambda mask=mask: mask))
             else:
                 return None
@@ -671,12 +699,15 @@ def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
                 if not causal and _causal(keep, sq, sk):
                     causal = True
                     continue
+                nan_free &= not infinite or bool(keep.ndim and keep.shape[-1] == sk
+                                                 and np.all(np.any(keep, axis=-1)))
                 # -inf: the additive mask it is; a finite fill replaces the score as
                 # the kernel's boolean mask does (float32 lowest: the same weights)
                 array = np.where(keep, 0.0, -np.inf).astype(np.float32) if infinite else keep
                 masks.append((keep.shape, lambda a=array: cv.operand(
                     Const(a), np.float32 if infinite else None)))
             elif cv.is_bool(cond):
+                nan_free &= not infinite
                 masks.append((cond.shape, lambda c=cond, k=keep_if_true, i=infinite:
                               _run_time_mask(cv, c, k, i)))
             else:
@@ -690,7 +721,7 @@ def _mask_operands(cv, values, steps, scores: tuple[int, ...]):
                 return None
         except ValueError:
             return None
-    return (masks[0][1]() if masks else None), causal
+    return (masks[0][1]() if masks else None), causal, nan_free
 
 
 def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Operand:
@@ -752,16 +783,19 @@ def _attention(cv, values, plan) -> Operand | None:
         scale = scale / s if divides else scale * s
     if plan["guard"] is not None and _scalar(values[plan["guard"]]) != 0.0:
         return None
-    masked = _mask_operands(cv, values, plan["steps"], scores)
+    masked = _mask_operands(cv, values, plan, scores)
     if masked is None:
         return None
-    mask, causal = masked
+    mask, causal, nan_free = masked
     if plan["k_mode"] == "kt":
         k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
     out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
                 layout="bshd" if plan["bshd"] else "bhsd")
-    if plan["guard"] is not None:
-        # the guard zeroes the probabilities of a NaN row: the row's output is 0
+    if plan["guard"] is not None and not nan_free:
+        # the guard zeroes the probabilities of a NaN row (every score -inf): its
+        # output is 0. Left out when the masks cannot make such a row: then only
+        # NaN or inf in Q or K would, which give NaN rows here where the model
+        # gives 0 (two passes over the output saved: 1.3-2 ms at BERT-base seq 512)
         zero = cv.float_operand(values[plan["guard"]])
         out = cv.op("where", cv.op("is_nan", out), zero, out)
     return out
@@ -860,9 +894,13 @@ def _linear(cv, values, plan) -> Operand | None:
         cv.float_operand(Const(bias.array.reshape(-1)))
     y = cv.op("add", cv.op("matmul", flat, cv.float_operand(w)), bias_operand)
     activation = plan["activation"]
+    late = activation == "gelu" and not GELU_IN_EPILOGUE
     if isinstance(activation, tuple):
         y = cv.op(activation[0], y, *activation[1:])
-    elif activation is not None:
+    elif activation is not None and not late:
         y = cv.op(activation, y)
-    return cv.op("reshape", y, x.shape[:-1] + (n,)) if len(x.shape) != 2 else y
+    if len(x.shape) != 2:
+        y = cv.op("reshape", y, x.shape[:-1] + (n,))
+    # after the reshape, GELU is no epilogue of the GEMM: its own vectorized pass
+    return cv.op("gelu", y) if late else y
 
