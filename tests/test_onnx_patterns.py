@@ -20,13 +20,13 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import jitnn  # noqa: E402
-import jitnn.onnx  # noqa: E402
-from jitnn.onnx import _patterns  # noqa: E402
-from tests.helpers import assert_schedule, random  # noqa: E402
-from tests.onnx_models import evaluate, masked_attention_block  # noqa: E402
+import jitnn
+import jitnn.onnx
+from jitnn.onnx import _patterns
+from tests.helpers import assert_schedule, random
+from tests.onnx_models import evaluate, masked_attention_block
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "models")
 LOWEST = float(np.finfo(np.float32).min)
@@ -115,7 +115,8 @@ def run(model, feed: dict, ctx=None, *, fuse: bool = True):
 
 def steps(plan: str) -> list[str]:
     """The step labels of a ``jitnn.explain`` text."""
-    return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan, re.M)]
+    return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
+                                            re.MULTILINE)]
 
 
 def check(model, feed: dict, tol: float = 2e-5, **kwargs) -> list[str]:

@@ -4,45 +4,47 @@
 as chains of small ops; jitnn has one op, or one fused launch, for each:
 
 * **attention**: ``MatMul(Q, Kᵀ)``, ``Mul``/``Div`` by constant scales (on
-  the scores, or on Q and Kᵀ before the product, as the exporter writes
-  ``F.scaled_dot_product_attention``), an ``Add`` mask and/or a ``Where``
-  mask, ``Softmax(-1)``, the exporter's all-masked-row guard ``Where(IsNaN(p),
-  0, p)``, ``MatMul(., V)`` becomes one ``scaled_dot_product_attention``.
-  When Q, K and V come from ``Transpose(0, 2, 1, 3)`` (K: ``(0, 2, 3, 1)``)
-  of ``(B, S, H, D)`` tensors and the result goes into ``Transpose(0, 2, 1,
-  3)``, it runs with ``layout="bshd"`` and the four transposes are skipped.
-  A constant mask that is the top-left causal triangle (0 or a value <= -1e9
-  / -inf elsewhere, or a bool ``Where`` condition) is ``is_causal=True``.
+  the scores, or on Q and Kᵀ as the exporter writes SDPA), an ``Add`` and/or
+  a ``Where`` mask, ``Softmax(-1)``, the exporter's guard ``Where(IsNaN(p), 0,
+  p)``, ``MatMul(., V)``: one ``scaled_dot_product_attention``, with
+  ``layout="bshd"`` (the transposes skipped) when Q, K, V come from
+  ``Transpose(0, 2, 1, 3)`` (Kᵀ: ``(0, 2, 3, 1)``) of ``(B, S, H, D)`` tensors
+  and the result goes into ``Transpose(0, 2, 1, 3)``. A constant top-left
+  causal mask (0 and <= -1e9 or -inf, or a bool ``Where`` condition) is
+  ``is_causal``. The guard becomes ``where(is_nan(out), 0, out)``, left out
+  when no mask can make a row all -inf (no mask, causal, a finite fill: then
+  only NaN or inf in Q or K give NaN rows, which the guarded model zeroes).
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
-  two ``Mul`` by ``x`` and by 0.5 in any order becomes ``gelu(x)``. (The tanh
-  approximation stays the element-wise chain it is: jitnn's gelu is the erf
-  one.)
-* **linear**: ``MatMul(x, W)`` with a constant 2-D ``W``, ``Add`` of a
-  constant bias along the last axis, and an activation after it (Relu,
-  Sigmoid, Tanh, HardSwish, LeakyRelu, Gelu, or the GELU pattern) runs on the
-  2-D ``(rows, K)`` view of ``x`` and is reshaped back after the activation,
-  so that the scheduler fuses the bias and the activation into the GEMM's
-  epilogue (on a 3-D ``x`` the batched product fuses neither).
-* **layer normalization** as older exports write it: ``ReduceMean, Sub, Pow 2
-  (or Mul by itself), ReduceMean, Add eps, Sqrt, Div (or Reciprocal, Mul)``
-  and optional ``Mul`` by a constant scale and ``Add`` of a constant bias over
-  trailing axes becomes ``layer_normalization``.
+  ``Mul`` by ``x`` and by 0.5 in any order: ``gelu(x)``. The tanh
+  approximation stays its element-wise chain (jitnn's gelu is the erf one).
+* **linear**: ``MatMul(x, W)`` (constant 2-D ``W``), ``Add`` of a constant
+  bias on the last axis, an optional activation (Relu, Sigmoid, Tanh,
+  HardSwish, LeakyRelu, Gelu or the GELU pattern) run on the 2-D ``(rows,
+  K)`` view of ``x``, so that the GEMM's epilogue takes the bias and the
+  activation (a 3-D ``x`` takes the batched product, which fuses neither);
+  GELU runs as its own pass after it (see ``GELU_IN_EPILOGUE``).
+* **layer normalization** of older exports: ``ReduceMean, Sub, Pow 2 (or Mul
+  by itself), ReduceMean, Add eps, Sqrt, Div (or Reciprocal, Mul)``, optional
+  ``Mul`` by a constant scale and ``Add`` of a constant bias over trailing
+  axes: ``layer_normalization``.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
-graph's structure first (op types, attributes, which values are known at
-load time, who reads what), then yields the nodes to convert one by one,
-holding back those a pattern covers; at a pattern's last node it converts the
-pattern from the converted values, checking the constants (the scale, the
-mask's fill value, GELU's constants, epsilon...). When a check fails the
-held-back nodes are yielded after all and convert as they are. A pattern is
-matched only where no intermediate value of it is read outside it or is a
-graph output. ``ENABLED = False`` turns every fusion off (for comparisons).
+graph's structure (op types, attributes, which values are known at load
+time, who reads what), then yields the nodes to convert one by one, holding
+back those a pattern covers; at a pattern's last node it converts the
+pattern from the converted values, checking the constants (scales, mask
+fills, GELU's constants, epsilon...). When a check fails the held-back nodes
+are yielded after all and convert as they are. A pattern matches only where
+none of its intermediate values is a graph output or read outside it (but
+by ``Shape``: that gets a placeholder of the value's shape). ``ENABLED =
+False`` turns every fusion off.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -157,9 +159,6 @@ class Pattern:
         self.kind, self.nodes, self.anchor, self.convert = kind, nodes, anchor, convert
         self.data = data or {}
         self.shaped: set[int] = set()       # held-back nodes that Shape/Size read
-
-    def __repr__(self) -> str:
-        return f"Pattern({self.kind}, {len(self.nodes)} nodes, anchor #{self.anchor})"
 
 
 # --- matching ------------------------------------------------------------------
@@ -558,7 +557,7 @@ def walk(graph, order: list[int], values: dict, cv) -> Iterator[int]:
                     yield from held.pop(id(pattern), [])
                     yield index
                     continue
-                values[graph.node[index].output[0]] = _Shaped(shape)
+                values[graph.node[index].output[0]] = SimpleNamespace(shape=shape)
             held.setdefault(id(pattern), []).append(index)
             continue
         node = graph.node[index]
@@ -576,14 +575,6 @@ def walk(graph, order: list[int], values: dict, cv) -> Iterator[int]:
 
 
 # --- converting ------------------------------------------------------------------
-
-class _Shaped:
-    """What ``Shape`` and ``Size`` see of a value a pattern holds back: its shape."""
-    __slots__ = ("shape",)
-
-    def __init__(self, shape: tuple[int, ...]):
-        self.shape = shape
-
 
 def _reshaped(shape: tuple[int, ...], target, allowzero: bool) -> tuple[int, ...] | None:
     """ONNX Reshape's output shape (0 copies a dim unless ``allowzero``, one -1
@@ -641,11 +632,6 @@ def _scalar(value) -> float | None:
     return None
 
 
-def _close(value, expected: float, rel: float = 1e-6) -> bool:
-    got = _scalar(value)
-    return got is not None and abs(got - expected) <= rel * abs(expected)
-
-
 def _float_tensor(value) -> bool:
     return isinstance(value, Operand) and value.dtype == np.float32
 
@@ -676,8 +662,7 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                 if not causal and np.all(keep | (m <= _DROP)) and _causal(keep, sq, sk):
                     causal = True
                     continue
-                nan_free &= bool(m.ndim and np.all(m < np.inf) and np.all(
-                    np.any(m > -np.inf, axis=-1)) and m.shape[-1] == sk)
+                nan_free &= bool(np.isfinite(m).all())
                 masks.append((m.shape, lambda mask=mask: cv.float_operand(mask)))
             elif _float_tensor(mask):
                 pair = plan["finite"].get(operands[0])
@@ -699,13 +684,12 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                 if not causal and _causal(keep, sq, sk):
                     causal = True
                     continue
-                nan_free &= not infinite or bool(keep.ndim and keep.shape[-1] == sk
-                                                 and np.all(np.any(keep, axis=-1)))
+                nan_free &= not infinite
                 # -inf: the additive mask it is; a finite fill replaces the score as
                 # the kernel's boolean mask does (float32 lowest: the same weights)
                 array = np.where(keep, 0.0, -np.inf).astype(np.float32) if infinite else keep
-                masks.append((keep.shape, lambda a=array: cv.operand(
-                    Const(a), np.float32 if infinite else None)))
+                masks.append((keep.shape, lambda a=array, i=infinite: cv.operand(
+                    Const(a), np.float32 if i else None)))
             elif cv.is_bool(cond):
                 nan_free &= not infinite
                 masks.append((cond.shape, lambda c=cond, k=keep_if_true, i=infinite:
@@ -802,7 +786,10 @@ def _attention(cv, values, plan) -> Operand | None:
 
 
 def _gelu_constants(values, consts) -> bool:
-    return all(_close(values[name], expected) for name, expected in consts)
+    """Whether each constant is its expected value (float32 rounding allowed)."""
+    got = [_scalar(values[name]) for name, _ in consts]
+    return all(v is not None and abs(v - want) <= 1e-6 * want
+               for v, (_, want) in zip(got, consts))
 
 
 def _gelu(cv, values, x: str, consts) -> Operand | None:
@@ -812,7 +799,7 @@ def _gelu(cv, values, x: str, consts) -> Operand | None:
     return cv.op("gelu", value)
 
 
-def _reduce_axes(cv, values, g: _Graph, index: int, rank: int) -> tuple[int, ...] | None:
+def _reduce_axes(values, g: _Graph, index: int, rank: int) -> tuple[int, ...] | None:
     """The axes of ReduceMean node ``index`` (attribute, or input from opset
     18), sorted and non-negative; None for keepdims=0 or no axes given."""
     if not g.attr(index, "keepdims", 1):
@@ -852,7 +839,7 @@ def _layer_norm(cv, values, g: _Graph, plan) -> Operand | None:
     if not _float_tensor(x):
         return None
     rank = len(x.shape)
-    axes = [_reduce_axes(cv, values, g, i, rank) for i in plan["means"]]
+    axes = [_reduce_axes(values, g, i, rank) for i in plan["means"]]
     if axes[0] is None or axes[0] != axes[1] or not axes[0] \
             or axes[0] != tuple(range(rank - len(axes[0]), rank)):
         return None
