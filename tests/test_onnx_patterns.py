@@ -605,3 +605,60 @@ def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):
     for label, count in fused.items():
         assert labels.count(label) == count, (label, labels)
     assert "softmax" not in labels and "erf" not in " ".join(labels)
+
+
+# --- timing (python -m tests.test_onnx_patterns; not a test) ----------------------------------
+
+def bench(seqs=(128, 512), threads=(1, 2), rounds: int = 12) -> list[dict]:
+    """The BERT-base encoder layer (batch 1) through jitnn with the patterns,
+    without them, and with GELU in the GEMM's epilogue, and through ONNX
+    Runtime (all optimizations): median ms of ``rounds`` interleaved rounds
+    (each runs every variant once, then sleeps 50 ms so that a runtime's
+    spinning worker threads do not slow the next), after 3 warm-up runs."""
+    import statistics
+    import time
+
+    import onnxruntime as ort
+    rows = []
+    for seq in seqs:
+        model, feed = encoder_layer(seq=seq)
+        for count in threads:
+            runs = {}
+            for name, fuse, epilogue in (("fused", True, False), ("unfused", False, False),
+                                         ("gelu in epilogue", True, True)):
+                ctx = jitnn.Context(num_threads=count)
+                saved = _patterns.ENABLED, _patterns.GELU_IN_EPILOGUE
+                _patterns.ENABLED, _patterns.GELU_IN_EPILOGUE = fuse, epilogue
+                try:
+                    graph = jitnn.onnx.prepare(model, ctx, input_shapes={
+                        k: v.shape for k, v in feed.items()}).graph
+                finally:
+                    _patterns.ENABLED, _patterns.GELU_IN_EPILOGUE = saved
+                out = {n: np.empty(s, np.float32) for n, s in graph.outputs.items()}
+                runs[name] = lambda c=ctx, g=graph, o=out, f=feed: c.compute(g, f, o)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads, options.inter_op_num_threads = count, 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(model.SerializeToString(), options,
+                                           providers=["CPUExecutionProvider"])
+            runs["onnxruntime"] = lambda s=session, f=feed: s.run(None, f)
+            times = {name: [] for name in runs}
+            for run_once in runs.values():
+                for _ in range(3):
+                    run_once()
+            for _ in range(rounds):
+                for name, run_once in runs.items():
+                    started = time.perf_counter()
+                    run_once()
+                    times[name].append(time.perf_counter() - started)
+                    time.sleep(0.05)
+            rows.append({"seq": seq, "threads": count,
+                         **{n: 1e3 * statistics.median(t) for n, t in times.items()}})
+    return rows
+
+
+if __name__ == "__main__":
+    for row in bench():
+        print(f"seq {row['seq']}, {row['threads']} thread(s): jitnn {row['fused']:.1f} ms, "
+              f"without the patterns {row['unfused']:.1f} ms, GELU in the epilogue "
+              f"{row['gelu in epilogue']:.1f} ms, ONNX Runtime {row['onnxruntime']:.1f} ms")
