@@ -485,7 +485,7 @@ def _match_linear(g: _Graph, matmul: int, gelus: dict[str, Pattern]) -> Pattern 
             activation = ("leaky_relu", float(g.attr(act, "alpha", 0.01)))
     elif out in gelus and out not in g.outputs \
             and set(g.readers.get(out, ())) <= gelus[out].nodes:
-        gelu = gelus.pop(out)
+        gelu = gelus[out]
         covered |= gelu.nodes
         last, activation = gelu.anchor, "gelu"
     plan = {"x": x, "w": w, "bias": bias, "activation": activation, "gelu": gelu}
@@ -517,8 +517,9 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
         if pattern is not None and not pattern.nodes & g.taken:
             gelus[pattern.data["x"]] = pattern
     for index in by_type.get("MatMul", []):
-        if index not in g.taken:
-            take(_match_linear(g, index, gelus))
+        linear = None if index in g.taken else take(_match_linear(g, index, gelus))
+        if linear is not None:
+            gelus = {x: p for x, p in gelus.items() if not p.nodes & linear.nodes}
     for pattern in gelus.values():
         take(pattern)
     for index in by_type.get("ReduceMean", []):
