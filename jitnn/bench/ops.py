@@ -167,6 +167,10 @@ def measure_case(run: Run, case: dict) -> dict:
         options = ort.SessionOptions()
         options.intra_op_num_threads = run.threads
         options.inter_op_num_threads = 1
+        # ORT's idle workers spin after each run; interleaved with jitnn on 2
+        # cores they take the core jitnn's second thread needs for the next
+        # call (2-thread reductions measured 2x slower after ORT than alone)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(_onnx_model(case, shape), options,
                                        providers=["CPUExecutionProvider"])
         feed = {"x": np.ascontiguousarray(x.transpose(0, 2, 3, 1))
