@@ -77,12 +77,23 @@ def test_other_axes(mode, kind):
                      rtol=1e-5, atol=1e-6)
 
 
-def test_plain_input_is_resampled_without_a_reorder():
+def test_plain_input_is_resampled_through_blocks_when_they_fill():
+    """Plain NCHW with at least half a block of channels: converted to blocks
+    and back (two counted reorders, faster than one-lane blocks), the result
+    plain; fewer channels, and plain NHWC (one block of C lanes), in place."""
     ctx = jitnn.Context(block=8)
-    x = ctx.tensor(random((2, 9, 6, 5), 3))
+    wide = random((2, 9, 6, 5), 3)
+    narrow = random((2, 3, 6, 5), 5)
     x_nhwc = ctx.tensor(random((2, 6, 5, 9), 4))
+    for mode in MODES:
+        with assert_schedule(ctx, kernels=1, reorders=2):
+            got = jitnn.resample2d(ctx.tensor(wide), mode=mode, scales=[2, 2])
+            got._materialize()
+        assert got.layout == "nchw"
+        assert_close(got.numpy(), resample2d_reference(wide, mode=mode, scales=[2, 2]),
+                     rtol=1e-5, atol=1e-6)
     with assert_schedule(ctx, kernels=2, reorders=0):
-        for t in (jitnn.resample2d(x, scales=[2, 2]),
+        for t in (jitnn.resample2d(ctx.tensor(narrow), scales=[2, 2]),
                   jitnn.resample2d(x_nhwc, mode="linear", sizes=[4, 7], axes=[1, 2])):
             t._materialize()
 

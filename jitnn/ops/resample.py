@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
+from ..kernels import layout as layout_kernels
 from ..kernels import resample as resample_kernels
 from ..kernels.buffers import aligned_empty
 from ..limits import MAX_DIM, is_int, is_number
 from ..registry import OpDef, register_op
 from ..tensor import Tensor
-from ._common import (as_tensor, context_of, is_blocked, plain_buffer, plain_layout,
-                      value_of)
+from ._common import (as_tensor, blocked_buffer, context_of, is_blocked, plain_buffer,
+                      plain_layout, value_of)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -172,6 +173,21 @@ def _lowered(ctx: Context, x: Tensor, shape: tuple[int, ...], axes: tuple[int, i
                       inputs=(x,), op=op)
 
     p, q = axes
+
+    block = ctx.block
+    if not is_blocked(x) and x._axes == "nchw" and axes == (2, 3) and 2 * shape[1] >= block:
+        # plain NCHW: converted to blocks and back (two counted reorders) runs
+        # 3x faster than the kernel on one-lane blocks (1x512x28x28 x2
+        # nearest, 1 thread: 0.9 against 2.7 ms); the result stays plain
+        def produce_via_blocks() -> np.ndarray:
+            data = blocked_buffer(ctx, xv, block, "nchw")
+            out = aligned_empty(data.shape[:2] + (oh, ow, block))
+            run(data, out)
+            result = aligned_empty(shape)
+            ctx.launcher.reorder(layout_kernels.blocked_to_nchw, out, result)
+            return result
+        return Tensor(ctx, shape, plain_layout(4, "nchw"), producer=produce_via_blocks,
+                      inputs=(x,), op=op)
 
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)          # a blocked x: read back (counted)
