@@ -23,11 +23,13 @@ smaller index); linear interpolates between ``floor(x)`` and the next index
 
 A blocked input resampled along its spatial axes (H and W, in either order)
 stays blocked: one kernel (kernels/resample.py) reads and writes
-``nChw{b}c``, parallel over (n, channel block, output rows). A plain input
-runs the same kernel where it lies, without a reorder (NCHW with axes
-{2, 3} as ``nChw1c``, NHWC with axes {1, 2} as one block of C channels);
-other axes move to the end first (a copy each way), and a blocked input
-resampled along N or C is read back first (one counted reorder).
+``nChw{b}c``, parallel over (n, channel block, output rows). A plain NCHW
+input with at least half a block of channels goes through blocks and back
+(two counted reorders; the result is plain); a plain input otherwise runs
+the same kernel where it lies (NCHW with axes {2, 3} as ``nChw1c``, NHWC
+with axes {1, 2} as one block of C channels); other axes move to the end
+first (a copy each way), and a blocked input resampled along N or C is read
+back first (one counted reorder).
 """
 
 from __future__ import annotations
