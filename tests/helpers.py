@@ -24,6 +24,17 @@ def random(shape, seed=0, scale: float = 1.0) -> np.ndarray:
     return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
+def typed_data(shape, dtype, seed=0) -> np.ndarray:
+    """Values of ``dtype``: standard normal floats; integers over the type's
+    whole range (int64 beyond 2**53, where a float64 detour would round)."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
 def uniform(shape, seed=0, low: float = -3.0, high: float = 3.0) -> np.ndarray:
     """Float32 data uniform in ``[low, high)``, reproducible by ``seed`` (an int or a Generator)."""
     return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)

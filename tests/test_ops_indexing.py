@@ -11,19 +11,11 @@ import pytest
 import jitnn
 from jitnn.ops.gather import gather_elements_reference, gather_nd_reference, gather_reference
 from jitnn.ops.scatter import scatter_elements_reference, scatter_nd_reference
-from tests.helpers import KINDS, assert_schedule, make, random
+from tests.helpers import KINDS, assert_schedule, make, random, typed_data
 
 INDEX_TYPES = [np.int32, np.uint32, np.int64]
 
 
-def data(shape, dtype, seed=0) -> np.ndarray:
-    """Values of ``dtype``: standard normal floats, integers over the type's range."""
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng(seed)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
 def indices(shape, size, seed=0, *, wild=False) -> np.ndarray:
@@ -43,7 +35,7 @@ def indices(shape, size, seed=0, *, wild=False) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
 def test_gather_host_indices_every_dtype(dtype):
-    x = data((4, 5, 6), dtype, 1)
+    x = typed_data((4, 5, 6), dtype, 1)
     t = jitnn.tensor(x)
     for axis in (0, 1, 2, -1):
         size = x.shape[axis]
@@ -126,7 +118,7 @@ def test_embedding_lookup_with_run_time_ids(vocab, dim, seq):
 
 @pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
 def test_gather_elements_and_nd_every_dtype(dtype):
-    x = data((3, 4, 5), dtype, 6)
+    x = typed_data((3, 4, 5), dtype, 6)
     t = jitnn.tensor(x)
     for axis in (0, 1, 2):
         shape = list(x.shape)
@@ -165,13 +157,13 @@ def test_gather_elements_webnn_example():
 
 @pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
 def test_scatter_every_dtype(dtype):
-    x = data((4, 5, 3), dtype, 7)
+    x = typed_data((4, 5, 3), dtype, 7)
     t = jitnn.tensor(x)
     for axis in (0, 1, 2):
         shape = list(x.shape)
         shape[axis] = 2
         index = indices(tuple(shape), x.shape[axis], axis + 20)
-        updates = data(tuple(shape), dtype, axis)
+        updates = typed_data(tuple(shape), dtype, axis)
         got = jitnn.scatter_elements(t, index, updates, axis=axis)
         assert got.dtype == dtype and got.shape == x.shape
         np.testing.assert_array_equal(got.numpy(),
@@ -182,7 +174,7 @@ def test_scatter_every_dtype(dtype):
             scatter_elements_reference(x, index * 3, updates, axis))
     for k, lead in [(1, (3,)), (2, (2, 2)), (3, (4,))]:
         index = np.stack([indices(lead, x.shape[j], j + 30) for j in range(k)], -1)
-        updates = data(lead + x.shape[k:], dtype, k)
+        updates = typed_data(lead + x.shape[k:], dtype, k)
         got = jitnn.scatter_nd(t, index, updates)
         np.testing.assert_array_equal(got.numpy(), scatter_nd_reference(x, index, updates))
         wild = jitnn.tensor((index * 4).astype(np.int32))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import jitnn
+from jitnn import layouts
 from jitnn.kernels import pad as P
 from jitnn.tensor import DTYPE_NAMES
 from tests.helpers import (KINDS, assert_padding_lanes_zero, assert_schedule, expected_layout,
@@ -169,13 +170,6 @@ def test_network_shape(block):
 
 # --- the kernel ------------------------------------------------------------------------
 
-def _blocked(x, cb):
-    n, c, h, w = x.shape
-    blocks = -(-c // cb)
-    out = np.zeros((n, blocks * cb, h, w), np.float32)
-    out[:, :c] = x
-    return np.ascontiguousarray(out.reshape(n, blocks, cb, h, w).transpose(0, 1, 3, 4, 2))
-
 
 @pytest.mark.parametrize("cb", [1, 4, 8, 16])
 @pytest.mark.parametrize("mode", MODES)
@@ -186,7 +180,7 @@ def test_kernel(mode, cb, threads, record_calls):
     for shape, padding in [((2, 3, 5, 4), (1, 2, 3, 0)), ((1, 17, 6, 7), (0, 5, 6, 2)),
                            ((2, 9, 40, 41), (2, 1, 1, 3))]:
         x = random(shape, cb)
-        xb = _blocked(x, cb)
+        xb = layouts.reference_nchw_to_blocked(x, cb)
         top, bottom, left, right = padding
         out = np.full((shape[0], xb.shape[1], top + shape[2] + bottom,
                        left + shape[3] + right, cb), np.nan, np.float32)
@@ -199,7 +193,7 @@ def test_kernel(mode, cb, threads, record_calls):
 
 
 def test_kernel_errors():
-    x = _blocked(random((1, 3, 4, 4)), 8)
+    x = layouts.reference_nchw_to_blocked(random((1, 3, 4, 4)), 8)
     out = np.empty((1, 1, 6, 6, 8), np.float32)
     with pytest.raises(ValueError, match=r"pad: out has shape"):
         P.pad2d(x, out, (1, 1, 1, 0))

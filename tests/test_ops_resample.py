@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jitnn
+from jitnn import layouts
 from jitnn.kernels import resample as R
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
                            expected_layout, make, random, reference)
@@ -173,13 +174,6 @@ def test_stays_blocked_after_a_convolution():
 
 # --- the kernel ------------------------------------------------------------------------
 
-def _blocked(x, cb):
-    n, c, h, w = x.shape
-    blocks = -(-c // cb)
-    out = np.zeros((n, blocks * cb, h, w), np.float32)
-    out[:, :c] = x
-    return np.ascontiguousarray(out.reshape(n, blocks, cb, h, w).transpose(0, 1, 3, 4, 2))
-
 
 @pytest.mark.parametrize("cb", [1, 4, 8, 16])
 @pytest.mark.parametrize("linear", [False, True])
@@ -191,7 +185,7 @@ def test_kernel(linear, cb, threads, record_calls):
     for shape, size in [((2, 3, 5, 4), (9, 3)), ((1, 17, 6, 7), (12, 14)),
                         ((2, 9, 20, 21), (40, 42))]:
         x = random(shape, cb)
-        xb = _blocked(x, cb)
+        xb = layouts.reference_nchw_to_blocked(x, cb)
         out = np.full(xb.shape[:2] + size + (cb,), np.nan, np.float32)
         R.resample2d(xb, out, linear)
         full = out.transpose(0, 1, 4, 2, 3).reshape(shape[0], -1, *size)
@@ -212,7 +206,7 @@ def test_sample_table():
 
 
 def test_kernel_errors():
-    x = _blocked(random((1, 3, 4, 4)), 8)
+    x = layouts.reference_nchw_to_blocked(random((1, 3, 4, 4)), 8)
     with pytest.raises(ValueError, match=r"resample: out has shape"):
         R.resample2d(x, np.empty((1, 2, 8, 8, 8), np.float32))
     with pytest.raises(ValueError, match=r"must not overlap"):

@@ -18,7 +18,7 @@ from jitnn.ops.shape import (concat_reference, expand_reference, flatten_referen
                              reshape_reference, split_reference, tile_reference,
                              transpose_reference)
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random)
+                           expected_layout, make, random, typed_data)
 
 
 # --- reshape, flatten, transpose, softmax ------------------------------------------------
@@ -242,21 +242,12 @@ def test_cnn_chain_against_composed_references(block):
 
 # --- every data type --------------------------------------------------------------------------
 
-def data(shape, dtype, seed=0) -> np.ndarray:
-    """Values of ``dtype``: standard normal floats; integers over the type's
-    whole range (int64 beyond 2**53, where a float64 detour would round)."""
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng(seed)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
 @pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
 def test_shape_ops_keep_every_dtype(dtype):
-    x = data((2, 3, 4, 5), dtype, 1)
-    y = data((2, 2, 4, 5), dtype, 2)
+    x = typed_data((2, 3, 4, 5), dtype, 1)
+    y = typed_data((2, 2, 4, 5), dtype, 2)
     t = jitnn.tensor(x)
     assert t.dtype == dtype
     cases = [
@@ -343,7 +334,7 @@ def test_split_in_a_graph_gives_a_list_of_operands():
     assert [h.dtype for h in halves] == [np.int64, np.int64]
     graph = b.build({"a": parts[0], "c": b.relu(parts[2]), "h": halves[1]})
     for seed in (1, 2):                      # the second compute replays the first's plan
-        xv, iv = random((2, 6, 3, 5), seed), data((4, 6), np.int64, seed)
+        xv, iv = random((2, 6, 3, 5), seed), typed_data((4, 6), np.int64, seed)
         outs = {"a": np.empty((2, 1, 3, 5), np.float32), "c": np.empty((2, 3, 3, 5), np.float32),
                 "h": np.empty((4, 3), np.int64)}
         ctx.compute(graph, {"x": xv, "ids": iv}, outs)

@@ -8,17 +8,9 @@ import pytest
 
 import jitnn
 from jitnn.ops.slice import reverse_reference, slice_reference, triangular_reference
-from tests.helpers import KINDS, assert_schedule, make, random
+from tests.helpers import KINDS, assert_schedule, make, random, typed_data
 
 
-def data(shape, dtype, seed=0) -> np.ndarray:
-    """Values of ``dtype``: standard normal floats, integers over the type's range."""
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng(seed)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
 # --- slice ---------------------------------------------------------------------------------
@@ -50,7 +42,7 @@ def test_slice_windows_and_strides(kind):
 
 @pytest.mark.parametrize("dtype", jitnn.DTYPES, ids=str)
 def test_slice_reverse_triangular_every_dtype(dtype):
-    x = data((3, 4, 5), dtype, 2)
+    x = typed_data((3, 4, 5), dtype, 2)
     t = jitnn.tensor(x)
     cases = [
         (jitnn.slice(t, (1, 0, 1), (2, 4, 4), strides=(1, 3, 2)),
@@ -110,7 +102,7 @@ def test_in_a_graph():
     y = b.reverse(b.slice(x, [1, 0], [3, 6], strides=[1, 2]), axes=[1])
     graph = b.build({"y": b.triangular(y, upper=False)})
     for seed in (1, 2):
-        xv = data((4, 6), np.int32, seed)
+        xv = typed_data((4, 6), np.int32, seed)
         out = np.empty((3, 3), np.int32)
         ctx.compute(graph, {"x": xv}, {"y": out})
         np.testing.assert_array_equal(out, np.tril(xv[1:4, 0:6:2][:, ::-1]))
