@@ -19,6 +19,14 @@ target (``notes/numba-kernels.md`` in the design documents):
   at the first numba function: imported after one, jitnn cannot tune it,
   and warns. The setting is numba's, so it applies to the process's other
   numba functions too.
+* **Blocks and tiles from the target's vectors.** numba compiles for the host
+  unless ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` choose another CPU
+  (``NUMBA_CPU_NAME=generic``: the architecture's baseline, SSE2 on x86-64).
+  The default block and the matrix products' register tile follow that
+  target's vector registers (:data:`VECTOR_LANES`, :data:`VECTOR_REGISTERS`),
+  and x86-only instructions are emitted for x86 targets only
+  (:data:`TARGET_X86`), so AArch64 (NEON) runs the same kernels on 4-float
+  blocks.
 * **fastmath = contract without reassoc.** ``contract`` allows FMA; ``reassoc``
   sometimes makes LLVM treat a tile's k loop as a reduction and emit gathers.
   We also leave out ``nnan`` and ``ninf`` so NaN and infinity propagate as IEEE
@@ -38,9 +46,11 @@ target (``notes/numba-kernels.md`` in the design documents):
   serial one ran 4-9 % (reorders) and 1-2 % (convs) faster.
 * **A persistent kernel cache** in a directory tagged with everything that
   changes generated code but is not in numba's own cache key: numba and
-  llvmlite versions, the SLP and bounds-check flags, the fastmath set, and a hash of the kernel
-  sources (numba keys a cached function only on its own file, not on helpers
-  it calls in other files). ``JITNN_CACHE_DIR`` overrides the location. A
+  llvmlite versions, the target CPU and its features (so a generic build
+  does not share files with the native one), the SLP and bounds-check
+  flags, the fastmath set, and a hash of the kernel sources (numba keys a
+  cached function only on its own file, not on helpers it calls in other
+  files). ``JITNN_CACHE_DIR`` overrides the location. A
   read-only directory that already holds this tag's kernels (a shared
   install) is used as it is: kernels it lacks compile and are not saved (one
   warning). When no directory is writable or populated, kernels compile
@@ -79,24 +89,58 @@ numba.config.SLP_VECTORIZE = 1
 #: LLVM tuning for AVX-512 hosts, added to the host's features (see the module
 #: docstring): no gathers or scatters, and 512-bit vectors where they fit
 AVX512_TUNING = "+prefer-no-gather,+prefer-no-scatter,-prefer-256-bit"
-#: the host's SIMD: True where kernels run on 16-lane zmm registers
 _HOST_FEATURES = _llvm.get_host_cpu_features()
+#: the host's SIMD: True where it has 16-lane zmm registers (AVX-512)
 HOST_AVX512 = bool(_HOST_FEATURES.get("avx512f", False))
 HOST_AVX2 = bool(_HOST_FEATURES.get("avx2", False))
-#: the host's SIMD level, as ``jitnn info`` names it
-HOST_SIMD = "AVX-512" if HOST_AVX512 else "AVX2" if HOST_AVX2 else "no AVX2"
 #: LLVM's name for the host CPU (``znver3``, ``sapphirerapids``, ...)
 HOST_CPU = _llvm.get_host_cpu_name()
+
+# --- the target: what numba generates code for ------------------------------
+# The host, unless the user chose another CPU (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES:
+# ``NUMBA_CPU_NAME=generic`` is the architecture's baseline, SSE2 on x86-64).
+# The block and the register tiles follow the target's vectors, and
+# architecture-specific code (x86's ``sfence``) is emitted only for its own.
+
+#: the architecture numba's JIT compiles for: the process's (``x86_64``, ``aarch64``)
+TARGET_ARCH = _llvm.get_process_triple().split("-")[0]
+TARGET_X86 = TARGET_ARCH in ("x86_64", "i386", "i486", "i586", "i686")
+#: the CPU numba compiles for: ``NUMBA_CPU_NAME`` or the host's
+TARGET_CPU: str = numba.config.CPU_NAME or HOST_CPU
+
+
+def _enabled_features(features: str) -> frozenset[str]:
+    """The ``+feature`` names of an LLVM feature string (``"+avx2,-avx512f"``)."""
+    return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
+
+
+#: the CPU features numba compiles with: ``NUMBA_CPU_FEATURES`` (empty for
+#: ``NUMBA_CPU_NAME=generic``: the baseline) or the host's
+TARGET_FEATURES: frozenset[str] = _enabled_features(
+    numba.config.CPU_FEATURES if numba.config.CPU_FEATURES is not None
+    else _HOST_FEATURES.flatten())
+TARGET_AVX512 = TARGET_X86 and "avx512f" in TARGET_FEATURES
+TARGET_AVX2 = TARGET_X86 and "avx2" in TARGET_FEATURES
+#: the target's SIMD level, as ``jitnn info`` names it
+TARGET_SIMD = ("AVX-512" if TARGET_AVX512 else "AVX2" if TARGET_AVX2 else
+               "SSE2 (x86-64 baseline)" if TARGET_X86 and "avx" not in TARGET_FEATURES else
+               "AVX" if TARGET_X86 else "NEON" if TARGET_ARCH in ("aarch64", "arm64")
+               else TARGET_ARCH)
+#: float32 lanes in one of the target's vector registers: 16 (AVX-512), 8
+#: (AVX2), else 4 (SSE, NEON: a 128-bit register)
+VECTOR_LANES = 16 if TARGET_AVX512 else 8 if TARGET_AVX2 else 4
+#: vector registers of the target's ISA: 32 (zmm0-31 on AVX-512, v0-31 on
+#: AArch64), 16 (ymm or xmm 0-15 on x86 without AVX-512)
+VECTOR_REGISTERS = 32 if TARGET_AVX512 or TARGET_ARCH in ("aarch64", "arm64") else 16
 #: AVX-512 hosts whose 512-bit instructions run on 256-bit units (AMD Zen 4):
 #: there, 8-channel blocks ran whole models faster than 16 (batch 1, models in
 #: the same process, two rounds each on 1 and 2 threads; 2026-11-28):
 #: ResNet-50 1.21x / 1.31-1.41x, MobileNetV2 1.16-1.42x / 1.27-1.56x,
 #: an Inception-style net 0.82-1.15x / 1.06-1.14x
 HALF_WIDTH_AVX512 = frozenset({"znver4"})
-#: float32 channels per block on this host: one vector register's worth, 8
-#: where AVX-512 runs at half width
-HOST_BLOCK = 16 if HOST_AVX512 and HOST_CPU not in HALF_WIDTH_AVX512 else \
-    8 if HOST_AVX2 else 4
+#: float32 channels per block for the target: one vector register's worth
+#: (16, 8, 4), 8 where AVX-512 runs at half width
+HOST_BLOCK = 8 if VECTOR_LANES == 16 and TARGET_CPU in HALF_WIDTH_AVX512 else VECTOR_LANES
 
 
 def _tune_for_avx512() -> bool:
@@ -116,7 +160,7 @@ def _tune_for_avx512() -> bool:
             f"NUMBA_CPU_FEATURES to the host's features plus {AVX512_TUNING}.",
             RuntimeWarning, stacklevel=3)
         return False
-    numba.config.CPU_NAME = _llvm.get_host_cpu_name()
+    numba.config.CPU_NAME = HOST_CPU
     numba.config.CPU_FEATURES = _HOST_FEATURES.flatten() + "," + AVX512_TUNING
     return True
 
@@ -147,9 +191,12 @@ def _settings_tag() -> str:
         sources.update(path.read_bytes())
     flags = ",".join(sorted(FASTMATH))
     settings = hashlib.sha256(flags.encode()).hexdigest()[:8]
+    # the target's features (numba keys its entries on them too, but two
+    # targets sharing files would overwrite each other's index)
+    target = hashlib.sha256(",".join(sorted(TARGET_FEATURES)).encode()).hexdigest()[:8]
     return (f"numba-{numba.__version__}_llvmlite-{llvmlite.__version__}"
             f"_slp{int(numba.config.SLP_VECTORIZE)}_fm-{settings}"
-            f"{'_avx512tuned' if AVX512_TUNED else ''}"
+            f"_{TARGET_CPU}-{target}{'_avx512tuned' if AVX512_TUNED else ''}"
             f"{'_boundscheck' if numba.config.BOUNDSCHECK else ''}"
             f"_src-{sources.hexdigest()[:12]}")
 

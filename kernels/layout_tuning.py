@@ -3,7 +3,7 @@
 caches. Measured on this project's targets; see each constant.
 """
 
-from ._config import jit
+from ._config import TARGET_X86, jit
 
 #: Pixels per task in the activation reorders: a multiple of 16, large enough
 #: that per-task work dwarfs the scheduling (4 KiB of each source plane).
@@ -33,6 +33,9 @@ _STREAM_BYTES = 8 << 20
 # nChw8c, nhwc -> nChw8c and nChw8c -> nhwc (cb = 8) also store with
 # non-temporal hints (see :func:`_stores_stream`).
 
+#: non-temporal stores only where they were measured: x86
+_STREAMS_ON_TARGET = TARGET_X86
+
 
 @jit()
 def _stores_stream(nbytes, threads):
@@ -47,4 +50,4 @@ def _stores_stream(nbytes, threads):
     (2.13x against 1.64x): so the size per thread. (``threads`` comes from
     the Python side: numba's thread count asked in a kernel would keep it out
     of the cache.)"""
-    return nbytes >= _STREAM_BYTES * threads
+    return _STREAMS_ON_TARGET and nbytes >= _STREAM_BYTES * threads

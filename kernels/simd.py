@@ -20,13 +20,16 @@ there is no bounds check.
 line goes to memory through a write-combining buffer, without being read
 into the cache first and without evicting anything). They are for tensors
 past the caches only, and every such store must be 32-byte aligned (a
-misaligned one faults): the caller checks. A kernel that streams ends each
+misaligned one faults): the caller checks. (The reorders stream on x86
+only, where they were measured.) A kernel that streams ends each
 task with :func:`stream_fence`, so its stores are visible when it is done.
 """
 
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+from . import _config
 
 
 def store(builder: ir.IRBuilder, value, pointer, streaming: bool = False) -> None:
@@ -41,11 +44,16 @@ def store(builder: ir.IRBuilder, value, pointer, streaming: bool = False) -> Non
 
 @intrinsic
 def stream_fence(typingctx):
-    """``sfence``: orders this thread's non-temporal stores before what follows."""
+    """Orders this thread's non-temporal stores before what follows: x86's
+    ``sfence`` (LLVM's ``fence`` does not order them there), a sequentially
+    consistent ``fence`` on other targets (AArch64: ``dmb ish``)."""
     def codegen(context, builder, sig, args):
-        fence = builder.module.declare_intrinsic(
-            "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
-        builder.call(fence, [])
+        if _config.TARGET_X86:
+            fence = builder.module.declare_intrinsic(
+                "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
+            builder.call(fence, [])
+        else:
+            builder.fence("seq_cst")
         return context.get_dummy_value()
 
     return types.void(), codegen

@@ -7,6 +7,7 @@ import re
 import numba
 import pytest
 
+from jitnn.kernels import _config
 from jitnn.kernels._config import jit
 
 
@@ -39,9 +40,13 @@ def fresh_asm(monkeypatch, name, run, *, module, driver_tables):
     return asms
 
 
-# bounds checks (NUMBA_BOUNDSCHECK=1) put a branch on every load: no vectors
-needs_release_build = pytest.mark.skipif(
-    bool(numba.config.BOUNDSCHECK), reason="NUMBA_BOUNDSCHECK=1 disables vectorization")
+# bounds checks (NUMBA_BOUNDSCHECK=1) put a branch on every load: no vectors;
+# the checks read x86 assembly of AVX2 or AVX-512 FMAs, which a target without
+# them (NUMBA_CPU_NAME=generic: SSE2, or AArch64) does not have
+needs_packed_fma = pytest.mark.skipif(
+    bool(numba.config.BOUNDSCHECK) or not (
+        _config.TARGET_AVX2 or _config.TARGET_AVX512) or "fma" not in _config.TARGET_FEATURES,
+    reason="NUMBA_BOUNDSCHECK=1 disables vectorization, or the target has no AVX2 FMA")
 
 
 def _packed_fma(line):

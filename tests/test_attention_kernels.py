@@ -10,7 +10,7 @@ import pytest
 from jitnn.kernels import attention as A
 from jitnn.kernels.matmul import VEC
 from jitnn.ops.attention import scaled_dot_product_attention_reference as reference
-from tests.assembly import check_packed_fma, needs_release_build
+from tests.assembly import check_packed_fma, needs_packed_fma
 from tests.helpers import assert_close, random
 
 TOL = 2e-5
@@ -139,7 +139,7 @@ def test_the_wrapper_checks_what_the_kernel_indexes():
     fails("out must be writeable", q, k, v, read_only)
 
 
-@needs_release_build
+@needs_packed_fma
 def test_register_tiles_use_packed_fma():
     """The score tile and the P V tile: MR x QB / VEC packed FMAs per step
     (28 zmm on AVX-512, 12 ymm on AVX2), no scalar FMA, no spill."""
@@ -159,7 +159,7 @@ def test_register_tiles_use_packed_fma():
 
 
 @pytest.mark.slow
-@needs_release_build
+@needs_packed_fma
 def test_the_driver_keeps_the_tiles_vectorized():
     """The deployed driver (its own copies of the tiles, optimized with it;
     ~10 s of compiling)."""

@@ -20,7 +20,7 @@ from jitnn.kernels.conv2d import conv1x1, depthwise, direct, plan as conv_plan, 
 from jitnn.kernels import layout
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
                                     TANH)
-from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
+from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.helpers import apply_activation, random, reference
 
 #: Winograd's tolerance factor over the direct sum's 4 (see the Winograd tests:
@@ -530,7 +530,7 @@ def test_each_driver_runs_its_serial_compile_on_one_thread(path, block, monkeypa
 # --- generated code -----------------------------------------------------------
 
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
-@needs_release_build
+@needs_packed_fma
 @pytest.mark.parametrize("kind", ["direct", "first_layer"])
 def test_conv_tiles_use_packed_fma(monkeypatch, kind):
     if kind == "direct" and _config.HOST_AVX512:
@@ -548,7 +548,7 @@ def test_conv_tiles_use_packed_fma(monkeypatch, kind):
 
 
 @pytest.mark.slow
-@needs_release_build
+@needs_packed_fma
 def test_winograd_products_use_packed_fma(monkeypatch):
     asms = fresh_asm(monkeypatch, "_products", lambda: run_case(
         1, 16, 16, 9, 9, (3, 3), padding=(1, 1, 1, 1), algorithm="winograd",
@@ -557,7 +557,7 @@ def test_winograd_products_use_packed_fma(monkeypatch):
 
 
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
-@needs_release_build
+@needs_packed_fma
 def test_depthwise_rows_use_packed_fma(monkeypatch):
     asms = fresh_asm(monkeypatch, "_dw_rows", lambda: run_case(
         1, 16, 16, 9, 30, (3, 3), padding=(1, 1, 1, 1), groups=16), module=depthwise,
@@ -827,7 +827,7 @@ def test_1x1_gemm_split_groups_and_threads():
 
 
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
-@needs_release_build
+@needs_packed_fma
 def test_conv1x1_tiles_use_packed_fma(monkeypatch):
     # 81 pixels: whole tiles and a short one; O = 24: the 4 x 3 tile
     asms = fresh_asm(monkeypatch, "_conv1x1_tiles", lambda: (

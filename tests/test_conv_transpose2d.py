@@ -21,7 +21,7 @@ from jitnn.layouts import (reference_blocked_to_nchw, reference_blocked_to_nhwc,
 from jitnn.ops.conv_transpose2d import (FILTER_LAYOUTS, conv_transpose2d_pack,
                                         conv_transpose2d_plan, conv_transpose2d_reference,
                                         run_conv_transpose2d)
-from tests.assembly import check_packed_fma, fresh_asm, needs_release_build
+from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.helpers import random
 from tests.wpt import arguments, float32_cases
 
@@ -377,7 +377,7 @@ def test_kernel_wrapper_rejects_bad_buffers():
 # --- generated code -------------------------------------------------------------
 
 @pytest.mark.slow     # a fresh compile of the driver for its assembly: 5-26 s
-@needs_release_build
+@needs_packed_fma
 def test_tiles_use_packed_fma(monkeypatch):
     """The driver's copy of the tile loop (what runs from the cache) uses
     packed ymm FMAs, no scalar FMA, and keeps its hot loop out of the stack."""

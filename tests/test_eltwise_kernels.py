@@ -19,7 +19,7 @@ from jitnn.kernels import eltwise as E
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
 from jitnn.kernels.vmath import MATH_OPS
-from tests.assembly import needs_release_build
+from tests.assembly import needs_packed_fma
 from tests.helpers import apply_activation, reference, uniform
 
 BLOCKS = (4, 8, 16)
@@ -612,7 +612,7 @@ def test_gelu_of_the_chain_within_a_few_ulp():
 
 
 @pytest.mark.slow
-@needs_release_build
+@needs_packed_fma
 def test_math_loops_vectorize():
     """The math loops compile to packed instructions (no libm calls in them
     but pow's and the trig fallback's): one fresh compile of math_span."""

@@ -23,6 +23,7 @@ from jitnn.kernels.matmul import blocking, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                                     SIGMOID, TANH, activation_reference)
+from tests.assembly import needs_packed_fma
 from tests.helpers import random
 
 EPS = float(np.finfo(np.float32).eps)
@@ -391,11 +392,7 @@ def _fresh_asm(kernel, *args):
     return fresh.inspect_asm(fresh.signatures[0])
 
 
-needs_fast_code = pytest.mark.skipif(
-    bool(numba.config.BOUNDSCHECK), reason="bounds checks keep the tiles scalar")
-
-
-@needs_fast_code
+@needs_packed_fma
 def test_micro_kernels_use_packed_fma():
     """Each register tile's inner loop: MR x NR / VEC packed FMAs on vector
     registers (12 ymm on AVX2) and no scalar FMA."""
@@ -421,7 +418,7 @@ def test_micro_kernels_use_packed_fma():
 
 
 @pytest.mark.slow
-@needs_fast_code
+@needs_packed_fma
 def test_drivers_keep_the_tile_vectorized():
     """The same check on the deployed drivers, where the tiles are inlined
     (LLVM's choices depend on context; ~20 s of compiling)."""

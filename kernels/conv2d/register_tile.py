@@ -141,9 +141,13 @@ class _TileEmitter:
         self.builder, self.P, self.B, self.cb = builder, P, B, cb
         self.vector = ir.VectorType(ir.FloatType(), cb)
         self.tiles = [(p, b) for p in range(P) for b in range(B)]
+        # fmuladd, not fma: one FMA instruction where the target has them,
+        # a multiply and an add where it does not (``llvm.fma`` must round
+        # once, so without FMA units it became a libm call per lane: x86-64's
+        # baseline, SSE2)
         self.fma = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(self.vector, [self.vector] * 3),
-            f"llvm.fma.v{cb}f32")
+            f"llvm.fmuladd.v{cb}f32")
 
     @staticmethod
     def const(value: int):

@@ -11,18 +11,20 @@ import os
 import numba
 import numpy as np
 
-from .._config import HOST_AVX512, jit
+from .._config import VECTOR_LANES, VECTOR_REGISTERS, jit
 from ..stack import element_pointer
 
-#: float32 lanes in one SIMD register (8 on AVX2, 16 on AVX-512)
-VEC = 16 if HOST_AVX512 else 8
-#: vector registers the ISA has (ymm0-15 on AVX2, zmm0-31 on AVX-512)
-_REGISTERS = 32 if HOST_AVX512 else 16
+#: float32 lanes in one SIMD register of the target (8 on AVX2, 16 on
+#: AVX-512, 4 on SSE and NEON)
+VEC = VECTOR_LANES
+#: vector registers the ISA has (ymm0-15 on AVX2, zmm0-31 on AVX-512, xmm0-15
+#: on SSE, v0-31 on AArch64)
+_REGISTERS = VECTOR_REGISTERS
 #: micro-tile columns: two vectors per row, so each A broadcast feeds two FMAs
 NR = 2 * VEC
 _NR_VECTORS = NR // VEC
 #: micro-tile rows: as many as fit beside the B row and one A broadcast
-#: (AVX2: (16 - 2 - 1) // 2 = 6; AVX-512: (32 - 2 - 1) // 2 = 14)
+#: (AVX2, SSE: (16 - 2 - 1) // 2 = 6; AVX-512, NEON: (32 - 2 - 1) // 2 = 14)
 MR = (_REGISTERS - _NR_VECTORS - 1) // _NR_VECTORS
 _TILE = MR * NR  # size of the stack accumulator (a literal for stack_empty)
 
