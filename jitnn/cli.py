@@ -52,7 +52,8 @@ def info(_args: argparse.Namespace) -> int:
                 f"{os.cpu_count()} logical cores"),
         ("SIMD", _simd_level(features)),
         ("block", f"{ctx.block} float32 channels (layout nChw{ctx.block}c)"),
-        ("threads", f"{ctx.num_threads} (NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS})"),
+        ("threads", f"{ctx.num_threads} ({ctx.num_threads_source}); numba's thread pool: "
+                    f"{numba.config.NUMBA_NUM_THREADS}"),
         ("threading layer", _config.threading_layer()),
         ("allocator", _memory.status),
         ("numba", f"{numba.__version__}, llvmlite {llvmlite.__version__}, LLVM {llvm_version}"),
