@@ -80,8 +80,10 @@ from numba.extending import intrinsic
 from ._config import jit, numba_threads
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                        SIGMOID, TANH, activate, nan_maximum, nan_minimum)
-from .vmath import MATH_OPS, POW as _MATH_POW, gelu as vector_gelu, math_span, scalar_pow
+from .vmath import MATH_OPS, gelu as vector_gelu, math_span, scalar_pow
 
+#: the highest math step code (kernels/vmath.py)
+_MATH_LAST = max(MATH_OPS.values())
 #: binary op codes
 ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, PRELU = range(8)
 #: binary op name -> code
@@ -369,9 +371,9 @@ def _op_code(op) -> int:
 def _math_code(op) -> int:
     code = MATH_OPS.get(op) if isinstance(op, str) else op
     if isinstance(code, bool) or not isinstance(code, (int, np.integer)) \
-            or not 0 <= code <= _MATH_POW:
+            or not 0 <= code <= _MATH_LAST:
         raise ValueError(f"eltwise: unknown math function {op!r} "
-                         f"(expected one of {sorted(MATH_OPS)} or a code 0-{_MATH_POW})")
+                         f"(expected one of {sorted(MATH_OPS)} or a code 0-{_MATH_LAST})")
     return int(code)
 
 

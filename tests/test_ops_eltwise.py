@@ -20,7 +20,8 @@ BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
 
 UNARY = [("relu", {}), ("clamp", {"min_value": -0.5, "max_value": 1.5}),
          ("clamp", {"min_value": 0.25}), ("clamp", {}), ("sigmoid", {}), ("tanh", {}),
-         ("leaky_relu", {}), ("leaky_relu", {"alpha": 0.3}), ("hard_swish", {}), ("gelu", {})]
+         ("leaky_relu", {}), ("leaky_relu", {"alpha": 0.3}), ("hard_swish", {}), ("gelu", {}),
+         ("gelu", {"approximate": "tanh"})]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,6 +130,9 @@ def test_unary_errors():
         jitnn.leaky_relu(x, alpha=None)
     with pytest.raises(jitnn.JitnnTypeError, match=r"relu: x"):
         jitnn.relu("not an array")
+    with pytest.raises(jitnn.JitnnValueError, match=r"gelu: approximate must be one of "
+                       r"\('none', 'tanh'\), got 'erf'"):
+        jitnn.gelu(x, approximate="erf")
     with pytest.raises(TypeError):
         jitnn.sigmoid(np.array([1 + 2j]))
 

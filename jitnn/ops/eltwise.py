@@ -46,7 +46,7 @@ from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import eltwise as eltwise_kernels
 from ..kernels.buffers import aligned_empty
-from ..kernels import epilogue
+from ..kernels import epilogue, vmath
 from ..limits import is_int, real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value, exact, to_blocked
@@ -85,13 +85,20 @@ def binary_reference(op: str, a, b) -> np.ndarray:
 
 
 def unary_reference(op: str, x, *, min_value: float = -np.inf, max_value: float = np.inf,
-                    alpha: float = 0.01) -> np.ndarray:
+                    alpha: float = 0.01, approximate: str = "none") -> np.ndarray:
     """WebNN's activations in float64: ``relu`` max(x, 0); ``clamp``
     min(max(x, min_value), max_value); ``sigmoid`` 1 / (1 + e^-x); ``tanh``;
     ``leaky_relu`` x if x >= 0 else alpha x; ``hard_swish`` x max(0, min(6, x + 3)) / 6;
-    ``gelu`` 0.5 x (1 + erf(x / sqrt 2)). An integer array (relu, clamp): in
+    ``gelu`` 0.5 x (1 + erf(x / sqrt 2)), with ``approximate="tanh"`` 0.5 x (1 +
+    tanh(sqrt(2 / pi) (x + 0.044715 x^3))). An integer array (relu, clamp): in
     its own type, clamp's bounds rounded inward to integers of that type."""
     x = np.asarray(x)
+    if op == "gelu" and approximate == "tanh":
+        # as x / (1 + e^-2u), the same value: 1 + tanh(u) cancels in float64 too for u < -18
+        x = x.astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+            return x / (1.0 + np.exp(-2.0 * u))
     if x.dtype.kind in "iu":
         if op == "relu":
             return np.maximum(x, np.zeros((), x.dtype))
@@ -534,9 +541,24 @@ def hard_swish(x) -> Tensor:
     return _unary("hard_swish", x)
 
 
-def gelu(x) -> Tensor:
-    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact form, as WebNN)."""
-    return _unary("gelu", x)
+#: gelu's ``approximate`` options (PyTorch's and ONNX's names)
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def gelu(x, approximate: str = "none") -> Tensor:
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` (the exact form, WebNN's gelu); with
+    ``approximate="tanh"`` (PyTorch's and ONNX's option, GPT-2's ``gelu_new``)
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``. The exact
+    one also fuses into a conv2d or matmul epilogue; the tanh one is a step of
+    the element-wise chain (kernels/vmath.py), merged with its neighbours."""
+    if not isinstance(approximate, str) or approximate not in GELU_APPROXIMATIONS:
+        raise JitnnValueError(f"gelu: approximate must be one of {GELU_APPROXIMATIONS}, got "
+                              f"{approximate!r}")
+    if approximate == "none":
+        return _unary("gelu", x)
+    ctx = context_of("gelu", x)
+    x = as_tensor(ctx, x, "gelu", "x")
+    return unary_step(ctx, "gelu", x, ("math", vmath.GELU_TANH, 0.0, 0.0))
 
 
 # --- how the scheduler treats elementwise nodes (jitnn/registry.py) ---------------
@@ -576,7 +598,7 @@ _BINARY = {"add": ("add", "Add"), "sub": ("sub", "Sub"), "mul": ("mul", "Mul"),
            "div": ("div", "Div"), "maximum": ("max", "Max"), "minimum": ("min", "Min")}
 _UNARY = {"relu": ("relu", "Relu"), "clamp": ("clamp", "Clip"), "sigmoid": ("sigmoid", "Sigmoid"),
           "tanh": ("tanh", "Tanh"), "leaky_relu": ("leakyRelu", "LeakyRelu"),
-          "hard_swish": ("hardSwish", "HardSwish"), "gelu": ("gelu", None)}
+          "hard_swish": ("hardSwish", "HardSwish"), "gelu": ("gelu", "Gelu")}
 _DTYPE_NAMES = {"relu": tuple(d.name for d in SIGNED_DTYPES),
                 "clamp": tuple(d.name for d in ANY_DTYPE)}
 for _name, (_webnn, _onnx) in _BINARY.items():
@@ -593,5 +615,6 @@ for _name, (_webnn, _onnx) in _UNARY.items():
                       kinds=("eltwise", "eltwise_plain"),
                       layouts="float32: blocked or plain, as its input; integers: plain"
                       if _name in _DTYPE_NAMES else "blocked or plain, as its input",
-                      fusion="elementwise: merges into chains and conv/matmul epilogues",
+                      fusion="elementwise: merges into chains and conv/matmul epilogues"
+                      + (' (approximate="tanh": into chains only)' if _name == "gelu" else ""),
                       dtypes=_DTYPE_NAMES.get(_name, ("float32",))))
