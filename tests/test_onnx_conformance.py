@@ -316,10 +316,6 @@ UNSUPPORTED = {
         'node/test_equal_string',
         'node/test_equal_string_broadcast',
     ),
-    "Gelu approximate='tanh' (jitnn's gelu is the erf one)": (
-        'node/test_gelu_tanh_1',
-        'node/test_gelu_tanh_2',
-    ),
     'sequence and optional types': (
         'node/test_identity_opt',
         'node/test_identity_sequence',

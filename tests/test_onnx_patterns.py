@@ -426,16 +426,48 @@ def test_gelu_alone_and_with_a_wrong_constant():
     assert "gelu" not in labels and "erf" in " ".join(labels), labels
 
 
-def test_gelu_tanh_approximation_stays_a_chain():
-    """GPT-2's gelu_new: jitnn has no tanh GELU, the chain runs element-wise."""
+def _gelu_tanh(net: Net, x: str, order: str, cube: str = "pow", cube_constant=0.044715) -> str:
+    """The tanh GELU as exporters write it: ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
+    0.044715 * x^3)))``, x^3 as ``Pow(x, 3)`` or ``x * (x * x)``, the products in ``order``."""
+    x3 = net("Pow", x, net.const(3.0)) if cube == "pow" else net("Mul", x, net("Mul", x, x))
+    inner = net("Add", x, net("Mul", net.const(cube_constant), x3))
+    t = net("Tanh", net("Mul", inner, net.const(math.sqrt(2 / math.pi))))
+    one_plus = net("Add", t, net.const(1.0))
+    if order == "half_first":            # GPT-2's gelu_new: (0.5 * x) * (1 + tanh)
+        return net("Mul", net("Mul", net.const(0.5), x), one_plus)
+    return net("Mul", net("Mul", x, one_plus), net.const(0.5))
+
+
+@pytest.mark.parametrize("order, cube", [("half_first", "pow"), ("x_first", "pow"),
+                                         ("half_first", "mul")])
+def test_gelu_tanh_approximation_is_one_gelu(order, cube):
+    """GPT-2's gelu_new and PyTorch's gelu(approximate="tanh") as exported: one
+    gelu(approximate="tanh") pass; a constant that is not the approximation's
+    (0.05 for 0.044715) leaves the chain op by op, with the same numbers as
+    the float64 model either way."""
     net = Net()
-    feed = {"x": random((3, 11))}
-    x = net.input("x", (3, 11))
-    inner = net("Add", x, net("Mul", net.const(0.044715), net("Pow", x, net.const(3.0))))
-    t = net("Tanh", net("Mul", net.const(math.sqrt(2 / math.pi)), inner))
-    y = net("Mul", net("Mul", net.const(0.5), x), net("Add", net.const(1.0), t))
+    feed = {"x": random((3, 11), seed=1) * 3}
+    y = _gelu_tanh(net, net.input("x", (3, 11)), order, cube)
+    assert check(net.model([y]), feed) == ["gelu"]
+    net = Net()
+    y = _gelu_tanh(net, net.input("x", (3, 11)), order, cube, cube_constant=0.05)
     labels = check(net.model([y]), feed)
-    assert "gelu" not in labels and any("tanh" in l for l in labels), labels
+    assert "gelu" not in labels and any("tanh" in label for label in labels), labels
+
+
+@pytest.mark.parametrize("form", ["pattern", "Gelu"])
+def test_gelu_tanh_after_linear(form):
+    """MatMul + bias + the tanh GELU (the pattern, or opset 20's Gelu with
+    approximate="tanh"): the GEMM with its bias, then one gelu pass (the tanh
+    GELU is no epilogue activation)."""
+    net = Net(seed=3)
+    feed = {"x": random((2, 5, 12), seed=3)}
+    y = net("MatMul", net.input("x", (2, 5, 12)), net.const(net.rng.standard_normal((12, 9))))
+    y = net("Add", y, net.const(net.rng.standard_normal(9)))
+    y = _gelu_tanh(net, y, "half_first") if form == "pattern" else \
+        net("Gelu", y, approximate="tanh")
+    labels = check(net.model([y], opset=20), feed)
+    assert [label for label in labels if label != "reshape"] == ["matmul + add", "gelu"], labels
 
 
 # --- layer normalization -----------------------------------------------------------------
@@ -586,7 +618,7 @@ def _stored(name: str):
     # the text models' masks are Where(bool, 0, -inf): a row of padding is all -inf,
     # so the exporter's IsNaN guard stays (is_nan, where on the attention's output)
     ("bert", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 12, "is_nan": 2}),
-    ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 2}),
+    ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 2, "gelu": 2}),
     ("llama", {"scaled_dot_product_attention": 2, "is_nan": 2}),
     ("vit", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 12})])
 def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):

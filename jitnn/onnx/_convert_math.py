@@ -56,11 +56,11 @@ def op_selu(cv: Converter, inputs, attrs):
 
 
 def op_gelu(cv: Converter, inputs, attrs):
+    """Gelu (opset 20): the exact one, or ``approximate="tanh"``."""
     approximate = attrs.get("approximate", "none")
-    if approximate != "none":
-        raise cv.unsupported(f"approximate={approximate!r} (jitnn's gelu is the exact, erf "
-                             "one)")
-    return [cv.op("gelu", cv.float_operand(inputs[0]))]
+    if approximate not in ("none", "tanh"):
+        raise cv.invalid(f"approximate={approximate!r} (ONNX has 'none' and 'tanh')")
+    return [cv.op("gelu", cv.float_operand(inputs[0]), approximate=approximate)]
 
 
 def op_is_inf(cv: Converter, inputs, attrs):

@@ -16,10 +16,12 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   only NaN or inf in Q or K give NaN rows, which the guarded model zeroes).
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
   ``Mul`` by ``x`` and by 0.5 in any order: ``gelu(x)``. The tanh
-  approximation stays its element-wise chain (jitnn's gelu is the erf one).
+  approximation (GPT-2's ``gelu_new``): ``Pow(x, 3)`` (or ``x * x * x``),
+  ``Mul 0.044715``, ``Add x``, ``Mul √(2/π)``, ``Tanh``, ``Add 1`` and the same
+  ``Mul``s: ``gelu(x, approximate="tanh")``.
 * **linear**: ``MatMul(x, W)`` (constant 2-D ``W``), ``Add`` of a constant
   bias on the last axis, an optional activation (Relu, Sigmoid, Tanh,
-  HardSwish, LeakyRelu, Gelu or the GELU pattern) run on the 2-D ``(rows,
+  HardSwish, LeakyRelu, Gelu or a GELU pattern) run on the 2-D ``(rows,
   K)`` view of ``x``, so that the GEMM's epilogue takes the bias and the
   activation (a 3-D ``x`` takes the batched product, which fuses neither);
   GELU runs as its own pass after it (see ``GELU_IN_EPILOGUE``).
@@ -354,6 +356,44 @@ def _finite_masks(g: _Graph, steps) -> dict[str, tuple[str, str]]:
     return found
 
 
+def _split_const(g: _Graph, index: int) -> tuple[str, str] | None:
+    """(the constant, the other input) of two-input node ``index`` when exactly one
+    of its inputs is a load-time constant."""
+    a, b = g.nodes[index].input
+    if (a in g.const) == (b in g.const):
+        return None
+    return (a, b) if a in g.const else (b, a)
+
+
+def _gelu_tail(g: _Graph, one_plus: str, x: str, covered: set[int]) -> tuple[int, str] | None:
+    """After ``1 + erf(..)`` or ``1 + tanh(..)`` (the value ``one_plus``): the
+    ``Mul`` by ``x`` and by 0.5, in any order. Returns (the last node, the 0.5
+    constant) and adds the nodes to ``covered``, or None."""
+    first = g.only_reader(one_plus, "Mul")
+    if first is None:
+        return None
+    partner = _other(g, first, one_plus)
+    covered.add(first)
+    if partner == x:                                   # x * (1 + f) * 0.5
+        last = g.only_reader(g.nodes[first].output[0], "Mul")
+        half = None if last is None else _const_operand(g, last, g.nodes[first].output[0])
+    elif partner in g.const:                           # (1 + f) * 0.5 * x
+        half = partner
+        last = g.only_reader(g.nodes[first].output[0], "Mul")
+        if last is None or _other(g, last, g.nodes[first].output[0]) != x:
+            return None
+    else:                                              # (x * 0.5) * (1 + f)
+        last, h = first, g.node(partner, "Mul")
+        half = None if h is None else _const_operand(g, h, x)
+        if half is None or g.users(partner) != [first] or partner in g.outputs:
+            return None
+        covered.add(h)
+    if last is None or half is None:
+        return None
+    covered.add(last)
+    return last, half
+
+
 def _match_gelu(g: _Graph, erf: int) -> Pattern | None:
     """``0.5 * x * (1 + erf(x / √2))`` in the orders exporters write it."""
     e = g.nodes[erf]
@@ -366,44 +406,88 @@ def _match_gelu(g: _Graph, erf: int) -> Pattern | None:
         if c not in g.const or x in g.const:
             return None
     else:
-        a, b = d.input
-        if (a in g.const) == (b in g.const):
+        split = _split_const(g, div)
+        if split is None:
             return None
-        c, x = (a, b) if a in g.const else (b, a)
+        c, x = split
     consts = [(c, math.sqrt(2.0) if d.op_type == "Div" else math.sqrt(0.5))]
     add = g.only_reader(e.output[0], "Add")
     if add is None or _const_operand(g, add, e.output[0]) is None:
         return None
     consts.append((_const_operand(g, add, e.output[0]), 1.0))
     covered = {div, erf, add}
-    one_plus = g.nodes[add].output[0]
-    first = g.only_reader(one_plus, "Mul")
-    if first is None:
+    tail = _gelu_tail(g, g.nodes[add].output[0], x, covered)
+    if tail is None:
         return None
-    partner = _other(g, first, one_plus)
-    covered.add(first)
-    if partner == x:                                   # x * (1 + erf) * 0.5
-        last = g.only_reader(g.nodes[first].output[0], "Mul")
-        half = None if last is None else _const_operand(g, last, g.nodes[first].output[0])
-    elif partner in g.const:                           # (1 + erf) * 0.5 * x
-        half = partner
-        last = g.only_reader(g.nodes[first].output[0], "Mul")
-        if last is None or _other(g, last, g.nodes[first].output[0]) != x:
-            return None
-    else:                                              # (x * 0.5) * (1 + erf)
-        last, h = first, g.node(partner, "Mul")
-        half = None if h is None else _const_operand(g, h, x)
-        if half is None or g.users(partner) != [first] or partner in g.outputs:
-            return None
-        covered.add(h)
-    if last is None or half is None:
-        return None
-    covered.add(last)
+    last, half = tail
     consts.append((half, 0.5))
     if any(not g.private(i, covered) for i in covered - {last}):
         return None
-    return Pattern("gelu", covered, last, lambda cv, values: _gelu(cv, values, x, consts),
-                   {"x": x, "consts": consts})
+    return Pattern("gelu", covered, last,
+                   lambda cv, values: _gelu(cv, values, x, consts, "none"),
+                   {"x": x, "consts": consts, "approximate": "none"})
+
+
+def _cube(g: _Graph, name: str, x: str, reader: int) -> tuple[set[int], list] | None:
+    """The nodes computing ``name = x ** 3`` (``Pow(x, 3)``, ``x * x * x`` in
+    either grouping), read by node ``reader`` only, and the constants to check;
+    or None."""
+    index = g.node(name, "Pow", "Mul")
+    if index is None or g.users(name) != [reader] or name in g.outputs:
+        return None
+    node = g.nodes[index]
+    if node.op_type == "Pow":
+        return ({index}, [(node.input[1], 3.0)]) if node.input[0] == x and \
+            node.input[1] in g.const else None
+    a, b = node.input
+    square = b if a == x else a if b == x else None
+    inner = None if square is None else g.node(square, "Mul")
+    if inner is None or list(g.nodes[inner].input) != [x, x] or g.users(square) != [index] \
+            or square in g.outputs:
+        return None
+    return {index, inner}, []
+
+
+def _match_gelu_tanh(g: _Graph, tanh: int) -> Pattern | None:
+    """``0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³)))`` (PyTorch's
+    ``gelu(approximate="tanh")`` and GPT-2's ``gelu_new`` as exported), the
+    ``Mul`` and ``Add`` operands in either order."""
+    scaled = g.node(g.nodes[tanh].input[0], "Mul")
+    split = None if scaled is None else _split_const(g, scaled)
+    if split is None:
+        return None
+    c_scale, inner = split
+    add = g.node(inner, "Add")
+    if add is None or g.users(inner) != [scaled] or inner in g.outputs:
+        return None
+    for x, term in (tuple(g.nodes[add].input), tuple(g.nodes[add].input)[::-1]):
+        times = g.node(term, "Mul")
+        split = None if times is None else _split_const(g, times)
+        if split is None or g.users(term) != [add] or term in g.outputs:
+            continue
+        c_cube, cubed = split
+        cube = _cube(g, cubed, x, times)
+        if cube is not None:
+            break
+    else:
+        return None
+    cube_nodes, cube_consts = cube
+    one = g.only_reader(g.nodes[tanh].output[0], "Add")
+    if one is None or _const_operand(g, one, g.nodes[tanh].output[0]) is None:
+        return None
+    consts = [(c_scale, math.sqrt(2.0 / math.pi)), (c_cube, 0.044715),
+              (_const_operand(g, one, g.nodes[tanh].output[0]), 1.0)] + cube_consts
+    covered = {scaled, add, times, tanh, one} | cube_nodes
+    tail = _gelu_tail(g, g.nodes[one].output[0], x, covered)
+    if tail is None:
+        return None
+    last, half = tail
+    consts.append((half, 0.5))
+    if any(not g.private(i, covered) for i in covered - {last}):
+        return None
+    return Pattern("gelu", covered, last,
+                   lambda cv, values: _gelu(cv, values, x, consts, "tanh"),
+                   {"x": x, "consts": consts, "approximate": "tanh"})
 
 
 def _match_layer_norm(g: _Graph, mean: int) -> Pattern | None:
@@ -474,21 +558,26 @@ def _match_linear(g: _Graph, matmul: int, gelus: dict[str, Pattern]) -> Pattern 
     if bias is None:
         return None
     covered, last, activation, gelu = {matmul, add}, add, None, None
+    approximate = "none"
     out = g.nodes[add].output[0]
     act = g.only_reader(out, *_ACTIVATIONS)
     if act is not None:
         covered.add(act)
         last, activation = act, _ACTIVATIONS[g.nodes[act].op_type]
-        if activation == "gelu" and g.attr(act, "approximate", "none") != "none":
-            return None
+        if activation == "gelu":
+            approximate = g.attr(act, "approximate", "none")
+            approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+            if approximate not in ("none", "tanh"):
+                return None
         if activation == "leaky_relu":
             activation = ("leaky_relu", float(g.attr(act, "alpha", 0.01)))
     elif out in gelus and out not in g.outputs \
             and set(g.readers.get(out, ())) <= gelus[out].nodes:
         gelu = gelus[out]
         covered |= gelu.nodes
-        last, activation = gelu.anchor, "gelu"
-    plan = {"x": x, "w": w, "bias": bias, "activation": activation, "gelu": gelu}
+        last, activation, approximate = gelu.anchor, "gelu", gelu.data["approximate"]
+    plan = {"x": x, "w": w, "bias": bias, "activation": activation, "gelu": gelu,
+            "approximate": approximate}
     return Pattern("linear", covered, last, lambda cv, values: _linear(cv, values, plan))
 
 
@@ -512,10 +601,12 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
     for index in by_type.get("Softmax", []):
         take(_match_attention(g, index))
     gelus = {}
-    for index in by_type.get("Erf", []):
-        pattern = _match_gelu(g, index)
-        if pattern is not None and not pattern.nodes & g.taken:
-            gelus[pattern.data["x"]] = pattern
+    for op_type, matcher in (("Erf", _match_gelu), ("Tanh", _match_gelu_tanh)):
+        for index in by_type.get(op_type, []):
+            pattern = matcher(g, index)
+            if pattern is not None and not pattern.nodes & g.taken and \
+                    not any(pattern.nodes & p.nodes for p in gelus.values()):
+                gelus[pattern.data["x"]] = pattern
     for index in by_type.get("MatMul", []):
         linear = None if index in g.taken else take(_match_linear(g, index, gelus))
         if linear is not None:
@@ -793,11 +884,11 @@ def _gelu_constants(values, consts) -> bool:
                for v, (_, want) in zip(got, consts))
 
 
-def _gelu(cv, values, x: str, consts) -> Operand | None:
+def _gelu(cv, values, x: str, consts, approximate: str) -> Operand | None:
     value = values[x]
     if not _float_tensor(value) or not _gelu_constants(values, consts):
         return None
-    return cv.op("gelu", value)
+    return cv.op("gelu", value, approximate=approximate)
 
 
 def _reduce_axes(values, g: _Graph, index: int, rank: int) -> tuple[int, ...] | None:
@@ -881,8 +972,9 @@ def _linear(cv, values, plan) -> Operand | None:
     bias_operand = cv.float_operand(bias) if bias.array.ndim == 1 else \
         cv.float_operand(Const(bias.array.reshape(-1)))
     y = cv.op("add", cv.op("matmul", flat, cv.float_operand(w)), bias_operand)
-    activation = plan["activation"]
-    late = activation == "gelu" and not GELU_IN_EPILOGUE
+    activation, approximate = plan["activation"], plan["approximate"]
+    # the tanh GELU is no epilogue activation: always its own pass
+    late = activation == "gelu" and (not GELU_IN_EPILOGUE or approximate != "none")
     if isinstance(activation, tuple):
         y = cv.op(activation[0], y, *activation[1:])
     elif activation is not None and not late:
@@ -890,5 +982,5 @@ def _linear(cv, values, plan) -> Operand | None:
     if len(x.shape) != 2:
         y = cv.op("reshape", y, x.shape[:-1] + (n,))
     # after the reshape, GELU is no epilogue of the GEMM: its own vectorized pass
-    return cv.op("gelu", y) if late else y
+    return cv.op("gelu", y, approximate=approximate) if late else y
 
