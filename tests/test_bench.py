@@ -261,3 +261,31 @@ def test_ops_quick_times_every_op_without_peers(capsys):
                   "resample2d x2 linear", "pad 1 reflection"):
         assert f"| {label} |" in out
     assert "onnxruntime ms" not in out
+
+
+def test_openvino_runner_computes_in_float32():
+    # OpenVINO's CPU plugin computes in bfloat16 on CPUs with bf16
+    # instructions (Zen 4) unless told otherwise: a relative error of ~1e-2
+    pytest.importorskip("openvino")
+    pytest.importorskip("onnx")
+    import numpy as np
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((17, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 9)).astype(np.float32)
+    run = harness.openvino_runner(
+        harness.onnx_model({"op_type": "MatMul", "inputs": ["a", "b"]}, {"a": a}, {"b": b}), 1)
+    (result,) = run({"a": a})
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    assert result.shape == (17, 9) and result.dtype == np.float32
+    assert np.abs(result - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_ops_quick_with_openvino(capsys):
+    pytest.importorskip("openvino")
+    pytest.importorskip("onnx")
+    assert cli.main(["bench", "ops", "--quick", "--threads", "1", "--peers", "openvino"]) == 0
+    out = capsys.readouterr().out
+    rows = _table_rows(out, "| op | shape | jitnn ms | jitnn plain ms | openvino ms | x OV |")
+    assert len(rows) == len(load("ops").cases(quick=True))
+    assert all(float(row[4]) > 0 and float(row[5]) > 0 for row in rows)
+    assert "geomean speed vs OpenVINO" in out and "onnxruntime ms" not in out

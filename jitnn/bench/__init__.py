@@ -1,7 +1,7 @@
 """Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,ops,model,all}``.
 
-Each suite measures jitnn against its peers (PyTorch, ONNX Runtime, numpy;
-those not installed are skipped with a line saying so) in the same run, and
+Each suite measures jitnn against its peers (PyTorch, ONNX Runtime, OpenVINO,
+numpy; those not installed are skipped with a line saying so) in the same run, and
 against the peak: the OpenBLAS sgemm rate measured with the same threads.
 The shared machinery (timing, threads, machine facts, the peak, tables, JSON,
 plot) is in :mod:`jitnn.bench.harness`.
@@ -18,12 +18,12 @@ all`` then run it. A suite module defines:
     ``"GFLOP/s"`` or ``"GB/s"``.
 ``PEERS: tuple[str, ...]``
     the peers it can compare with, a subset of ``("torch", "onnxruntime",
-    "numpy")``; the harness passes on those that were asked for
+    "openvino", "numpy")``; the harness passes on those that were asked for
     (``--peers``) and are installed, and reports the others as skipped.
 ``measure(run: harness.Run) -> dict``
     runs the measurements in a process whose threads are already set to
     ``run.threads`` (numba, OpenBLAS, torch; ONNX Runtime sessions should use
-    ``intra_op_num_threads=run.threads``). ``run.quick`` asks for tiny shapes
+    ``intra_op_num_threads=run.threads``, OpenVINO ``harness.openvino_runner``). ``run.quick`` asks for tiny shapes
     that run in seconds, ``run.peers`` lists the peers to run, ``run.options``
     holds suite-specific options, ``run.median(fn)`` times a call (median,
     min, max seconds, after warm-up) and ``run.progress(text)`` prints a

@@ -1,4 +1,4 @@
-"""conv2d GFLOP/s: jitnn against PyTorch (oneDNN) and ONNX Runtime, same run.
+"""conv2d GFLOP/s: jitnn against PyTorch (oneDNN), ONNX Runtime and OpenVINO, same run.
 
 ResNet-50 layers and MobileNetV2 depthwise layers, batch 1 and 8 (quick:
 batch 1, four layers at a quarter of their spatial size). Columns, each the
@@ -11,7 +11,8 @@ median of repeated runs after warm-up (compile excluded):
   to a numpy NCHW result: copy-in, reorder in, conv, reorder out into a
   preallocated array; compare with torch NCHW (``F.conv2d`` on NCHW tensors)
   and ONNX Runtime (a one-Conv model on NCHW input; ORT inserts its own
-  NCHWc reorders inside).
+  NCHWc reorders inside) and OpenVINO (the same model on its CPU plugin:
+  :func:`.harness.openvino_runner`).
 * % of peak: jitnn blocked over the OpenBLAS sgemm rate with the same threads.
 
 Option (``run.options``): ``batches``, a list of batch sizes (default [1, 8]).
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import sys
 
-from .harness import Column, Run, geomean, markdown_table, onnx_model, ort_session, ratio
+from .harness import (Column, Run, geomean, markdown_table, onnx_model, openvino_runner,
+                      ort_session, ratio)
 
-DESCRIPTION = "conv2d on ResNet-50 and MobileNetV2 layers against PyTorch and ONNX Runtime"
+DESCRIPTION = ("conv2d on ResNet-50 and MobileNetV2 layers against PyTorch, ONNX Runtime and "
+               "OpenVINO")
 UNIT = "GFLOP/s"
-PEERS = ("torch", "onnxruntime")
+PEERS = ("torch", "onnxruntime", "openvino")
 
 # (name, C, O, H=W, kernel, stride, padding, groups)
 RESNET50 = [
@@ -112,7 +115,8 @@ def measure(run: Run) -> dict:
                "jitnn_blocked": flops / ours_blocked / 1e9,
                "jitnn_blocked_spread": [flops / hi / 1e9, flops / lo / 1e9],
                "jitnn_nchw": flops / ours_nchw / 1e9,
-               "torch_blocked": None, "torch_nchw": None, "onnxruntime": None}
+               "torch_blocked": None, "torch_nchw": None, "onnxruntime": None,
+               "openvino": None}
         if torch is not None:
             xt, wt = torch.from_numpy(x), torch.from_numpy(w)
             with torch.no_grad():
@@ -126,14 +130,19 @@ def measure(run: Run) -> dict:
                     row["torch_blocked"] = flops / run.median(lambda: conv(xm))[0] / 1e9
                 except RuntimeError as error:  # a torch build without mkldnn
                     print(f"  torch blocked failed for {name}: {error}", file=sys.stderr)
+        model = onnx_model(
+            {"op_type": "Conv", "inputs": ["x", "w"], "kernel_shape": [k, k],
+             "strides": [s, s], "pads": [p, p, p, p], "group": g},
+            {"x": x}, {"w": w}) if {"onnxruntime", "openvino"} & set(run.peers) else None
+        feed = {"x": x}
         if "onnxruntime" in run.peers:
-            session = ort_session(onnx_model(
-                {"op_type": "Conv", "inputs": ["x", "w"], "kernel_shape": [k, k],
-                 "strides": [s, s], "pads": [p, p, p, p], "group": g},
-                {"x": x}, {"w": w}), run.threads)
-            feed = {"x": x}
+            session = ort_session(model, run.threads)
             row["onnxruntime"] = flops / run.median(lambda: session.run(None, feed))[0] / 1e9
             del session
+        if "openvino" in run.peers:
+            openvino_run = openvino_runner(model, run.threads)
+            row["openvino"] = flops / run.median(lambda: openvino_run(feed))[0] / 1e9
+            del openvino_run
         rows.append(row)
         run.progress(f"{index + 1}/{len(todo)} batch {batch} {name}: "
                      f"{row['jitnn_blocked']:.1f} GFLOP/s blocked")
@@ -158,18 +167,23 @@ def _columns(peak: float) -> list[Column]:
         Column("onnxruntime NCHW", lambda r: r["onnxruntime"], peer="onnxruntime"),
         Column("ratio", lambda r: ratio(r["jitnn_nchw"], r["onnxruntime"]), ".2f",
                peer="onnxruntime"),
+        Column("openvino NCHW", lambda r: r.get("openvino"), peer="openvino"),
+        Column("ratio", lambda r: ratio(r["jitnn_nchw"], r.get("openvino")), ".2f",
+               peer="openvino"),
         Column("% of peak", lambda r: ratio(r["jitnn_blocked"], peak), "%"),
     ]
 
 
 PLOT_COLUMNS = [("jitnn blocked", "jitnn_blocked"), ("torch blocked", "torch_blocked", "torch"),
                 ("jitnn NCHW", "jitnn_nchw"), ("torch NCHW", "torch_nchw", "torch"),
-                ("onnxruntime NCHW", "onnxruntime", "onnxruntime")]
+                ("onnxruntime NCHW", "onnxruntime", "onnxruntime"),
+                ("openvino NCHW", "openvino", "openvino")]
 
 _GEOMEANS = [("jitnn blocked / torch blocked", "jitnn_blocked", "torch_blocked"),
              ("jitnn blocked / torch NCHW", "jitnn_blocked", "torch_nchw"),
              ("jitnn NCHW / torch NCHW", "jitnn_nchw", "torch_nchw"),
-             ("jitnn NCHW / onnxruntime", "jitnn_nchw", "onnxruntime")]
+             ("jitnn NCHW / onnxruntime", "jitnn_nchw", "onnxruntime"),
+             ("jitnn NCHW / openvino", "jitnn_nchw", "openvino")]
 
 
 def render(result: dict) -> list[str]:
@@ -179,7 +193,7 @@ def render(result: dict) -> list[str]:
             rows = [r for r in result["rows"] if r["net"] == net and r["batch"] == batch]
             parts = []
             for label, ours, theirs in _GEOMEANS:
-                values = [ratio(r[ours], r[theirs]) for r in rows]
+                values = [ratio(r[ours], r.get(theirs)) for r in rows]
                 if rows and all(v is not None for v in values):
                     parts.append(f"{label} {geomean(values):.2f}")
             if parts:

@@ -44,8 +44,9 @@ from typing import Callable, Iterable
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 #: Peers a suite may compare with, and the modules each needs (ONNX Runtime
-#: runs models that the suites build with the onnx package).
-PEERS = {"torch": ("torch",), "onnxruntime": ("onnxruntime", "onnx"), "numpy": ("numpy",)}
+#: and OpenVINO run models that the suites build with the onnx package).
+PEERS = {"torch": ("torch",), "onnxruntime": ("onnxruntime", "onnx"),
+         "openvino": ("openvino", "onnx"), "numpy": ("numpy",)}
 
 _RESULT_MARK = "JITNN_BENCH_RESULT "
 
@@ -327,6 +328,30 @@ def ort_session(model, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
+def openvino_runner(model, threads: int) -> Callable[[dict], list]:
+    """An OpenVINO CPU run of an ONNX model (an ``onnx`` model, its bytes or a
+    path): ``run(feed)`` returns the outputs as arrays, as ONNX Runtime's
+    ``session.run(None, feed)``. ``threads`` inference threads, the latency
+    hint (one stream), and float32 arithmetic: the CPU plugin's default
+    precision is bfloat16 on CPUs with bf16 instructions (AVX512_BF16, AMX:
+    AMD Zen 4 among them), which would time another computation."""
+    import openvino
+
+    core = openvino.Core()
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    source = core.read_model(model) if isinstance(model, bytes) else os.fspath(model)
+    compiled = core.compile_model(source, "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+
+    def run(feed: dict) -> list:
+        # the outputs copied out (not views of the request's buffers), as ORT's
+        return list(request.infer(feed, share_inputs=True).values())
+    return run
+
+
 def onnx_model(node_kwargs: dict, inputs: dict, initializers: dict):
     """A one-node ONNX model: ``node_kwargs`` for ``onnx.helper.make_node``
     (output "y"), graph inputs and initializers as ``{name: float32 array}``."""
@@ -603,7 +628,7 @@ def script_main(suite: str, doc: str, argv: list[str] | None = None,
     parser.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
     parser.add_argument("--quick", action="store_true", help="tiny shapes only")
     parser.add_argument("--peers", default=",".join(PEERS),
-                        help="comma list of peers (torch, onnxruntime, numpy)")
+                        help="comma list of peers (torch, onnxruntime, openvino, numpy)")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--plot", help="also draw a PNG (needs matplotlib)")
     if batches:

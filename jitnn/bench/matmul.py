@@ -1,4 +1,4 @@
-"""matmul GFLOP/s: jitnn against numpy (OpenBLAS), PyTorch and ONNX Runtime, same run.
+"""matmul GFLOP/s: jitnn against numpy (OpenBLAS), PyTorch, ONNX Runtime and OpenVINO, same run.
 
 Columns, each the median of repeated runs after warm-up (compile excluded):
 
@@ -9,7 +9,8 @@ Columns, each the median of repeated runs after warm-up (compile excluded):
   of the public op pays, runtime overhead included (B packed once per tensor);
 * numpy: ``np.matmul(a, b, out=buf)`` (OpenBLAS sgemm); torch:
   ``torch.matmul``; onnxruntime: a one-MatMul model (B an initializer when
-  it is a constant);
+  it is a constant); openvino: the same model on OpenVINO's CPU plugin
+  (:func:`.harness.openvino_runner`);
 * % of peak: jitnn kernel over the OpenBLAS sgemm 1024^3 rate.
 
 Also the per-call time of a 4x4 product for each, and (full runs) the cold
@@ -18,11 +19,12 @@ compile / cached load times of the gemm paths.
 
 from __future__ import annotations
 
-from .harness import Column, Run, markdown_table, onnx_model, ort_session, ratio
+from .harness import Column, Run, markdown_table, onnx_model, openvino_runner, ort_session, ratio
 
-DESCRIPTION = "matmul/gemm (square, FC, attention) against numpy, PyTorch and ONNX Runtime"
+DESCRIPTION = ("matmul/gemm (square, FC, attention) against numpy, PyTorch, ONNX Runtime and "
+               "OpenVINO")
 UNIT = "GFLOP/s"
-PEERS = ("numpy", "torch", "onnxruntime")
+PEERS = ("numpy", "torch", "onnxruntime", "openvino")
 
 SHAPES = [  # (name, batch, M, K, N, B constant?)
     ("square 64", 1, 64, 64, 64, False),
@@ -70,19 +72,24 @@ def measure(run: Run) -> dict:
                "jitnn_kernel": flops / ours / 1e9,
                "jitnn_kernel_spread": [flops / hi / 1e9, flops / lo / 1e9],
                "jitnn_op": flops / op_s / 1e9, "numpy": None, "torch": None,
-               "onnxruntime": None}
+               "onnxruntime": None, "openvino": None}
         if "numpy" in run.peers:
             row["numpy"] = flops / run.median(lambda: np.matmul(a, b, out=out))[0] / 1e9
         if torch is not None:
             ta, tb = torch.from_numpy(a), torch.from_numpy(b)
             row["torch"] = flops / run.median(lambda: torch.matmul(ta, tb))[0] / 1e9
+        inputs, initializers = ({"a": a}, {"b": b}) if constant else ({"a": a, "b": b}, {})
+        model = onnx_model({"op_type": "MatMul", "inputs": ["a", "b"]}, inputs, initializers) \
+            if {"onnxruntime", "openvino"} & set(run.peers) else None
+        feed = {"a": a} if constant else {"a": a, "b": b}
         if "onnxruntime" in run.peers:
-            inputs, initializers = ({"a": a}, {"b": b}) if constant else ({"a": a, "b": b}, {})
-            session = ort_session(onnx_model({"op_type": "MatMul", "inputs": ["a", "b"]},
-                                             inputs, initializers), run.threads)
-            feed = {"a": a} if constant else {"a": a, "b": b}
+            session = ort_session(model, run.threads)
             row["onnxruntime"] = flops / run.median(lambda: session.run(None, feed))[0] / 1e9
             del session
+        if "openvino" in run.peers:
+            openvino_run = openvino_runner(model, run.threads)
+            row["openvino"] = flops / run.median(lambda: openvino_run(feed))[0] / 1e9
+            del openvino_run
         rows.append(row)
         run.progress(f"{index + 1}/{len(shapes)} {name}: {row['jitnn_kernel']:.1f} GFLOP/s kernel"
                      + (f", numpy {row['numpy']:.1f}" if row["numpy"] else ""))
@@ -113,6 +120,7 @@ def _columns(peak: float) -> list[Column]:
         Column("numpy", lambda r: r["numpy"], peer="numpy"),
         Column("torch", lambda r: r["torch"], peer="torch"),
         Column("onnxruntime", lambda r: r["onnxruntime"], peer="onnxruntime"),
+        Column("openvino", lambda r: r.get("openvino"), peer="openvino"),
         Column("kernel / numpy", lambda r: ratio(r["jitnn_kernel"], r["numpy"]), ".2f",
                peer="numpy"),
         Column("op / numpy", lambda r: ratio(r["jitnn_op"], r["numpy"]), ".2f", peer="numpy"),
@@ -120,13 +128,16 @@ def _columns(peak: float) -> list[Column]:
                peer="torch"),
         Column("kernel / onnxruntime", lambda r: ratio(r["jitnn_kernel"], r["onnxruntime"]),
                ".2f", peer="onnxruntime"),
+        Column("kernel / openvino", lambda r: ratio(r["jitnn_kernel"], r.get("openvino")),
+               ".2f", peer="openvino"),
         Column("% of peak", lambda r: ratio(r["jitnn_kernel"], peak), "%"),
     ]
 
 
 PLOT_COLUMNS = [("jitnn kernel", "jitnn_kernel"), ("jitnn op", "jitnn_op"),
                 ("numpy", "numpy", "numpy"), ("torch", "torch", "torch"),
-                ("onnxruntime", "onnxruntime", "onnxruntime")]
+                ("onnxruntime", "onnxruntime", "onnxruntime"),
+                ("openvino", "openvino", "openvino")]
 
 
 def render(result: dict) -> list[str]:

@@ -1,8 +1,8 @@
 """Real networks with random weights, exported to ONNX: ResNet-50, MobileNetV2
 and an Inception-v3-style network (PyTorch definitions, exported with
 ``torch.onnx.export``, batch a dynamic dimension), plus :func:`bench_model`,
-which times an ONNX model on jitnn, ONNX Runtime and (for these networks)
-PyTorch.
+which times an ONNX model on jitnn, ONNX Runtime, OpenVINO and (for these
+networks) PyTorch.
 
     path = export("resnet50")                        # cached .onnx (+ a .json sidecar)
     path = export("mobilenetv2", width=0.25, size=64)  # a reduced variant (fast tests)
@@ -297,21 +297,31 @@ def _input_of(path: str, batch: int):
     return model, inputs
 
 
+def _max_rel_err(ours: dict, theirs: dict) -> float:
+    """The largest |ours - theirs| over the largest |theirs|, over the outputs."""
+    import numpy as np
+    return max(float(np.abs(ours[n] - theirs[n]).max() / max(np.abs(theirs[n]).max(), 1e-30))
+               for n in ours)
+
+
 def _median_ms(function, min_time: float, min_reps: int, warmup: int) -> float:
     from .harness import median_seconds
     return 1e3 * median_seconds(function, min_time, min_reps, warmup)[0]
 
 
-def bench_model(path: str, batch: int = 1, threads: int = 1, *, peers=("onnxruntime", "torch"),
+def bench_model(path: str, batch: int = 1, threads: int = 1, *,
+                peers=("onnxruntime", "openvino", "torch"),
                 min_time: float = 1.0, min_reps: int = 5, warmup: int = 2,
                 check: bool = True) -> dict[str, Any]:
     """Median ms per inference of the ONNX model at ``path`` with ``batch`` and
     ``threads``: jitnn (``jitnn.onnx``, graph built once, inputs copied in and
     outputs read back every call), ONNX Runtime (all graph optimizations,
-    ``intra_op_num_threads=threads``) and PyTorch (when the model has a sidecar
-    naming one of :data:`NETWORKS`; ``torch.set_num_threads``). With
-    ``check``, the outputs of jitnn and ONNX Runtime are compared too
-    (``max_rel_err``: max |diff| / max |onnxruntime|)."""
+    ``intra_op_num_threads=threads``), OpenVINO (its CPU plugin: ``threads``,
+    latency hint, float32; :func:`.harness.openvino_runner`) and PyTorch (when
+    the model has a sidecar naming one of :data:`NETWORKS`;
+    ``torch.set_num_threads``). With ``check``, jitnn's outputs are compared
+    with ONNX Runtime's (``max_rel_err``: max |diff| / max |onnxruntime|) and
+    OpenVINO's (``openvino_max_rel_err``)."""
     import numpy as np
 
     import jitnn
@@ -320,7 +330,7 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *, peers=("onnxrunt
     model, inputs = _input_of(os.fspath(path), batch)
     row: dict[str, Any] = {"model": os.path.basename(os.fspath(path)), "batch": batch,
                            "threads": threads, "jitnn_ms": None, "onnxruntime_ms": None,
-                           "torch_ms": None}
+                           "openvino_ms": None, "torch_ms": None}
     ctx = jitnn.Context(num_threads=threads)
     prepared = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape for k, v in inputs.items()})
     names = list(prepared.graph.outputs)
@@ -347,9 +357,15 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *, peers=("onnxrunt
                                            min_reps, warmup)
         if check:
             theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
-            row["max_rel_err"] = max(
-                float(np.abs(ours[n] - theirs[n]).max() / max(np.abs(theirs[n]).max(), 1e-30))
-                for n in names)
+            row["max_rel_err"] = _max_rel_err(ours, theirs)
+    if "openvino" in peers:
+        from .harness import openvino_runner
+        openvino_run = openvino_runner(model, threads)
+        row["openvino_ms"] = _median_ms(lambda: openvino_run(inputs), min_time, min_reps, warmup)
+        if check:
+            # OpenVINO keeps the graph's output order and names
+            theirs = dict(zip([o.name for o in model.graph.output], openvino_run(inputs)))
+            row["openvino_max_rel_err"] = _max_rel_err(ours, theirs)
     info = sidecar(os.fspath(path))
     if "torch" in peers and info is not None and info.get("network") in NETWORKS:
         import torch
@@ -358,7 +374,7 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *, peers=("onnxrunt
         x = torch.from_numpy(next(iter(inputs.values())))
         with torch.inference_mode():
             row["torch_ms"] = _median_ms(lambda: net(x), min_time, min_reps, warmup)
-    for peer in ("onnxruntime", "torch"):
+    for peer in ("onnxruntime", "openvino", "torch"):
         if row[f"{peer}_ms"]:
             # speed relative to the peer: > 1 means jitnn is faster
             row[f"vs_{peer}"] = row[f"{peer}_ms"] / row["jitnn_ms"]

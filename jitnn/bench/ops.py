@@ -13,24 +13,27 @@ rounds (:meth:`harness.Run.paired`):
   layout conversions it needs;
 * onnxruntime: a one-node ONNX model (``intra_op_num_threads`` = threads,
   every graph optimization), plain in and out;
+* openvino: the same model compiled by OpenVINO for its CPU plugin
+  (:func:`harness.openvino_runner`: threads, latency hint, float32);
 * torch: the functional op (``inference_mode``), plain in and out.
 
 "x ORT" is ORT's time over jitnn in-network's (> 1: jitnn faster); "x ORT
-plain" the same for jitnn plain. Layer normalization over channels is
-``axes=[1]`` on NCHW for jitnn; ORT and PyTorch normalize only trailing axes,
-so they run it on the same data in NHWC (what a ConvNeXt export does).
+plain" the same for jitnn plain; "x OV" OpenVINO's over jitnn in-network's.
+Layer normalization over channels is ``axes=[1]`` on NCHW for jitnn; ORT,
+OpenVINO and PyTorch normalize only trailing axes, so they run it on the same
+data in NHWC (what a ConvNeXt export does).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from .harness import Column, Run, geomean, markdown_table, ratio
+from .harness import Column, Run, geomean, markdown_table, openvino_runner, ratio
 
 DESCRIPTION = ("ops between convs (reduce over H,W; layer norm over C; resample2d x2; pad) vs "
-               "ONNX Runtime and PyTorch single ops")
+               "ONNX Runtime, OpenVINO and PyTorch single ops")
 UNIT = "ms"
-PEERS = ("onnxruntime", "torch")
+PEERS = ("onnxruntime", "openvino", "torch")
 
 
 def cases(quick: bool) -> list[dict]:
@@ -161,6 +164,9 @@ def measure_case(run: Run, case: dict) -> dict:
         ctx.compute(graph, {"x": x}, {"y": out})
 
     functions = {"jitnn": in_network, "jitnn plain": plain}
+    # the ONNX peers' input: NHWC for layer normalization (see the docstring)
+    feed = {"x": np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+            if case["op"] == "layer_normalization" else x}
     if "onnxruntime" in run.peers:
         import onnxruntime as ort
 
@@ -173,9 +179,10 @@ def measure_case(run: Run, case: dict) -> dict:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(_onnx_model(case, shape), options,
                                        providers=["CPUExecutionProvider"])
-        feed = {"x": np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-                if case["op"] == "layer_normalization" else x}
         functions["onnxruntime"] = lambda: session.run(None, feed)
+    if "openvino" in run.peers:
+        openvino_run = openvino_runner(_onnx_model(case, shape), run.threads)
+        functions["openvino"] = lambda: openvino_run(feed)
     if "torch" in run.peers:
         import torch
 
@@ -199,9 +206,11 @@ def measure_case(run: Run, case: dict) -> dict:
         return statistics.median(r[i] / r[j] for r in rounds)
     return {"label": case["label"], "shape": list(shape), "threads": run.threads,
             "jitnn_ms": ms["jitnn"], "jitnn_plain_ms": ms["jitnn plain"],
-            "onnxruntime_ms": ms.get("onnxruntime"), "torch_ms": ms.get("torch"),
+            "onnxruntime_ms": ms.get("onnxruntime"), "openvino_ms": ms.get("openvino"),
+            "torch_ms": ms.get("torch"),
             "vs_onnxruntime": paired_ratio("onnxruntime", "jitnn"),
             "vs_onnxruntime_plain": paired_ratio("onnxruntime", "jitnn plain"),
+            "vs_openvino": paired_ratio("openvino", "jitnn"),
             "vs_torch": paired_ratio("torch", "jitnn")}
 
 
@@ -225,13 +234,16 @@ COLUMNS = [
     Column("jitnn ms", lambda r: r["jitnn_ms"], ".3f"),
     Column("jitnn plain ms", lambda r: r["jitnn_plain_ms"], ".3f"),
     Column("onnxruntime ms", lambda r: r["onnxruntime_ms"], ".3f", peer="onnxruntime"),
+    Column("openvino ms", lambda r: r.get("openvino_ms"), ".3f", peer="openvino"),
     Column("torch ms", lambda r: r["torch_ms"], ".3f", peer="torch"),
     Column("x ORT", lambda r: r.get("vs_onnxruntime"), ".2f", peer="onnxruntime"),
     Column("x ORT plain", lambda r: r.get("vs_onnxruntime_plain"), ".2f", peer="onnxruntime"),
+    Column("x OV", lambda r: r.get("vs_openvino"), ".2f", peer="openvino"),
     Column("x torch", lambda r: r.get("vs_torch"), ".2f", peer="torch"),
 ]
 PLOT_COLUMNS = [("jitnn", "jitnn_ms"), ("jitnn plain", "jitnn_plain_ms"),
-                ("onnxruntime", "onnxruntime_ms", "onnxruntime"), ("torch", "torch_ms", "torch")]
+                ("onnxruntime", "onnxruntime_ms", "onnxruntime"),
+                ("openvino", "openvino_ms", "openvino"), ("torch", "torch_ms", "torch")]
 
 
 def render(result: dict) -> list[str]:
@@ -240,6 +252,10 @@ def render(result: dict) -> list[str]:
         lines += ["", "geomean speed vs ONNX Runtime: in-network "
                   f"{geomean(r.get('vs_onnxruntime') for r in result['rows']):.2f}x, plain "
                   f"{geomean(r.get('vs_onnxruntime_plain') for r in result['rows']):.2f}x "
+                  "(> 1: jitnn faster)"]
+    if "openvino" in result["peers"]:
+        lines += ["", "geomean speed vs OpenVINO: in-network "
+                  f"{geomean(r.get('vs_openvino') for r in result['rows']):.2f}x "
                   "(> 1: jitnn faster)"]
     return lines
 
