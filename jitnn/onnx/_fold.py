@@ -14,6 +14,7 @@ import numpy as np
 from ._common import (Const, onnx_dtype, reshape_target, slice_index, split_sizes,
                       squeeze_shape, unsqueeze_shape)
 from ._convert import _legacy_broadcast, op_shape
+from ._convert_einsum import fold_einsum
 
 
 def _fold_numpy(function: Callable) -> Callable:
@@ -302,7 +303,7 @@ FOLD: dict[str, Callable] = {
     "ArgMax": _fold_arg(np.argmax), "ArgMin": _fold_arg(np.argmin),
     "CumSum": _fold_cum_sum, "Trilu": _fold_trilu, "GatherElements": _fold_gather_elements,
     "GatherND": _fold_gather_nd, "ScatterElements": _fold_scatter_elements,
-    "ScatterND": _fold_scatter_nd, "Pad": _fold_pad,
+    "ScatterND": _fold_scatter_nd, "Pad": _fold_pad, "Einsum": fold_einsum,
 }
 
 
