@@ -210,11 +210,19 @@ def need_const(cv: Converter, value, what: str) -> Const:
     return value
 
 
-def spatial_rank_check(cv: Converter, x, what: str = "input") -> int:
+def spatial_rank_check(cv: Converter, x) -> int:
+    """The rank of a convolution's or pool's input: 3 (1-D, run as 2-D with H = 1)
+    or 4; a 3-D (rank-5) input is refused by name, a rank below 3 is a broken model."""
     r = rank_of(x)
-    if r not in (3, 4):
-        raise cv.unsupported(f"{r - 2}-D {what} (jitnn runs 1-D and 2-D convolutions and pools)")
-    return r
+    if r in (3, 4):
+        return r
+    op = cv.node.op_type if cv.node is not None else ""
+    kind = "convolution" if op.startswith("Conv") else "pooling"
+    if r > 4:
+        raise cv.unsupported(f"{r - 2}-D {kind} (a rank-{r} input of shape {shape_of(x)}) is "
+                             "not supported: jitnn runs 1-D and 2-D convolutions and pools")
+    raise cv.invalid(f"a rank-{r} input of shape {shape_of(x)}: {op or kind} needs (N, C, L) "
+                     "or (N, C, H, W)")
 
 
 _ONNX_TO_NUMPY = None
