@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numba
 import numpy as np
 
-from . import defaults, executor, layouts, readback, replay, scheduler
+from . import defaults, executor, layouts, readback, replay, scheduler, threads
 from .errors import JitnnExecutionError, JitnnTypeError, JitnnValueError
 from .instrumentation import Launcher, Stats
 from .kernels import _config, conv2d as conv_kernels
@@ -51,9 +51,11 @@ def _positive_int(name: str, value: object, maximum: int | None = None) -> int:
 class Context:
     """Where tensors live and kernels run: the CPU, with a block size and threads.
 
-    ``num_threads`` defaults to every core numba sees; ``block`` to the host's
-    SIMD width in float32 lanes (:func:`host_block`). Both are fixed for the
-    context's lifetime.
+    ``num_threads`` defaults to ``OMP_NUM_THREADS``, else the CPUs this process
+    may run on, at most numba's pool (jitnn/threads.py; ``num_threads_source``
+    says which); ``block`` to the host's SIMD width in float32 lanes
+    (:func:`host_block`). Both are fixed for the context's lifetime. It
+    pickles as its arguments (jitnn/defaults.py).
 
     ``policy`` says how ops run:
 
@@ -85,9 +87,12 @@ class Context:
     def __init__(self, num_threads: int | None = None, block: int | None = None, *,
                  policy: str = "blocked", max_pending_ops: int = 256,
                  max_pending_bytes: int = 2**30, conv_algorithm: str = "auto"):
-        max_threads = numba.config.NUMBA_NUM_THREADS
+        default = threads.default_threads() if num_threads is None else None
         self.num_threads: int = _positive_int(
-            "num_threads", max_threads if num_threads is None else num_threads, max_threads)
+            "num_threads", default.count if default else num_threads,
+            numba.config.NUMBA_NUM_THREADS)
+        #: where num_threads came from (``jitnn info`` prints it)
+        self.num_threads_source: str = default.source if default else "Context(num_threads=...)"
         self.block: int = layouts.check_block(host_block() if block is None else block)
         if policy not in POLICIES:
             raise JitnnValueError(f"Context: policy must be one of {POLICIES}, got {policy!r}")
@@ -98,6 +103,8 @@ class Context:
         self.conv_algorithm: str = conv_algorithm
         self.max_pending_ops = _positive_int("max_pending_ops", max_pending_ops)
         self.max_pending_bytes = _positive_int("max_pending_bytes", max_pending_bytes)
+        # whether threads and block were given: a pickle keeps only those (defaults.py)
+        self._given = (default is None, block is not None)
         self.launcher = Launcher(self.num_threads)
         self.readback = readback.Readback(self.num_threads)
         #: earlier flushes' plans, by the shape of their pending DAG (an eager
@@ -123,6 +130,15 @@ class Context:
             f", conv_algorithm={self.conv_algorithm!r}"
         return (f"Context(num_threads={self.num_threads}, block={self.block}, "
                 f"policy={self.policy!r}{algorithm})")
+
+    def __reduce__(self):                  # as its arguments (jitnn/defaults.py)
+        return defaults.reduce_context(self)
+
+    def __copy__(self) -> "Context":       # a context is a place, not a value
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Context":
+        return self
 
     def tensor(self, data: object, dtype: object = None) -> Tensor:
         """A Tensor holding a copy of ``data`` (see :func:`jitnn.tensor`)."""

@@ -29,3 +29,8 @@ class JitnnExecutionError(JitnnError, RuntimeError):
     the ``__cause__``. Raised from the read (or eager call) that needed the
     op, never from an unrelated call whose auto-flush ran it.
     """
+
+
+class JitnnBufferError(JitnnError, BufferError):
+    """A buffer protocol request jitnn cannot honour: a DLPack export without
+    a copy (``t.__dlpack__(copy=False)``), to another device, or on a stream."""

@@ -31,7 +31,7 @@ from .context import Context, default_context
 from .errors import JitnnTypeError, JitnnValueError
 from .layouts import plain_tag
 from .limits import shape_arg
-from .tensor import FLOAT32, Node, Tensor, Value, as_array_copy, dtype_arg
+from .tensor import FLOAT32, Node, Tensor, Value, as_array_copy, dtype_arg, host_array
 
 
 #: the eager ops a builder offers as methods (same names and arguments): every
@@ -60,6 +60,10 @@ class Operand:
     def __repr__(self) -> str:
         kind = "" if self.dtype == FLOAT32 else f", dtype={self.dtype}"
         return f"Operand(#{self._index}, shape={self.shape}{kind})"
+
+    def __reduce__(self):
+        raise JitnnTypeError("Operand: a graph operand does not pickle on its own; build "
+                             "the graph and pickle the Graph")
 
 
 def _never_run(ctx, node, value, out):
@@ -103,6 +107,10 @@ class GraphBuilder:
         self._ops: list[_Recorded] = []
         self._count = 0
         self._built = False
+
+    def __reduce__(self):
+        raise JitnnTypeError("GraphBuilder: a builder does not pickle; build the graph and "
+                             "pickle the Graph")
 
     def _check_open(self, what: str) -> None:
         if self._built:
@@ -260,9 +268,29 @@ class Graph:
     def output_dtypes(self) -> dict[str, np.dtype]:
         return dict(self._output_dtypes)
 
+    @property
+    def context(self) -> "Context":
+        """The context the graph was built for (its constants live there)."""
+        return self._ctx
+
     def __repr__(self) -> str:
         ops = ", ".join(r.op for r in self._ops)
         return f"Graph(inputs={self.inputs}, outputs={self.outputs}, ops=[{ops}])"
+
+    # A graph is immutable: a copy is the same graph. It pickles as what built
+    # it (its inputs, constants' values, ops with their arguments, outputs) and
+    # its context (as the context's arguments: jitnn/defaults.py); never its
+    # plans, packed filters or kernels. Unpickling builds it again with a
+    # GraphBuilder in the receiver's context, whose kernels come from the disk
+    # cache at the first run.
+    def __copy__(self) -> "Graph":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Graph":
+        return self
+
+    def __reduce__(self):
+        return _unpickle_graph, (_graph_description(self),)
 
     def _check_inputs(self, ctx: "Context", inputs: Mapping[str, Any], op: str) -> dict:
         """The inputs as Tensors: a Tensor as it is, anything else copied (as
@@ -312,12 +340,13 @@ class Graph:
                 # another dtype converts by value into the input's (float64
                 # rounds, ints and bools convert, as jitnn.tensor(..., dtype=)
                 # does); floats into an integer input, or a non-numeric
-                # array, are refused, naming the input
-                if dtype != FLOAT32 and getattr(np.asarray(value), "dtype", None) is not None \
-                        and np.asarray(value).dtype.kind == "f":
+                # array, are refused, naming the input. Any array-like
+                # (DLPack, __array__) is read as jitnn.tensor reads it.
+                array = host_array(value, f"{op}: input {name!r}")
+                if dtype != FLOAT32 and array.dtype.kind == "f":
                     raise JitnnTypeError(f"{op}: input {name!r} is {dtype}, got floating-point "
-                                         f"data ({np.asarray(value).dtype})")
-                item = as_array_copy(value, f"{op}: input {name!r}", dtype)
+                                         f"data ({array.dtype})")
+                item = as_array_copy(array, f"{op}: input {name!r}", dtype)
             if item.shape != expected:
                 raise JitnnTypeError(
                     f"{op}: input {name!r} has shape {item.shape}, expected {expected}")
@@ -380,3 +409,94 @@ def _borrowable(array: object, outputs: Sequence[np.ndarray], dtype: np.dtype = 
     return (isinstance(array, np.ndarray) and array.dtype == dtype
             and array.flags.c_contiguous and array.flags.aligned and array.flags.writeable
             and not any(np.may_share_memory(array, out) for out in outputs))
+
+
+# --- pickling ---------------------------------------------------------------------
+
+#: the version of :func:`_graph_description`'s format (a pickle of another is refused)
+PICKLE_FORMAT = 1
+
+
+class _OperandRef:
+    """An operand in a pickled op's arguments: the index of what it was."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __reduce__(self):
+        return _OperandRef, (self.index,)
+
+
+class _TensorValues:
+    """A Tensor given to an op as it is, in a pickled op's arguments: its
+    values (one object per tensor, so a tensor read by several ops stays one)."""
+
+    __slots__ = ("values", "axes")
+
+    def __init__(self, values: np.ndarray, axes: str):
+        self.values, self.axes = values, axes
+
+    def __reduce__(self):
+        return _TensorValues, (self.values, self.axes)
+
+
+def _graph_description(graph: Graph) -> dict:
+    """What rebuilds ``graph``: plain data, operands as their indices."""
+    fixed: dict[int, _TensorValues] = {}
+
+    def tensor_values(tensor: Tensor) -> _TensorValues:
+        found = fixed.get(id(tensor))
+        if found is None:
+            found = fixed[id(tensor)] = _TensorValues(tensor.numpy(), tensor._axes)
+        return found
+
+    def encode(value: Any) -> Any:
+        value = _substitute(value, lambda operand: _OperandRef(operand._index))
+        return _substitute(value, tensor_values, Tensor)
+
+    return {
+        "format": PICKLE_FORMAT,
+        "context": graph._ctx,
+        "inputs": [(name, graph._input_index[name], shape, graph._input_dtypes[name].name)
+                   for name, shape in graph._inputs.items()],
+        # constants are plain (GraphBuilder.constant): their buffers are the values
+        "constants": {index: tensor._materialize() for index, tensor in graph._constants.items()},
+        "ops": [(r.op, encode(r.args), encode(r.kwargs), r.index) for r in graph._ops],
+        "outputs": {name: index for name, (index, _) in graph._outputs.items()},
+    }
+
+
+def _unpickle_graph(description: dict) -> Graph:
+    """A pickled graph, built again by a GraphBuilder (every op validated and
+    its shapes inferred again, as when it was first built)."""
+    if description.get("format") != PICKLE_FORMAT:
+        raise JitnnValueError(f"Graph: a pickle of format {description.get('format')!r}, this "
+                              f"jitnn reads format {PICKLE_FORMAT} (pickle it again with this "
+                              "version)")
+    ctx = description["context"]
+    builder = GraphBuilder(ctx)
+    operands: dict[int, Operand] = {}
+    tensors: dict[int, Tensor] = {}
+
+    def decode(value: Any) -> Any:
+        def tensor_of(values: _TensorValues) -> Tensor:
+            if id(values) not in tensors:
+                tensors[id(values)] = Tensor._holding(ctx, as_array_copy(values.values, "Graph"))
+            return tensors[id(values)]
+        value = _substitute(value, lambda ref: operands[ref.index], _OperandRef)
+        return _substitute(value, tensor_of, _TensorValues)
+
+    for name, index, shape, dtype in description["inputs"]:
+        operands[index] = builder.input(name, shape, dtype)
+    for index, values in description["constants"].items():
+        operands[index] = builder.constant(values)
+    for op, args, kwargs, index in description["ops"]:
+        result = builder._add(op, *decode(args), **decode(kwargs))
+        if isinstance(index, tuple):                 # an op of several outputs
+            operands.update(zip(index, result))
+        else:
+            operands[index] = result
+    return builder.build({name: operands[index]
+                          for name, index in description["outputs"].items()})

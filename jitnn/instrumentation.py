@@ -19,6 +19,7 @@ import numba
 import numba.core.event
 import numpy as np
 
+from . import threads
 from .kernels import _config
 
 T = TypeVar("T")
@@ -254,5 +255,7 @@ def use_threads(wanted: int) -> None:
     (numba's count is per calling thread; setting it costs ~1.5 us, so only
     when it differs, which the caller's own ``numba.set_num_threads`` may have
     made it)."""
+    if threads.FORKED_FROM_GNU_OPENMP:
+        wanted = threads.runnable(wanted)   # 1 (jitnn/threads.py: fork)
     if _config.numba_threads() != wanted:
         numba.set_num_threads(wanted)

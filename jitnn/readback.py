@@ -8,7 +8,9 @@ WebNN backend reads its outputs back the same way).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Sequence
 
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from .context import Context
 
 
+#: every context's Readback, so that a forked child can drop their pools
+_READBACKS: "weakref.WeakSet[Readback]" = weakref.WeakSet()
+
+
 class Readback:
     """A context's readback threads (started on first use)."""
 
@@ -28,6 +34,13 @@ class Readback:
         self.num_threads = num_threads
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        _READBACKS.add(self)
+
+    def _forget_pool(self) -> None:
+        """In a forked child: the pool's threads did not come along (a task
+        given to it would wait forever), so the next readback starts a new one."""
+        self._lock = threading.Lock()
+        self._pool = None
 
     def pool(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -79,3 +92,12 @@ async def read_async(ctx: "Context", tensor: Tensor,
         tensor._check_out(out, op="read_async")
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(ctx.readback.pool(), tensor._read_into, out, None)
+
+
+def _after_fork_in_child() -> None:
+    for readback in list(_READBACKS):
+        readback._forget_pool()
+
+
+if hasattr(os, "register_at_fork"):          # (no fork on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import layouts
 from .defaults import default_context
-from .errors import JitnnTypeError, JitnnValueError
+from .errors import JitnnBufferError, JitnnTypeError, JitnnValueError
 from .kernels.buffers import aligned_empty
 from .limits import MAX_DIM, check_shape
 from .kernels import layout as layout_kernels
@@ -45,6 +45,9 @@ DTYPE_NAMES = tuple(d.name for d in DTYPES)
 
 #: numpy dtype kinds that convert to float32 by value: bool, ints, floats.
 _NUMERIC_KINDS = "biuf"
+
+#: DLPack's device of every tensor: (kDLCPU, device 0)
+_DLPACK_CPU = (1, 0)
 
 #: host integer types jitnn does not keep, and the type that holds each one's values
 _WIDENED = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.int32),
@@ -66,9 +69,25 @@ def dtype_arg(op: str, dtype: object, name: str = "dtype") -> np.dtype:
     return found
 
 
-def _host_array(data: object, op: str) -> np.ndarray:
+def host_array(data: object, op: str = "tensor") -> np.ndarray:
+    """``data`` as a numpy array, without a copy where numpy can view it:
+    an ndarray as it is; an object with ``__dlpack__`` (a PyTorch, JAX or
+    CuPy array, a jitnn Tensor) through ``np.from_dlpack``; anything else
+    through ``np.asarray`` (``__array_interface__``, ``__array__``, the buffer
+    protocol, nested lists). Callers copy it: a tensor never shares the
+    caller's memory. Only real numbers (bool, int, float) pass."""
     if isinstance(data, np.ndarray):
         array = data
+    elif hasattr(type(data), "__dlpack__"):
+        try:
+            array = np.from_dlpack(data)
+        except (BufferError, TypeError, ValueError, RuntimeError) as error:
+            # another device, a type numpy lacks (bfloat16), a torch tensor
+            # that requires grad: the producer's message says which
+            kind = type(data)
+            raise JitnnTypeError(
+                f"{op}: cannot read the {kind.__module__}.{kind.__qualname__} through "
+                f"DLPack ({type(error).__name__}: {error})") from None
     else:
         try:
             array = np.asarray(data)
@@ -90,7 +109,7 @@ def as_float32_copy(data: object, op: str = "tensor") -> np.ndarray:
     value (exact up to 2**24 in magnitude). Complex numbers, objects, strings
     and ragged nested lists are rejected with a :class:`JitnnTypeError`.
     """
-    array = _host_array(data, op)
+    array = host_array(data, op)
     out = aligned_empty(array.shape)    # 64-byte aligned, as every tensor buffer
     np.copyto(out, array, casting="unsafe")
     return out
@@ -124,7 +143,7 @@ def as_array_copy(data: object, op: str = "tensor", dtype: object = None) -> np.
     """A new aligned, C-contiguous array with the values of ``data``, of
     ``dtype`` (converted by value, as numpy's ``astype``) or else of the data's
     own type (:func:`natural_dtype`)."""
-    array = _host_array(data, op)
+    array = host_array(data, op)
     target = natural_dtype(array, op) if dtype is None else dtype_arg(op, dtype)
     out = aligned_empty(array.shape, target)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -450,8 +469,10 @@ class Tensor:
         state = ", pending" if v._data is None else ""
         return f"Tensor(shape={v._shape}, dtype={v._dtype}, layout={v._layout}{state})"
 
-    # Tensors are immutable values: a copy is the same tensor. One lives in its
-    # context's memory and work queue, so it does not pickle; its values do.
+    # Tensors are immutable values: a copy is the same tensor. A pickle holds
+    # the values (a pending tensor is computed first) and the context (as its
+    # arguments: jitnn/defaults.py), not the buffer: the receiver gets a plain
+    # tensor of the same values in its context of those arguments.
     def __copy__(self) -> "Tensor":
         return self
 
@@ -459,8 +480,11 @@ class Tensor:
         return self
 
     def __reduce__(self):
-        raise JitnnTypeError("Tensor: a jitnn Tensor cannot be pickled (it lives in its "
-                             "Context); pickle t.numpy() and make a tensor of it again")
+        value = self._v
+        if value._ctx.symbolic:
+            raise JitnnTypeError("Tensor: a GraphBuilder's placeholder has no values to "
+                                 "pickle; build the graph and pickle the Graph")
+        return _unpickle_tensor, (value._ctx, self.numpy(), value._axes)
 
     # internals the ops and tests reach through the handle
     _ctx = property(lambda self: self._v._ctx)
@@ -500,6 +524,47 @@ class Tensor:
     async def read_async(self, out: np.ndarray | None = None) -> np.ndarray:
         """``await t.read_async()``: the readback on a worker thread."""
         return await self._v._ctx.read_async(self, out)
+
+    # --- DLPack (the array API's interchange: np.from_dlpack, torch.from_dlpack) ---
+
+    def __dlpack__(self, *, stream: object = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None
+                   ) -> object:
+        """A DLPack capsule of the values (``np.from_dlpack(t)``,
+        ``torch.from_dlpack(t)``): a pending tensor is computed, and its
+        values read into a new standard-layout array whose ``__dlpack__``
+        is returned; the capsule keeps that array alive for its consumer.
+
+        The export is always that copy (the tensor's own buffer may be
+        blocked, and a tensor is immutable, so it never lends it out):
+        ``copy=False`` raises ``BufferError``, as the array API asks of an
+        exporter that would have to copy. ``stream`` must be None (CPU) and
+        ``dl_device``, if given, the CPU: ``(1, 0)``."""
+        if stream is not None:
+            raise JitnnBufferError(f"__dlpack__: a jitnn Tensor is on the CPU, which has no "
+                                   f"streams; stream must be None, got {stream!r}")
+        if copy is False:
+            raise JitnnBufferError(
+                "__dlpack__: a jitnn Tensor is exported by reading its values into a new "
+                "array (its buffer may be blocked, and tensors are immutable), so "
+                "copy=False cannot be honoured; pass copy=None or True")
+        if dl_device is not None and tuple(dl_device) != _DLPACK_CPU:
+            raise JitnnBufferError(f"__dlpack__: a jitnn Tensor is on the CPU {_DLPACK_CPU}, "
+                                   f"dl_device {dl_device!r} was asked")
+        # (max_version None: a legacy consumer, which numpy gives an unversioned capsule)
+        return self.numpy().__dlpack__(max_version=max_version)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: DLPack's CPU device (kDLCPU), device 0."""
+        return _DLPACK_CPU
+
+
+def _unpickle_tensor(ctx: "Context", values: np.ndarray, axes: str) -> Tensor:
+    """A pickled tensor in the receiving process: its values, copied into an
+    aligned buffer (as every tensor's), plain, with the same logical axes."""
+    data = as_array_copy(values, "unpickle")
+    layout = axes if data.ndim == 4 else layouts.plain_tag(data.ndim)
+    return Tensor(ctx, data.shape, layout, data=data, axes=axes)
 
 
 def _value_of(t: "Tensor | Value") -> Value:

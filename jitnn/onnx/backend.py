@@ -37,6 +37,12 @@ class JitnnRep(BackendRep):
         self._converted: dict = {}
         self._folded: dict = {}          # input shapes -> the inputs folded at load time
 
+    def __getstate__(self) -> dict:
+        # a pickle holds the model (its protobuf bytes) and the context (as its
+        # arguments: jitnn/defaults.py), not the conversions: the receiving
+        # process converts again at its first run, its kernels from the disk cache
+        return {**self.__dict__, "_converted": {}, "_folded": {}}
+
     def converted(self, feed: dict):
         """The :class:`jitnn.onnx.OnnxModel` for these inputs' shapes and types
         (and the values of the inputs folded at load time), cached."""
