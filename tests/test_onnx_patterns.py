@@ -142,8 +142,10 @@ def _heads(net: Net, x: str, b: int, s: int, h: int, d: int, perm) -> str:
     return net("Transpose", y, perm=perm)
 
 
-def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict, rng) -> str:
-    """The scores with the mask of ``kind`` applied (as the exporters write it)."""
+def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict, rng,
+          h: int = 1) -> str:
+    """The scores with the mask of ``kind`` applied (as the exporters write it;
+    ``h``: the heads, for a per-head mask)."""
     keep = rng.random((b, 1, 1, s)) > 0.3
     keep[..., 0] = True
     tri = np.tril(np.ones((s, s), bool))[None, None]
@@ -185,6 +187,14 @@ def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict, rng) -> 
         return net("Where", cond, scores, net.const(LOWEST))
     if kind == "causal_add":     # a constant (1, 1, S, S) of 0 and -inf
         return net("Add", scores, net.const(np.where(tri, 0.0, -np.inf)))
+    if kind == "add_rows":       # Llama: a run-time (B, 1, S, S) causal + padding mask
+        feed["mask"] = np.where(keep & tri, 0.0, LOWEST).astype(np.float32)
+        return net("Add", scores, net.input("mask", (b, 1, s, s)))
+    if kind == "add_heads":      # a run-time mask of its own for each head
+        rows = rng.random((b, h, s, s)) > 0.3
+        rows[..., 0] = True
+        feed["mask"] = np.where(rows, 0.0, -np.inf).astype(np.float32)
+        return net("Add", scores, net.input("mask", (b, h, s, s)))
     if kind == "causal_and_pad":  # a causal Where, then the padding mask added
         feed["mask"] = np.where(keep, 0.0, LOWEST).astype(np.float32)
         causal = net("Where", net.const(tri, np.bool_), scores, net.const(LOWEST))
@@ -220,6 +230,76 @@ def bert_attention(mask: str = "add", scale: str = "qk", b: int = 2, s: int = 7,
     out = net("Transpose", out, perm=[0, 2, 1, 3])
     out = net("Reshape", out, net.const([b, s, h * d], np.int64))
     return net.model([out]), feed
+
+
+def llama_attention(mask: str = "add_rows", h: int = 4, kv_heads: int = 2, b: int = 2,
+                    s: int = 5, d: int = 8, repeat: str = "Unsqueeze", seed: int = 0):
+    """Grouped-query self-attention as transformers' Llama exports it: Q of ``h``
+    heads, K and V of ``kv_heads``, each K and V head repeated for its group by
+    ``repeat_kv`` (``Unsqueeze`` (or a ``Reshape``) to (B, Hkv, 1, S, D),
+    ``Expand`` to (B, Hkv, G, S, D), ``Reshape`` to (B, H, S, D)), Kᵀ by
+    ``Transpose(0, 1, 3, 2)``, the scores scaled, a mask, Softmax, the guard,
+    · V, the heads merged back. ``repeat="tile"`` repeats the heads the other
+    way round (KV head ``j % Hkv`` for Q head ``j``): no grouped attention."""
+    net = Net(seed)
+    feed = {"x": random((b, s, h * d), seed)}
+    x = net.input("x", (b, s, h * d))
+    groups = h // kv_heads
+
+    def heads(count: int) -> str:
+        w = net.const(net.rng.standard_normal((h * d, count * d)) / math.sqrt(h * d))
+        y = net("Reshape", net("MatMul", x, w), net.const([b, s, count, d], np.int64))
+        return net("Transpose", y, perm=[0, 2, 1, 3])
+
+    def repeat_kv(kv: str) -> str:
+        if repeat == "Unsqueeze":
+            y = net("Unsqueeze", kv, net.const([2], np.int64))
+        elif repeat == "Reshape":
+            y = net("Reshape", kv, net.const([b, kv_heads, 1, s, d], np.int64))
+        else:
+            y = net("Unsqueeze", kv, net.const([1], np.int64))
+        grouped = [b, groups, kv_heads, s, d] if repeat == "tile" else [b, kv_heads, groups, s, d]
+        y = net("Expand", y, net.const(grouped, np.int64))
+        return net("Reshape", y, net.const([b, h, s, d], np.int64))
+
+    q, k, v = heads(h), repeat_kv(heads(kv_heads)), repeat_kv(heads(kv_heads))
+    scores = net("Mul", net("MatMul", q, net("Transpose", k, perm=[0, 1, 3, 2])),
+                 net.const(1 / math.sqrt(d)))
+    probs = net("Softmax", _mask(net, mask, scores, b, s, feed, net.rng, h), axis=-1)
+    probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    out = net("Transpose", net("MatMul", probs, v), perm=[0, 2, 1, 3])
+    return net.model([net("Reshape", out, net.const([b, s, h * d], np.int64))]), feed
+
+
+@pytest.mark.parametrize("mask", ["none", "add", "add_rows", "add_heads", "causal_add",
+                                  "causal_and_pad", "where"])
+@pytest.mark.parametrize("repeat", ["Unsqueeze", "Reshape"])
+def test_grouped_query_attention_reads_k_and_v_once(mask, repeat):
+    """Llama's grouped-query attention: one attention over the un-repeated K
+    and V, each group of query heads as one head of G x S rows (a per-row mask
+    and a causal one repeated for them); no Expand of K or V."""
+    model, feed = llama_attention(mask, repeat=repeat)
+    labels = check(model, feed)
+    assert labels.count("scaled_dot_product_attention") == 1 and "softmax" not in labels, labels
+    expands = labels.count("expand")
+    assert expands == (1 if mask == "add_rows" else 0), labels
+
+
+@pytest.mark.parametrize("h, kv_heads, s", [(6, 2, 7), (3, 1, 1), (2, 2, 9)])
+def test_grouped_query_attention_shapes(h, kv_heads, s):
+    """Three groups of two, one key-value head for all (multi-query), one query
+    per key-value head (the repeat is a copy)."""
+    model, feed = llama_attention("causal_and_pad", h=h, kv_heads=kv_heads, s=s, b=3)
+    labels = check(model, feed)
+    assert "scaled_dot_product_attention" in labels and "softmax" not in labels, labels
+
+
+def test_heads_repeated_as_a_tile_are_no_grouped_attention():
+    """KV head ``j % Hkv`` for query head ``j`` is not Llama's grouping: the
+    pattern leaves it, and the numbers are still the model's."""
+    model, feed = llama_attention("add", repeat="tile")
+    labels = check(model, feed)
+    assert "scaled_dot_product_attention" not in labels, labels
 
 
 @pytest.mark.parametrize("mask", ["none", "add", "add_bool", "add_const", "where", "where_not",

@@ -14,6 +14,11 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   ``is_causal``. The guard becomes ``where(is_nan(out), 0, out)``, left out
   when no mask can make a row all -inf (no mask, causal, a finite fill: then
   only NaN or inf in Q or K give NaN rows, which the guarded model zeroes).
+  Grouped-query attention (Llama: K and V of fewer heads, each repeated for
+  its group of query heads by ``Unsqueeze(2)`` (or a ``Reshape``), ``Expand``,
+  ``Reshape``) runs on the un-repeated K and V: the G query heads of a
+  key-value head are one head of G x Sq rows (a free reshape of Q), a mask
+  that varies by row is repeated for them, a causal one becomes a constant.
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
   ``Mul`` by ``x`` and by 0.5 in any order: ``gelu(x)``. The tanh
   approximation (GPT-2's ``gelu_new``): ``Pow(x, 3)`` (or ``x * x * x``),
@@ -70,7 +75,7 @@ _DROP = -1e9
 _ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
 _UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", *("Relu", "Sigmoid", "Tanh",
                                                                "HardSwish", "LeakyRelu", "Gelu")}
-_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape"}
+_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape", "Unsqueeze", "Expand"}
 #: ONNX activations the linear pattern takes into the GEMM's epilogue
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
                 "HardSwish": "hard_swish", "LeakyRelu": "leaky_relu", "Gelu": "gelu"}
@@ -332,6 +337,16 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         else:
             k, k_mode = k_top, "kt"
         q, v = q_top, v_name
+    # grouped-query attention: K and V of fewer heads, each repeated for a group of Q's
+    repeats = None
+    if k_mode == "bhsd":
+        k_repeat, v_repeat = _repeat_kv(g, k), _repeat_kv(g, v)
+        if k_repeat is not None and v_repeat is not None:
+            nodes = set(k_repeat[1]) | set(v_repeat[1])
+            if all(g.private(i, covered | nodes) for i in nodes):
+                covered |= nodes
+                repeats = [_repeat_plan(g, k_repeat), _repeat_plan(g, v_repeat)]
+                k, v = k_repeat[0], v_repeat[0]
     anchor = out_t if bshd else second
     for index in covered - {anchor}:
         if not g.private(index, covered):
@@ -340,8 +355,92 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
             "reshapes": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
                          for r in out_reshapes] if bshd else [],
             "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None),
-            "finite": _finite_masks(g, steps)}
+            "finite": _finite_masks(g, steps), "repeats": repeats}
     return Pattern("attention", covered, anchor, lambda cv, values: _attention(cv, values, plan))
+
+
+def _repeat_kv(g: _Graph, name: str) -> tuple[str, list[int]] | None:
+    """transformers' ``repeat_kv`` as exported: ``Reshape(Expand(Unsqueeze(kv,
+    2)))`` (or a Reshape for the Unsqueeze) writing ``name``: (kv, the three
+    nodes), each value read by the next only; its shapes are checked when the
+    pattern converts (:func:`_repeat_groups`)."""
+    reshape = g.node(name, "Reshape")
+    expanded = None if reshape is None else g.nodes[reshape].input[0]
+    expand = None if expanded is None else g.node(expanded, "Expand")
+    if expand is None or g.users(expanded) != [reshape] or expanded in g.outputs:
+        return None
+    inserted = g.nodes[expand].input[0]
+    unsqueeze = g.node(inserted, "Unsqueeze", "Reshape")
+    if unsqueeze is None or g.users(inserted) != [expand] or inserted in g.outputs:
+        return None
+    return g.nodes[unsqueeze].input[0], [unsqueeze, expand, reshape]
+
+
+def _repeat_plan(g: _Graph, repeat: tuple[str, list[int]]) -> dict:
+    """What :func:`_repeat_groups` needs of a matched repeat: its nodes' constant inputs."""
+    first, expand, reshape = repeat[1]
+    node = g.nodes[first]
+    return {"first": node.op_type, "first_input": node.input[1] if len(node.input) > 1 else None,
+            "axes": g.attr(first, "axes", None),
+            "allowzero": (bool(g.attr(first, "allowzero", 0)),
+                          bool(g.attr(reshape, "allowzero", 0))),
+            "shape": g.nodes[expand].input[1], "target": g.nodes[reshape].input[1]}
+
+
+def _repeat_groups(values, plan: dict, shape: tuple[int, ...]) -> int | None:
+    """How many times a repeat of :func:`_repeat_plan` repeats each head of a
+    ``(B, H, S, D)`` value of ``shape``: it must insert an axis after the
+    heads, expand it to G and merge it into them, giving ``(B, H * G, S,
+    D)``; else None."""
+    if len(shape) != 4:
+        return None
+    b, h, s, d = shape
+    if plan["first"] == "Unsqueeze":
+        given = values.get(plan["first_input"]) if plan["first_input"] else None
+        axes = [int(a) for a in given.array.reshape(-1)] if isinstance(given, Const) \
+            else plan["axes"]
+        if axes is None or [int(a) % 5 for a in axes] != [2]:
+            return None
+        inserted = (b, h, 1, s, d)
+    else:
+        target = values.get(plan["first_input"])
+        if not isinstance(target, Const):
+            return None
+        inserted = _reshaped(shape, target.array.reshape(-1), plan["allowzero"][0])
+        if inserted != (b, h, 1, s, d):
+            return None
+    expand, target = values.get(plan["shape"]), values.get(plan["target"])
+    if not isinstance(expand, Const) or not isinstance(target, Const):
+        return None
+    try:
+        expanded = tuple(int(n) for n in np.broadcast_shapes(
+            inserted, tuple(int(n) for n in expand.array.reshape(-1))))
+    except ValueError:
+        return None
+    if len(expanded) != 5 or expanded[:2] != (b, h) or expanded[3:] != (s, d):
+        return None
+    groups = expanded[2]
+    merged = _reshaped(expanded, target.array.reshape(-1), plan["allowzero"][1])
+    return groups if merged == (b, h * groups, s, d) else None
+
+
+def _grouped_mask(cv, mask: Operand, heads: int, groups: int, sq: int) -> Operand:
+    """A mask for the ``(B, H, Sq, Sk)`` scores as one for the grouped scores
+    ``(B, H / groups, groups * Sq, Sk)``: a per-row mask (of the heads or not)
+    repeats its rows for each head of a group."""
+    shape = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
+    if len(mask.shape) != 4:
+        mask = cv.op("reshape", mask, shape)
+    mb, mh, mq, mk = shape
+    if mq == 1 and mh == 1:
+        return mask                        # the same for every row and head
+    if mh == 1:                            # each of a group's heads reads the same rows
+        mask = cv.op("expand", cv.op("reshape", mask, (mb, 1, 1, sq, mk)),
+                     [mb, 1, groups, sq, mk])
+        return cv.op("reshape", mask, (mb, 1, groups * sq, mk))
+    if mq == 1:
+        mask = cv.op("expand", mask, [mb, heads, sq, mk])
+    return cv.op("reshape", mask, (mb, heads // groups, groups * sq, mk))
 
 
 def _finite_masks(g: _Graph, steps) -> dict[str, tuple[str, str]]:
@@ -708,6 +807,19 @@ def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
             if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
                 return None
             return tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1])
+        if node.op_type == "Expand" and isinstance(values.get(node.input[1]), Const):
+            return tuple(int(n) for n in np.broadcast_shapes(
+                tuple(shapes[0]), tuple(int(n) for n in values[node.input[1]].array.reshape(-1))))
+        if node.op_type == "Unsqueeze":
+            given = values.get(node.input[1]) if len(node.input) > 1 else None
+            axes = [int(a) for a in given.array.reshape(-1)] if isinstance(given, Const) else \
+                next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+            if axes is None:
+                return None
+            shape, rank = list(shapes[0]), len(shapes[0]) + len(axes)
+            for axis in sorted(a % rank for a in axes):
+                shape.insert(axis, 1)
+            return tuple(shape)
         if node.op_type == "Reshape" and isinstance(values.get(node.input[1]), Const):
             allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
             return _reshaped(tuple(shapes[0]), values[node.input[1]].array.reshape(-1),
@@ -817,6 +929,12 @@ def _attention(cv, values, plan) -> Operand | None:
     if not all(_float_tensor(t) for t in (q, k, v)):
         return None
     rank = len(q.shape)
+    groups = 1                        # query heads per key-value head
+    if plan["repeats"] is not None:
+        counts = {_repeat_groups(values, r, t.shape) for r, t in zip(plan["repeats"], (k, v))}
+        if len(counts) != 1 or None in counts or rank != 4 or q.shape[1] % min(counts):
+            return None
+        groups = counts.pop()
     if plan["bshd"]:
         if rank != 4 or len(k.shape) != 4 or len(v.shape) != 4:
             return None
@@ -833,7 +951,8 @@ def _attention(cv, values, plan) -> Operand | None:
         else:
             k_shape = k.shape
         lead = q.shape[:-2]
-        if k_shape[:-2] != lead or v.shape[:-2] != lead:
+        kv_lead = lead if groups == 1 else (lead[0], lead[1] // groups)
+        if k_shape[:-2] != kv_lead or v.shape[:-2] != kv_lead:
             return None                   # broadcast batch or heads: not one attention
         (sq, d), (sk, dk), (skv, _) = q.shape[-2:], k_shape[-2:], v.shape[-2:]
         b, h, bk, hk, bv, hv = 0, 0, 0, 0, 0, 0
@@ -865,8 +984,27 @@ def _attention(cv, values, plan) -> Operand | None:
     mask, causal, nan_free = masked
     if plan["k_mode"] == "kt":
         k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
+    if groups > 1:
+        # the G query heads of a key-value head (contiguous in Q) as one head of G * Sq
+        # rows: K and V are read once, not repeated; a per-row mask repeats its rows
+        heads = q.shape[1]
+        q = cv.op("reshape", q, (q.shape[0], heads // groups, groups * sq, d))
+        if mask is not None:
+            mask = _grouped_mask(cv, mask, heads, groups, sq)
+        if causal:                        # row r of the grouped head is query row r % Sq
+            keep = np.tile(np.tri(sq, sk, dtype=bool), (groups, 1)).reshape(1, 1, -1, sk)
+            if mask is None:
+                mask = cv.operand(Const(keep))
+            elif mask.dtype == np.uint8:
+                mask = cv.op("logical_and", mask, cv.operand(Const(keep)))
+            else:
+                mask = cv.op("add", mask, cv.float_operand(
+                    Const(np.where(keep, 0.0, -np.inf).astype(np.float32))))
+            causal = False
     out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
                 layout="bshd" if plan["bshd"] else "bhsd")
+    if groups > 1:
+        out = cv.op("reshape", out, (out.shape[0], out.shape[1] * groups, sq, out.shape[-1]))
     if plan["guard"] is not None and not nan_free:
         # the guard zeroes the probabilities of a NaN row (every score -inf): its
         # output is 0. Left out when the masks cannot make such a row: then only
