@@ -78,31 +78,20 @@ def context_facts(ctx: jitnn.Context) -> tuple:
             os.getpid())
 
 
-def infer_in_child(threads: int | None = None) -> dict:
-    """Run MODEL in this (child) process on a fresh context (``threads`` or
-    the default), with parallel readbacks: what it computed, the threads it
-    asked for, the warnings it gave."""
-    import jitnn.onnx
-    image, _ = model_case()
+def run_here() -> dict:
+    """In a child process: the small graph on the default context (in a
+    forked child, the parent's, whose readback threads stayed behind) read
+    with parallel readbacks, and on a new context; what each computed, the
+    new context's threads and why, and the warnings given."""
+    inputs = small_graph_inputs()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ctx = jitnn.Context(num_threads=threads)
-        model = jitnn.onnx.prepare(MODEL, ctx)
-        logits = run_model(model, image)
-        low, high = ctx.read_all([jitnn.relu(ctx.tensor(image)), jitnn.neg(ctx.tensor(image))])
-    return {"logits": logits, "threads": ctx.num_threads, "source": ctx.num_threads_source,
-            "readback": float(low.sum() + high.sum()),
-            "warnings": [str(w.message) for w in caught]}
-
-
-def infer_with_default_context() -> np.ndarray:
-    """MODEL on the default context (the one a forking parent made and ran)."""
-    import jitnn.onnx
-    image, _ = model_case()
-    ctx = jitnn.default_context()
-    model = jitnn.onnx.prepare(MODEL, ctx)
-    outs = model.dispatch({"input": image})
-    # two outputs read at once: the parent's readback threads did not come along
-    logits, again = ctx.read_all([outs["logits"], jitnn.add(outs["logits"], 0.0)])
-    assert np.array_equal(logits, again)
-    return logits
+        ctx = jitnn.default_context()
+        graph = small_graph(ctx)
+        outs = ctx.dispatch(graph, inputs)
+        names = sorted(outs)
+        default = dict(zip(names, ctx.read_all([outs[name] for name in names])))
+        fresh = jitnn.Context()
+        new = run_graph(small_graph(fresh), inputs)
+    return {"default": default, "new": new, "threads": fresh.num_threads,
+            "source": fresh.num_threads_source, "warnings": [str(w.message) for w in caught]}
