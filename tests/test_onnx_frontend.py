@@ -155,11 +155,12 @@ def test_run_and_opset_7():
 
 
 def test_unknown_op_names_op_node_and_opset():
-    node = helper.make_node("Einsum", ["x"], ["y"], name="the_einsum", equation="i->i")
+    node = helper.make_node("Det", ["x"], ["y"], name="the_det")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        "x", TensorProto.FLOAT, [2, 2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    with pytest.raises(jitnn.onnx.UnsupportedError, match=r"Einsum \(node 'the_einsum', opset 13\)"):
+    with pytest.raises(jitnn.onnx.UnsupportedError, match=r"Det \(node 'the_det', opset 13\): "
+                       r"the op Det is not supported"):
         jitnn.onnx.load(model)
 
 

@@ -30,7 +30,7 @@ from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, ji
                       onnx_dtype, refused_dtype)
 from . import _convert, _convert_einsum, _convert_math, _convert_resize, _patterns
 from ._fold import FOLD, SHAPE_ONLY
-from ._validate import ordered_nodes
+from ._validate import check_input_count, ordered_nodes
 
 #: ONNX op type -> handler(converter, inputs, attrs[, outputs]) for run-time tensors
 OPS = {**_convert.OPS, **_convert_math.OPS, **_convert_resize.OPS, **_convert_einsum.OPS}
@@ -346,6 +346,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
             raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
                                    f"domain {node.domain!r}) is not supported by jitnn: only "
                                    "the default ONNX domain is")
+        check_input_count(cv, node)
         attrs = _Attributes(cv, {a.name: _attribute(onnx, a) for a in node.attribute})
         # every name is defined: ordered_nodes checked, and ordered the writers first
         inputs = [values[name] if name else None for name in node.input]
@@ -358,8 +359,10 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
             arrays = [None if v is None else (v.array if isinstance(v, Const) else
                                                np.empty(v.shape, np.float32)) for v in inputs]
             try:
-                results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
-                                                                       outputs_wanted)]
+                # ONNX's values (log(0) = -inf, NaN cast to int...), without numpy's warnings
+                with np.errstate(all="ignore"):
+                    results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
+                                                                           outputs_wanted)]
             except (JitnnError, ImportError):
                 raise
             except (ValueError, TypeError, IndexError) as error:

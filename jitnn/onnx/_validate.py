@@ -101,3 +101,25 @@ def check_kernel_shape(cv: Converter, attrs: dict, w) -> None:
     if tuple(kernel) != spatial:
         raise cv.invalid(f"kernel_shape {kernel} does not match the weights' spatial dims "
                          f"{spatial}")
+
+
+_SCHEMAS: dict = {}
+
+
+def check_input_count(cv: Converter, node) -> None:
+    """A node with fewer inputs than its op requires (by ONNX's schema of the
+    model's opset) is a broken model: refused naming the node, not left to
+    fail inside a handler."""
+    key = (node.op_type, cv.opset)
+    if key not in _SCHEMAS:
+        from onnx import defs
+        try:
+            _SCHEMAS[key] = defs.get_schema(node.op_type, cv.opset, "").min_input
+        except defs.SchemaError:
+            _SCHEMAS[key] = 0               # an op ONNX does not know: the handlers decide
+    required = _SCHEMAS[key]
+    present = len(node.input)
+    if present < required or any(not name for name in list(node.input)[:required]):
+        given = sum(1 for name in node.input if name)
+        raise cv.invalid(f"{node.op_type} needs at least {required} input(s), got {given}")
+

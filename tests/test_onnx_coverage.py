@@ -1,0 +1,87 @@
+"""What the ONNX frontend refuses and the smaller forms it takes, in models
+built with onnx.helper: 3-D (video) convolutions and pools refused by name
+and rank, nodes with missing inputs refused as broken models, constant
+folding without numpy's warnings."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
+
+from onnx import TensorProto, helper, numpy_helper
+
+import jitnn
+import jitnn.onnx
+
+
+def one_node(op: str, inputs: dict, initializers: dict | None = None, opset: int = 17,
+             **attrs):
+    """A model of one node ``op`` named ``the_node`` reading the graph inputs
+    ``{name: shape}`` and the initializers ``{name: array}`` (in that order),
+    writing ``y``."""
+    initializers = initializers or {}
+    node = helper.make_node(op, list(inputs) + list(initializers), ["y"], name="the_node",
+                            **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s))
+                      for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("op, initializers, attrs, kind", [
+    ("Conv", {"w": np.ones((4, 3, 3, 3, 3), np.float32)}, {}, "convolution"),
+    ("ConvTranspose", {"w": np.ones((3, 4, 3, 3, 3), np.float32)}, {}, "convolution"),
+    ("MaxPool", {}, {"kernel_shape": [2, 2, 2]}, "pooling"),
+    ("AveragePool", {}, {"kernel_shape": [2, 2, 2]}, "pooling"),
+    ("GlobalAveragePool", {}, {}, "pooling"),
+])
+def test_3d_convolution_and_pooling_are_refused_by_name(op, initializers, attrs, kind):
+    model = one_node(op, {"x": (1, 3, 4, 8, 8)}, initializers, **attrs)
+    with pytest.raises(jitnn.onnx.UnsupportedError,
+                       match=rf"{op} \(node 'the_node', opset 17\): 3-D {kind} \(a rank-5 input "
+                             r"of shape \(1, 3, 4, 8, 8\)\) is not supported"):
+        jitnn.onnx.prepare(model)
+
+
+def test_a_rank_2_convolution_input_is_a_broken_model():
+    model = one_node("Conv", {"x": (3, 8)}, {"w": np.ones((4, 3, 3), np.float32)})
+    with pytest.raises(jitnn.JitnnValueError, match=r"node 'the_node' \(Conv\): a rank-2 input "
+                       r"of shape \(3, 8\): Conv needs \(N, C, L\) or \(N, C, H, W\)"):
+        jitnn.onnx.prepare(model)
+
+
+def test_missing_required_inputs_are_a_broken_model():
+    """BatchNormalization with its input alone, a Gemm with one operand, a
+    required input left empty: refused naming the node, before any handler."""
+    for model in (one_node("BatchNormalization", {"x": (1, 3, 4, 4)}),
+                  one_node("Gemm", {"a": (2, 3)})):
+        with pytest.raises(jitnn.JitnnValueError, match=r"node 'the_node' \(\w+\): \w+ needs "
+                           r"at least \d input\(s\), got 1"):
+            jitnn.onnx.prepare(model)
+    model = one_node("MatMul", {"a": (2, 3)})
+    model.graph.node[0].input.insert(0, "")
+    with pytest.raises(jitnn.JitnnValueError, match=r"MatMul needs at least 2 input\(s\), got 1"):
+        jitnn.onnx.prepare(model)
+
+
+def test_folding_gives_onnx_values_without_numpy_warnings():
+    """Log(0) of constants folds to -inf (T5's relative position buckets take
+    the log of a distance of 0) without a RuntimeWarning."""
+    node = helper.make_node("Log", ["zero"], ["log"])
+    add = helper.make_node("Add", ["x", "log"], ["y"])
+    graph = helper.make_graph(
+        [node, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        converted = jitnn.onnx.prepare(model)
+    got = converted.run({"x": np.ones(2, np.float32)})["y"]
+    np.testing.assert_array_equal(got, [-np.inf, 1.0])
