@@ -7,14 +7,19 @@ Each leaves a line in ``plan.log`` (``jitnn.explain`` prints them):
    holds them, an op outside this flush reads them, or they are being read);
 2. :func:`fold_batch_norms` - an anchor (conv2d) folds the op after it into
    its weights (a batch normalization into the filter and bias);
-3. :func:`fuse_epilogues` - an anchor absorbs the ops after it into its
+3. :func:`fuse_swish` - ``x * sigmoid(x)`` after an anchor becomes its
+   SiLU epilogue;
+4. :func:`fuse_epilogues` - an anchor absorbs the ops after it into its
    kernel's epilogue (conv2d: a residual add, then an activation; matmul: a
    bias or residual add, then an activation);
-4. :func:`fuse_eltwise_chains` - chains of single-consumer elementwise ops
+5. :func:`fuse_patterns` - multi-op patterns a node kind recognizes run as
+   one node (a squeeze-and-excitation block: pool, two 1x1 convs, gate,
+   channel multiply);
+6. :func:`fuse_eltwise_chains` - chains of single-consumer elementwise ops
    become one pass over memory;
-5. :func:`insert_reorders` - a plain input of a blocked kernel gets one
+7. :func:`insert_reorders` - a plain input of a blocked kernel gets one
    reorder, shared by every op of the plan that reads it;
-6. :func:`plan_buffers` - intermediates get buffers, reusing those of dead
+8. :func:`plan_buffers` - intermediates get buffers, reusing those of dead
    intermediates (in place where the kernel allows), and the plan's peak memory.
 
 The passes know node *roles* from the op registry (jitnn/registry.py), not op
@@ -164,6 +169,101 @@ def fold_batch_norms(plan: Plan) -> Plan:
     return plan
 
 
+def fuse_swish(plan: Plan) -> Plan:
+    """``x * sigmoid(x)`` (SiLU, or swish, as exporters write it: a gate op and a
+    product both reading ``x``) after an anchor becomes the anchor's epilogue
+    activation: one launch instead of the anchor and a pass that reads its
+    output twice. The gate's kind says what ``x * gate(x)`` is as one op
+    (``self_gated``), the anchor's ``absorb`` rule whether it takes it; only
+    where nobody else reads ``x`` or the gate."""
+    producer = {id(s.value): s for s in plan.steps if s.kind == "op"}
+    fused = 0
+    for gate in list(plan.steps):
+        rule = kind_of(gate.node).self_gated if gate.kind == "op" else None
+        if rule is None or gate.removed or len(gate.node.inputs) != 1:
+            continue
+        x = gate.node.inputs[0]
+        anchor = producer.get(id(x))
+        product = _fusible(plan, gate.value)
+        if anchor is None or anchor.removed or product is None or id(x) in plan.kept \
+                or kind_of(anchor.node).absorb is None:
+            continue
+        readers = plan.readers.get(id(x), ())
+        if len(readers) != 2 or {id(r) for r in readers} != {id(gate), id(product)}:
+            continue
+        gated = rule(gate.node, product.node, x)
+        node = None if gated is None else \
+            kind_of(anchor.node).absorb(anchor.node, gated, x, product.value)
+        if node is None:
+            continue
+        node = node.replace(fused=node.fused[:-1] + (gate.node.label, product.node.op))
+        gate.removed = anchor.removed = True
+        product.node, product.label, product.flops = node, node.label, node.flops
+        plan.readers.pop(id(x), None)
+        plan.readers.pop(id(gate.value), None)
+        for source in anchor.node.inputs:
+            plan.readers[id(source)] = [product if r is anchor else r
+                                        for r in plan.readers.get(id(source), [])]
+        fused += 2
+    _drop_removed(plan)
+    plan.fused_ops += fused
+    plan.log.append(f"fuse_swish: {fused // 2} x * gate(x) fused into an epilogue (SiLU)")
+    return plan
+
+
+class PlanQueries:
+    """What a node kind's ``pattern`` rule may ask of the plan: which node
+    makes a value (pending in this plan), and the one node that may fuse a
+    value away (its only reader, the value not kept)."""
+
+    def __init__(self, plan: Plan):
+        self._plan = plan
+        self._steps = [s for s in plan.steps if s.kind == "op" and not s.removed]
+        self._by_value = {id(s.value): s for s in self._steps}
+        self._by_node = {id(s.node): s for s in self._steps}
+
+    def producer(self, value: Value) -> Node | None:
+        step = self._by_value.get(id(value))
+        return None if step is None else step.node
+
+    def only_reader(self, value: Value) -> Node | None:
+        step = _fusible(self._plan, value)
+        return None if step is None else step.node
+
+    def value_of(self, node: Node) -> Value:
+        return self._by_node[id(node)].value
+
+    def step_of(self, value: Value) -> Step:
+        return self._by_value[id(value)]
+
+
+def fuse_patterns(plan: Plan) -> Plan:
+    """Patterns of several ops that a node kind recognizes from one of its
+    nodes (``NodeKind.pattern``: a squeeze-and-excitation block from its
+    excite conv) run as one node; the ops it replaces leave the plan."""
+    fused = 0
+    for step in list(plan.steps):
+        rule = kind_of(step.node).pattern if step.kind == "op" else None
+        if rule is None or step.removed:
+            continue
+        queries = PlanQueries(plan)
+        found = rule(step.node, step.value, queries)
+        if found is None:
+            continue
+        end, node, replaced = found
+        target = queries.step_of(end)
+        for value in replaced:
+            queries.step_of(value).removed = True
+        target.node, target.label, target.flops = node, node.label, node.flops
+        fused += len(replaced)
+        _drop_removed(plan)
+        _index_readers(plan)
+    plan.fused_ops += fused
+    plan.log.append(f"fuse_patterns: {fused} op(s) fused into multi-op patterns "
+                    f"(squeeze-and-excitation)")
+    return plan
+
+
 def fuse_epilogues(plan: Plan) -> Plan:
     """An anchor absorbs the single reader of its value into its kernel's
     epilogue where its kind's ``absorb`` rule allows, again and again
@@ -306,5 +406,7 @@ def inplace_inputs(v: Value, node: Node) -> list[Value]:
 
 #: the passes in order; only ``insert_reorders`` and ``plan_buffers`` run
 #: under the "eager" and "plain" policies (no fusion)
-PASSES = (fold_batch_norms, fuse_epilogues, fuse_eltwise_chains, insert_reorders, plan_buffers)
-FUSING_PASSES = (fold_batch_norms, fuse_epilogues, fuse_eltwise_chains)
+PASSES = (fold_batch_norms, fuse_swish, fuse_epilogues, fuse_patterns, fuse_eltwise_chains,
+          insert_reorders, plan_buffers)
+FUSING_PASSES = (fold_batch_norms, fuse_swish, fuse_epilogues, fuse_patterns,
+                 fuse_eltwise_chains)

@@ -59,6 +59,17 @@ class NodeKind:
     #: elementwise: ``(node, consumer, value, consumer's value) -> node`` doing
     #: both in one pass, or None
     merge: Optional[Callable[["Node", "Node", "Value", "Value"], Optional["Node"]]] = None
+    #: elementwise: ``(gate, product, x) -> node``: when ``gate`` reads only ``x``
+    #: and ``product`` is ``x * gate(x)``, one node doing both on ``x`` (SiLU:
+    #: ``x * sigmoid(x)``) that an anchor may absorb, else None
+    self_gated: Optional[Callable[["Node", "Node", "Value"], Optional["Node"]]] = None
+    #: ``(node, value, plan) -> (end, node, replaced) or None``: a pattern of
+    #: several ops around this node run as one ``node`` computing the value
+    #: ``end`` (the pattern's last); the ops making the values ``replaced`` leave
+    #: the plan. ``plan`` answers who makes and who reads a value
+    #: (:class:`jitnn.passes.PlanQueries`). A squeeze-and-excitation block, found
+    #: from its excite conv.
+    pattern: Optional[Callable] = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -55,6 +55,8 @@ def apply_activation(x, activation, param0: float = 0.0, param1: float = 0.0) ->
     its code, with the kernels' two parameters) as the op's reference: ``none``
     the identity, ``clamp`` min(max(x, param0), param1), ``leaky_relu`` alpha
     ``param0``; in float64."""
+    if activation in (epilogue.SILU, epilogue.HARD_SIGMOID):     # fusion targets, not ops
+        return epilogue.activation_reference(x, activation, param0, param1)
     name = _ACTIVATION_NAMES.get(activation, activation)
     if name == "none":
         return np.asarray(x, np.float64)

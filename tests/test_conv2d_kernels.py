@@ -18,8 +18,8 @@ import pytest
 from jitnn.kernels import _config, conv2d as K
 from jitnn.kernels.conv2d import conv1x1, depthwise, direct, plan as conv_plan, winograd
 from jitnn.kernels import layout
-from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU, SIGMOID,
-                                    TANH)
+from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SIGMOID, HARD_SWISH, LEAKY_RELU, NONE, RELU,
+                                    SIGMOID, SILU, TANH)
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.helpers import apply_activation, random, reference
 
@@ -30,7 +30,8 @@ WINOGRAD_ERROR = 40
 ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.75),
                (CLAMP, 0.25, 6.0),  # min > 0: padding lanes must still be 0
                (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
-               (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
+               (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0), (SILU, 0.0, 0.0),
+               (HARD_SIGMOID, 0.2, 0.5)]  # hard_sigmoid(0) = 0.5: padding lanes
 
 
 def _to_blocked(x, block):

@@ -635,3 +635,75 @@ def test_matmul_reads_a_conv_output_whatever_the_policy(policy):
     out = np.empty((2, 9, 5, 3), np.float32)
     ctx.compute(graph, {"x": x_np}, {"y": out})
     _close(out, conv @ b_np, atol=1e-3)
+
+
+# --- SiLU and hard-sigmoid gates in the anchor's epilogue --------------------------------
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("channels,out_channels,size,kernel", [
+    (3, 7, 9, 3),            # first layer (plain input), a partial output block
+    (9, 17, 11, 1),          # 1x1, partial blocks
+    (16, 16, 13, 3),         # depthwise below
+])
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_conv_then_x_times_sigmoid_x_is_one_launch(channels, out_channels, size, kernel,
+                                                   gate_first):
+    ctx = jitnn.Context()
+    x_np = random((2, channels, size, size), 90)
+    groups = channels if channels == out_channels else 1
+    w_np = random((out_channels, channels // groups, kernel, kernel), 91, 0.3)
+    b_np = random((out_channels,), 92)
+    y = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w_np), b_np, padding=kernel // 2,
+                     groups=groups)
+    s = jitnn.sigmoid(y)
+    z = jitnn.mul(s, y) if gate_first else jitnn.mul(y, s)
+    del y, s
+    assert "conv2d + sigmoid + mul" in jitnn.explain(z)
+    with assert_schedule(ctx, kernels=1, fused=2):
+        got = z.numpy()
+    want = conv2d_reference(x_np.astype(np.float64), w_np, b_np, padding=kernel // 2,
+                            groups=groups)
+    _close(got, _silu(want), atol=1e-4)
+
+
+def test_x_times_sigmoid_x_stays_apart_when_x_is_read_elsewhere():
+    ctx = jitnn.Context()
+    x_np, w_np = random((1, 8, 7, 7), 93), random((8, 8, 3, 3), 94, 0.3)
+    y = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w_np), padding=1)
+    z = jitnn.add(jitnn.mul(y, jitnn.sigmoid(y)), y)     # y read a third time
+    del y
+    want = conv2d_reference(x_np.astype(np.float64), w_np, padding=1)
+    _close(z.numpy(), _silu(want) + want, atol=1e-4)
+    assert "sigmoid + mul" not in jitnn.explain(z).split("conv2d", 1)[1].splitlines()[0]
+    # a sigmoid of one value times another is no SiLU
+    y = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w_np), padding=1)
+    other = ctx.tensor(random((1, 8, 7, 7), 95))
+    u = jitnn.mul(jitnn.sigmoid(y), other)
+    del y
+    _close(u.numpy(), 1 / (1 + np.exp(-want)) * np.asarray(other), atol=1e-4)
+
+
+def test_conv_then_hard_sigmoid_is_one_launch():
+    ctx = jitnn.Context()
+    x_np, w_np = random((2, 7, 5, 5), 96), random((9, 7, 1, 1), 97, 0.5)
+    z = jitnn.hard_sigmoid(jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w_np)), alpha=0.3, beta=0.4)
+    assert "conv2d + hard_sigmoid" in jitnn.explain(z)
+    with assert_schedule(ctx, kernels=1, fused=1):
+        got = z.numpy()
+    want = conv2d_reference(x_np.astype(np.float64), w_np)
+    _close(got, np.clip(0.3 * want + 0.4, 0, 1), atol=1e-5)
+
+
+def test_matmul_then_x_times_sigmoid_x_is_one_gemm():
+    ctx = jitnn.Context()
+    a_np, w_np = random((9, 33), 98), random((33, 17), 99, 0.3)
+    y = jitnn.matmul(a_np, ctx.tensor(w_np))
+    z = jitnn.mul(y, jitnn.sigmoid(y))
+    del y
+    assert "matmul + sigmoid + mul" in jitnn.explain(z)
+    with assert_schedule(ctx, kernels=1, fused=2):
+        got = z.numpy()
+    _close(got, _silu(a_np.astype(np.float64) @ w_np), atol=1e-5)

@@ -23,11 +23,13 @@ from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
+from ..kernels import vmath
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import Token
 from ..tensor import Node, Tensor, Value
 from ._common import (Binding, as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
                       padding4, parse_activation, pending, plain_buffer, value_of)
+from . import squeeze_excite
 from .eltwise import batch_norm_scale_shift
 
 
@@ -481,7 +483,10 @@ def _fold(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
 
 def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     """conv2d -> add(same-shape tensor) -> activation as one launch (``act(conv
-    + bias + residual)``), in that order only."""
+    + bias + residual)``), in that order only. The activation may be an
+    ``activation`` step or ``hard_sigmoid`` (a ``math`` step); SiLU, written
+    ``x * sigmoid(x)``, comes as an activation step from the scheduler's
+    ``fuse_swish`` pass."""
     if consumer.kind != "eltwise" or len(consumer.attrs["steps"]) != 1:
         return None
     kind, *args = consumer.attrs["steps"][0]
@@ -496,6 +501,10 @@ def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     inputs = node.inputs
     if kind == "activation" and attrs["activation"][0] == epilogue.NONE:
         attrs["activation"] = tuple(args)
+    elif (kind == "math" and args[0] == vmath.MATH_OPS["hard_sigmoid"]
+          and attrs["activation"][0] == epilogue.NONE):
+        # a squeeze-and-excitation gate: min(max(alpha x + beta, 0), 1)
+        attrs["activation"] = (epilogue.HARD_SIGMOID, args[1], args[2])
     elif (residual is not None and attrs["residual"] is None
           and attrs["activation"][0] == epilogue.NONE
           and residual._shape == v._shape and residual._axes == v._axes
@@ -512,7 +521,7 @@ def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
 
 register_kind(NodeKind("conv2d", role="anchor", writes_into_buffer=True,
                        kernel_layouts=_kernel_layouts, inplace_inputs=_inplace_inputs,
-                       fold=_fold, absorb=_absorb))
+                       fold=_fold, absorb=_absorb, pattern=squeeze_excite.match))
 
 register_op(OpDef(
     "conv2d", conv2d, conv2d_reference, webnn="conv2d", onnx=("Conv",), kinds=("conv2d",),

@@ -590,9 +590,27 @@ def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
                         flops=node.flops + consumer.flops, **changes)
 
 
+def _self_gated(gate: Node, product: Node, x: Value) -> Node | None:
+    """``x * sigmoid(x)`` (a sigmoid of ``x`` and a mul of ``x`` by it, either
+    order, both of this kind) as one SiLU step on ``x``, for an anchor's
+    epilogue to take (the scheduler's ``fuse_swish``)."""
+    steps, product_steps = gate.attrs.get("steps"), product.attrs.get("steps")
+    if (product.kind != gate.kind or not steps or len(steps) != 1 or not product_steps
+            or len(product_steps) != 1 or gate.inputs != (x,) or len(product.inputs) != 2
+            or steps[0][:2] != ("activation", epilogue.SIGMOID)
+            or product_steps[0][:2] != ("binary", "mul")):
+        return None
+    a, b = product.inputs
+    if not ((a is x and b is not x) or (b is x and a is not x)):
+        return None
+    return gate.replace(op="silu", attrs={**gate.attrs,
+                                          "steps": [("activation", epilogue.SILU, 0.0, 0.0)]})
+
+
 for _kind in ("eltwise", "eltwise_plain"):
     register_kind(NodeKind(_kind, role="elementwise", writes_into_buffer=True,
-                           inplace_inputs=_inplace_inputs, merge=_merge))
+                           inplace_inputs=_inplace_inputs, merge=_merge,
+                           self_gated=_self_gated))
 
 _BINARY = {"add": ("add", "Add"), "sub": ("sub", "Sub"), "mul": ("mul", "Mul"),
            "div": ("div", "Div"), "maximum": ("max", "Max"), "minimum": ("min", "Min")}

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._config import AVX512_TUNED
 from ..buffers import aligned_empty
-from ..epilogue import CLAMP, GELU, NONE, RELU
+from ..epilogue import CLAMP, LAST_ACTIVATION, NONE, RELU
 from . import winograd
 from .conv1x1 import conv1x1_driver
 from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver
@@ -111,7 +111,7 @@ def _epilogue_args(activation, param0, param1):
     (:class:`.geometry.Epilogue` without ``has_res``): relu and clamp become
     a min/max on the accumulators, the other activations run after the store."""
     act = int(activation)
-    if not 0 <= act <= GELU:
+    if not 0 <= act <= LAST_ACTIVATION:
         raise ValueError(f"conv2d: unknown activation code {activation}")
     p0, p1 = np.float32(param0), np.float32(param1)
     if act == RELU:

@@ -84,7 +84,7 @@ and their tasks.
 import numba
 import numpy as np
 
-from ..epilogue import ACTIVATIONS, GELU, NONE
+from ..epilogue import ACTIVATIONS, LAST_ACTIVATION, NONE
 from .blocking import KC, MC, MR, NC, NR, VEC
 from .drivers import gemm_parallel, gemm_serial, matmul_small
 from .packing import pack_b_parallel, pack_b_serial
@@ -216,7 +216,7 @@ def _activation(op, activation):
             _fail(op, f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
         return ACTIVATIONS[activation]
     code = int(activation)
-    if not NONE <= code <= GELU:
+    if not NONE <= code <= LAST_ACTIVATION:
         _fail(op, f"unknown activation code {code}")
     return code
 

@@ -1,0 +1,139 @@
+"""Squeeze-and-excitation blocks: found in a plan and run as one launch
+(jitnn/ops/squeeze_excite.py, kernels/squeeze_excite.py)."""
+
+import numpy as np
+import pytest
+
+import jitnn
+from jitnn import layouts
+from jitnn.kernels import epilogue
+from jitnn.kernels.squeeze_excite import squeeze_excite
+from jitnn.ops.conv2d import conv2d_reference
+from tests.helpers import assert_schedule, random
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gate_reference(x, w1, b1, w2, b2, inner, gate):
+    """The block's gate in float64: mean, 1x1 conv + inner, 1x1 conv + gate."""
+    pooled = x.astype(np.float64).mean((2, 3), keepdims=True)
+    return gate(conv2d_reference(inner(conv2d_reference(pooled, w1, b1)), w2, b2))
+
+
+def _reference(x, *weights_and_activations):
+    return x * _gate_reference(x, *weights_and_activations)
+
+
+INNER = {"relu": (jitnn.relu, lambda h: np.maximum(h, 0)),
+         "silu": (lambda h: jitnn.mul(h, jitnn.sigmoid(h)), lambda h: h * _sigmoid(h))}
+GATE = {"sigmoid": (jitnn.sigmoid, _sigmoid),
+        "hard_sigmoid": (jitnn.hard_sigmoid, lambda g: np.clip(g / 6 + 0.5, 0, 1))}
+
+
+@pytest.mark.parametrize("batch,channels,reduced,size", [
+    (1, 7, 3, 5), (2, 17, 5, 9), (2, 24, 8, 1), (1, 64, 16, 7)])
+@pytest.mark.parametrize("inner", INNER)
+@pytest.mark.parametrize("gate", GATE)
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_a_squeeze_excitation_block_is_one_launch(batch, channels, reduced, size, inner, gate,
+                                                  gate_first):
+    ctx = jitnn.Context()
+    x_np = random((batch, 5, size, size), 1)
+    w0 = random((channels, 5, 3, 3), 2, 0.3)
+    w1, b1 = random((reduced, channels, 1, 1), 3, 0.5), random((reduced,), 4)
+    w2, b2 = random((channels, reduced, 1, 1), 5, 0.5), random((channels,), 6)
+    alpha = 1 / 6 if gate == "hard_sigmoid" else None
+    x = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w0), padding=1)
+    hidden = INNER[inner][0](jitnn.conv2d(jitnn.global_average_pool2d(x), ctx.tensor(w1),
+                                          ctx.tensor(b1)))
+    excite = jitnn.conv2d(hidden, ctx.tensor(w2), ctx.tensor(b2))
+    g = GATE[gate][0](excite, alpha, 0.5) if alpha else GATE[gate][0](excite)
+    y = jitnn.mul(g, x) if gate_first else jitnn.mul(x, g)
+    del x, hidden, excite, g
+    assert "squeeze_excite" in jitnn.explain(y)
+    with assert_schedule(ctx, kernels=2):           # the first conv, then the block
+        got = y.numpy()
+    x_ref = conv2d_reference(x_np.astype(np.float64), w0, padding=1)
+    want = _reference(x_ref, w1, b1, w2, b2, INNER[inner][1], GATE[gate][1])
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+
+
+def test_the_block_stays_apart_where_its_inner_values_are_read():
+    ctx = jitnn.Context()
+    x_np = random((1, 9, 5, 5), 7)
+    w0, w1, w2 = random((9, 9, 1, 1), 8), random((4, 9, 1, 1), 9), random((9, 4, 1, 1), 10)
+    x_ref = np.maximum(conv2d_reference(x_np.astype(np.float64), w0), 0)
+    gate_ref = _gate_reference(x_ref, w1, None, w2, None, lambda h: np.maximum(h, 0), _sigmoid)
+    want = _reference(x_ref, w1, None, w2, None, lambda h: np.maximum(h, 0), _sigmoid)
+
+    def block(pooled_of=jitnn.global_average_pool2d):
+        x = jitnn.relu(jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w0)))
+        pooled = pooled_of(x)
+        gate = jitnn.sigmoid(jitnn.conv2d(jitnn.relu(jitnn.conv2d(pooled, ctx.tensor(w1))),
+                                          ctx.tensor(w2)))
+        return x, pooled, gate
+
+    x, pooled, gate = block()
+    y = jitnn.mul(x, gate)
+    del x, gate                                         # pooled is held: no fusion
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-4, atol=2e-5)
+    assert "squeeze_excite" not in jitnn.explain(y)
+    np.testing.assert_allclose(pooled.numpy(), x_ref.mean((2, 3), keepdims=True), rtol=1e-5)
+    # a gate multiplying another tensor is no squeeze-and-excitation
+    other = random((1, 9, 5, 5), 11)
+    x, pooled, gate = block()
+    z = jitnn.mul(ctx.tensor(other), gate)
+    del x, pooled, gate
+    np.testing.assert_allclose(z.numpy(), gate_ref * other, rtol=2e-4, atol=2e-5)
+    assert "squeeze_excite" not in jitnn.explain(z)
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_kernel_matches_numpy(block, in_place):
+    n, c, r, h, w = 2, 11, 3, 3, 5
+    x = random((n, c, h, w), 13)
+    w1, b1 = random((r, c), 14), random((r,), 15)
+    w2, b2 = random((c, r), 16), random((c,), 17)
+    lanes = layouts.padded_channels(c, block)
+    excite = np.zeros((r, lanes), np.float32)
+    excite[:, :c] = w2.T
+    bias2 = np.zeros(lanes, np.float32)
+    bias2[:c] = b2
+    xb = layouts.reference_nchw_to_blocked(x, block)
+    out = xb if in_place else np.full_like(xb, np.nan)
+    squeeze_excite(xb, np.ascontiguousarray(w1.T), b1, (epilogue.LEAKY_RELU, 0.1, 0.0), excite,
+                   bias2, (epilogue.HARD_SIGMOID, 0.2, 0.5), c, out)
+    mean = x.astype(np.float64).mean((2, 3))
+    hidden = mean @ w1.T + b1
+    hidden = np.where(hidden >= 0, hidden, 0.1 * hidden)
+    gate = np.clip(0.2 * (hidden @ w2.T + b2) + 0.5, 0, 1)
+    full = out.transpose(0, 1, 4, 2, 3).reshape(n, lanes, h, w)
+    np.testing.assert_allclose(full[:, :c], x * gate[:, :, None, None], rtol=1e-5, atol=1e-6)
+    assert np.all(full[:, c:] == 0), "padding lanes are not zero"
+
+
+def test_kernel_refuses_bad_buffers():
+    xb = np.zeros((1, 2, 3, 3, 8), np.float32)
+    good = dict(squeeze=np.zeros((9, 2), np.float32), b1=np.zeros(2, np.float32),
+                excite=np.zeros((2, 16), np.float32), b2=np.zeros(16, np.float32))
+
+    def call(**changes):
+        a = {**good, **changes}
+        squeeze_excite(changes.get("x", xb), a["squeeze"], a["b1"], (0, 0, 0), a["excite"],
+                       a["b2"], (0, 0, 0), changes.get("channels", 9),
+                       changes.get("out", np.zeros_like(xb)))
+    call()
+    for changes, message in ((dict(channels=17), "channels"), (dict(channels=8), "channels"),
+                             (dict(squeeze=np.zeros((9, 3), np.float32)), "squeeze"),
+                             (dict(b2=np.zeros(9, np.float32)), "b2"),
+                             (dict(out=xb[:, :, :2]), "out"),
+                             (dict(x=xb.astype(np.float64)), "x must")):
+        with pytest.raises(ValueError, match=message):
+            call(**changes)
+    shifted = np.zeros(xb.size + 8, np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        squeeze_excite(shifted[:-8].reshape(xb.shape), good["squeeze"], good["b1"], (0, 0, 0),
+                       good["excite"], good["b2"], (0, 0, 0), 9, shifted[8:].reshape(xb.shape))
