@@ -51,6 +51,8 @@ def info(_args: argparse.Namespace) -> int:
         ("CPU", f"{_cpu_model_name()} ({llvm.get_host_cpu_name()}), "
                 f"{os.cpu_count()} logical cores"),
         ("SIMD", _simd_level(features)),
+        ("target", f"{_config.TARGET_CPU} with {_config.TARGET_SIMD}: what numba compiles "
+                   "for (NUMBA_CPU_NAME=generic: the architecture's baseline)"),
         ("block", f"{ctx.block} float32 channels (layout nChw{ctx.block}c)"),
         ("threads", f"{ctx.num_threads} ({ctx.num_threads_source}); numba's thread pool: "
                     f"{numba.config.NUMBA_NUM_THREADS}"),

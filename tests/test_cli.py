@@ -9,7 +9,7 @@ from jitnn import cli
 def test_info_prints_every_fact(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
-    for label in ("CPU", "SIMD", "block", "threads", "threading layer", "numba",
+    for label in ("CPU", "SIMD", "target", "block", "threads", "threading layer", "numba",
                   "LLVM", "kernel cache", "cache size"):
         assert label in out, label
 
