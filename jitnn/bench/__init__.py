@@ -1,4 +1,4 @@
-"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,ops,model,all}``.
+"""Benchmark suites shipped with jitnn: ``jitnn bench {reorder,conv2d,matmul,blocks,chain,ops,model,torch,all}``.
 
 Each suite measures jitnn against its peers (PyTorch, ONNX Runtime, OpenVINO,
 numpy; those not installed are skipped with a line saying so) in the same run, and
@@ -63,6 +63,7 @@ SUITES: dict[str, str] = {
     "chain": "jitnn.bench.chain",
     "ops": "jitnn.bench.ops",
     "model": "jitnn.bench.model",
+    "torch": "jitnn.bench.torch_compile",
 }
 
 

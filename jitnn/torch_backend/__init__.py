@@ -66,9 +66,13 @@ class CompiledGraph:
         self.options = options
         self.ctx = context_for(options)
         self._built: OrderedDict[tuple, tuple[Built, list]] = OrderedDict()
+        #: the latest build: its module and its report of what runs where
+        self.last_build: Built | None = None
 
     def _key(self, args: tuple) -> tuple:
-        return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+        # strides too: a trace of views depends on them (Dynamo guards on
+        # them as well, but a graph with dynamic shapes may see new ones)
+        return tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
                      for i, a in enumerate(args) if i not in self.frozen)
 
     def __call__(self, *args: Any) -> Any:
@@ -92,6 +96,7 @@ class CompiledGraph:
                 print(built.report)
             elif built.fell_back:
                 log_once(built.report)
+        self.last_build = built
         found = (built, versions(built.frozen))
         self._built[key] = found
         self._built.move_to_end(key)

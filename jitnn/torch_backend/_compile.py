@@ -378,6 +378,9 @@ class Built:
     report: str
     #: some aten op runs in PyTorch
     fell_back: bool = False
+    #: the traced graph's aten ops (getitems aside), and those in jitnn graphs
+    aten_ops: int = 0
+    jitnn_ops: int = 0
 
 
 def build(gm: torch.fx.GraphModule, args: list, frozen: set[int], ctx: Context,
@@ -407,9 +410,10 @@ def build(gm: torch.fx.GraphModule, args: list, frozen: set[int], ctx: Context,
     fused.recompile()
     counters["builds"] += 1
     runtime = [i for i in range(len(args)) if i not in kept]
+    total, eager = eager_ops
     return Built(fused, kept, runtime,
                  _report(eager_ops, support.reasons, len(calls), folded, failed),
-                 fell_back=bool(eager_ops[1] or failed))
+                 fell_back=bool(eager or failed), aten_ops=total, jitnn_ops=total - len(eager))
 
 
 def _eager_ops(traced: torch.fx.GraphModule, on_jitnn: set) -> tuple[int, list]:

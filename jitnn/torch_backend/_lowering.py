@@ -306,6 +306,16 @@ def _batch_norm(lw: Lowering, node, x, weight, bias, mean, var, momentum, eps):
     return (y,)
 
 
+def _native_batch_norm(lw: Lowering, node, x, weight, bias, mean, var, training, momentum,
+                       eps):
+    """What batch norm traces to under ``torch.inference_mode`` (where the
+    python dispatcher's rewrite into the ``_legit`` ops, an autograd-key
+    decomposition, does not run)."""
+    if training:
+        raise Unsupported("batch norm in training mode")
+    return _batch_norm(lw, node, x, weight, bias, mean, var, momentum, eps)
+
+
 def _layer_norm(lw: Lowering, node, x, normalized_shape, weight, bias, eps):
     x = lw.operand(x)
     rank, count = len(x.shape), len(normalized_shape)
@@ -457,6 +467,17 @@ def _softmax(lw: Lowering, node, x, dim, half_to_float=False):
     return lw.b.softmax(x, _axis(int(dim), len(x.shape)))
 
 
+def _safe_softmax(lw: Lowering, node, x, dim, dtype=None):
+    """Softmax, but 0 over a row that is all -inf (attention's math path),
+    where softmax gives NaN."""
+    if dtype is not None and dtype != torch.float32:
+        raise Unsupported(f"a {dtype} softmax")
+    x = lw.operand(x)
+    axis = _axis(int(dim), len(x.shape))
+    empty = lw.b.equal(lw.b.reduce_max(x, axes=[axis], keep_dimensions=True), -math.inf)
+    return lw.b.where(empty, 0.0, lw.b.softmax(x, axis))
+
+
 def _attention(lw: Lowering, q, k, v, mask, dropout_p, is_causal, scale) -> Operand:
     if dropout_p:
         raise Unsupported("attention dropout")
@@ -571,6 +592,8 @@ def _entries() -> dict[Any, Entry]:
         aten.amin.default: Entry(_reduction("reduce_min"), ("reduce_min",)),
         aten._native_batch_norm_legit_no_training.default: Entry(
             _batch_norm, ("batch_normalization",), multi_output=True),
+        aten.native_batch_norm.default: Entry(_native_batch_norm, ("batch_normalization",),
+                                              multi_output=True),
         aten.native_layer_norm.default: Entry(_layer_norm, ("layer_normalization",),
                                               multi_output=True),
         aten.max_pool2d_with_indices.default: Entry(_max_pool, ("max_pool2d",),
@@ -581,6 +604,8 @@ def _entries() -> dict[Any, Entry]:
         aten.adaptive_avg_pool2d.default: Entry(
             _adaptive_avg_pool, ("global_average_pool2d", "average_pool2d")),
         aten._softmax.default: Entry(_softmax, ("softmax",)),
+        aten._safe_softmax.default: Entry(_safe_softmax,
+                                          ("softmax", "reduce_max", "equal", "where")),
         aten._scaled_dot_product_flash_attention_for_cpu.default: Entry(
             _flash_attention, ("scaled_dot_product_attention", "transpose"),
             multi_output=True),
