@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
 from ..graph import GraphBuilder, Operand
+from ._shuffle import Origins
 
 
 class UnsupportedError(JitnnValueError):
@@ -89,6 +90,7 @@ class Converter:
         self.inputs: list = []                    # the node's input values (need_const)
         self.input_names: list[str] = []          # ... and their ONNX names
         self._bools: dict[int, Operand] = {}      # uint8 operands that are ONNX bools
+        self.origins = Origins()                  # how reshapes and transposes were made
 
     # --- errors ------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from ._common import (Const, Converter, ints, jitnn_dtype, need_const, onnx_dtyp
                       refused_dtype, reshape_target, shape_of, slice_index,
                       spatial_rank_check, split_sizes, squeeze_shape, unsqueeze_shape)
 from ._validate import check_kernel_shape
+from ._shuffle import gathered_channels, shuffle_indices
 
 
 def same_pads(auto_pad: str, size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -454,12 +455,30 @@ def op_reshape(cv: Converter, inputs, attrs):
     shape = reshape_target(cv, x, inputs, attrs)
     if shape == shape_of(x):
         return [cv.operand(x)]
-    return [cv.op("reshape", cv.operand(x), shape)]
+    shuffle = shuffle_indices(cv.origins, x, tuple(shape))
+    if shuffle is not None:             # a channel shuffle: one gather (jitnn/onnx/_shuffle.py)
+        source, indices = shuffle
+        return [cv.origins.note(cv.op("gather", source, indices, 1), "gather", source,
+                                indices, 1)]
+    y = cv.operand(x)
+    return [cv.origins.note(cv.op("reshape", y, shape), "reshape", y, tuple(shape))]
 
 
 def op_transpose(cv: Converter, inputs, attrs):
     perm = attrs.get("perm")
-    return [cv.op("transpose", cv.operand(inputs[0]), None if perm is None else list(perm))]
+    x = cv.operand(inputs[0])
+    perm = None if perm is None else list(perm)
+    return [cv.origins.note(cv.op("transpose", x, perm), "transpose", x, perm)]
+
+
+def _channel_parts(cv: Converter, x, axis: int, bounds) -> list | None:
+    """Parts ``[start, stop)`` along ``axis`` of a channel gather, as gathers
+    of the source (the permuted tensor is never made); None if ``x`` is not one."""
+    gathered = gathered_channels(cv.origins, x, axis)
+    if gathered is None:
+        return None
+    source, indices = gathered
+    return [cv.op("gather", source, indices[start:stop], axis) for start, stop in bounds]
 
 
 def op_softmax(cv: Converter, inputs, attrs):
@@ -565,6 +584,12 @@ def op_slice(cv: Converter, inputs, attrs):
     index = slice_index(cv, x, inputs, attrs)
     y = cv.operand(x)
     shape = shape_of(x)
+    cut = [axis for axis, s in enumerate(index) if s.indices(shape[axis]) != (0, shape[axis], 1)]
+    if len(cut) == 1 and index[cut[0]].indices(shape[cut[0]])[2] == 1:
+        start, stop, _ = index[cut[0]].indices(shape[cut[0]])
+        parts = _channel_parts(cv, x, cut[0], [(start, stop)]) if stop > start else None
+        if parts is not None:
+            return parts
     starts, sizes, strides, reversed_axes = [], [], [], []
     for axis, s in enumerate(index):
         picked = range(*s.indices(shape[axis]))
@@ -586,6 +611,11 @@ def op_split(cv: Converter, inputs, attrs, outputs=1):
     x = inputs[0]
     axis = int(attrs.get("axis", 0)) % rank_of(x)
     sizes = split_sizes(cv, x, inputs, attrs, outputs, axis)
+    if all(size >= 1 for size in sizes):
+        ends = np.cumsum(sizes)
+        parts = _channel_parts(cv, x, axis, list(zip(ends - sizes, ends)))
+        if parts is not None:
+            return parts
     if len(sizes) > 1 and all(size >= 1 for size in sizes) and sum(sizes) == shape_of(x)[axis]:
         return list(cv.op("split", cv.operand(x), sizes, axis))
     results, start = [], 0

@@ -15,7 +15,9 @@ Indices are a host integer array (validated at the call) or an int32,
 uint32 or int64 tensor, read when the op runs, then clamped into range (see
 jitnn/ops/_movement.py): negative ones count from the end first. Every data
 type for ``x``. Plain-layout ops: numpy on the plain values (a blocked ``x``
-is read back first, one counted reorder).
+is read back first, one counted reorder), except ``gather`` of host indices
+along the channels of a blocked float32 tensor, which stays blocked
+(kernels/channel_gather.py: a channel shuffle needs no reorder).
 """
 
 from __future__ import annotations
@@ -24,10 +26,14 @@ import math
 
 import numpy as np
 
+from .. import layouts
 from ..errors import JitnnValueError
+from ..kernels import channel_gather as channel_gather_kernels
+from ..kernels.buffers import aligned_empty
 from ..registry import OpDef, register_op
-from ..tensor import DTYPE_NAMES, Tensor
-from ._common import ANY_DTYPE, as_tensor, axis_index, context_of, plain_op
+from ..tensor import DTYPE_NAMES, FLOAT32, Tensor
+from ._common import (ANY_DTYPE, as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
+                      is_blocked, plain_op, value_of)
 from ._movement import (check_not_empty_axis, clamped_indices, elements_indices, exact,
                         index_argument, nd_indices, resolve)
 
@@ -94,8 +100,30 @@ def gather(x, indices, axis: int = 0) -> Tensor:
     check_not_empty_axis(op, index.size, (size,), what)
     shape = x.shape[:axis] + tuple(index.shape) + x.shape[axis + 1:]
     pick = resolve(op, index, size, what)
+    if (not isinstance(index, Tensor) and index.ndim == 1 and x.ndim == 4
+            and x.dtype == FLOAT32 and is_blocked(x) and axis == channel_axis(x._axes)):
+        return _gather_channels(ctx, x, pick(None), shape)
     return _run(ctx, op, x, index, shape,
                 lambda data, ids: np.take(data, ids, axis=axis), pick)
+
+
+def _gather_channels(ctx, x: Tensor, source: np.ndarray, shape: tuple[int, ...]) -> Tensor:
+    """Host channel indices on a blocked 4-D float32 ``x``: a blocked result,
+    each output block gathered from the input blocks (a channel shuffle and
+    the splits after it, without reading back to plain)."""
+    block, axes = layouts.block_of(x.layout), x._axes
+    source = np.ascontiguousarray(source, np.int64)
+    n, c = shape[0], shape[channel_axis(axes)]
+    h, w = (shape[2], shape[3]) if axes == "nchw" else (shape[1], shape[2])
+    xv = value_of(x)           # (the closure holds the Value, not the caller's handle)
+
+    def produce_blocked() -> np.ndarray:
+        data = blocked_buffer(ctx, xv, block, axes)
+        out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
+        ctx.launcher.launch(channel_gather_kernels.gather_channels, data, source, out)
+        return out
+    return Tensor(ctx, shape, x.layout, producer=produce_blocked, axes=axes, inputs=(x,),
+                  op="gather")
 
 
 def gather_elements(x, indices, axis: int = 0) -> Tensor:
@@ -132,7 +160,8 @@ def gather_nd(x, indices) -> Tensor:
 
 _LAYOUTS = "plain (a blocked input is read back once)"
 register_op(OpDef("gather", gather, gather_reference, webnn="gather", onnx=("Gather",),
-                  layouts=_LAYOUTS, dtypes=DTYPE_NAMES))
+                  layouts="host channel indices on blocked float32: blocked; else " + _LAYOUTS,
+                  dtypes=DTYPE_NAMES))
 register_op(OpDef("gather_elements", gather_elements, gather_elements_reference,
                   webnn="gatherElements", layouts=_LAYOUTS, dtypes=DTYPE_NAMES))
 register_op(OpDef("gather_nd", gather_nd, gather_nd_reference, webnn="gatherND",
