@@ -106,7 +106,9 @@ def bench(args: argparse.Namespace) -> int:
     batches = [int(b) for b in ",".join(args.batch or []).split(",") if b.strip()] or None
     return harness.bench(suites, _thread_counts(args.threads), peers, args.quick,
                          args.json, args.plot, command,
-                         options={"path": args.path, "batches": batches})
+                         options={"path": args.path, "batches": batches,
+                                  "models": [m for m in (args.models or "").split(",") if m],
+                                  "memory": args.memory})
 
 
 def _add_bench_parser(commands) -> None:
@@ -129,6 +131,10 @@ def _add_bench_parser(commands) -> None:
     parser.add_argument("--peers", default=",".join(PEERS),
                         help=f"comma list of peers to compare with (default {','.join(PEERS)}); "
                              "those not installed are skipped")
+    parser.add_argument("--models", metavar="A,B",
+                        help="zoo suite: a comma list of the zoo's models (default: all)")
+    parser.add_argument("--memory", action="store_true",
+                        help="zoo suite: also peak memory per model (a process per engine)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: runs in seconds")
     parser.add_argument("--json", metavar="FILE",
                         help="also write every row, the machine facts and the command as JSON")

@@ -63,6 +63,7 @@ SUITES: dict[str, str] = {
     "chain": "jitnn.bench.chain",
     "ops": "jitnn.bench.ops",
     "model": "jitnn.bench.model",
+    "zoo": "jitnn.bench.zoo_bench",
     "torch": "jitnn.bench.torch_compile",
 }
 

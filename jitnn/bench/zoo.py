@@ -447,10 +447,50 @@ MODELS: dict[str, Callable[[bool], Built]] = {
 TEXT = ("bert", "gpt2", "llama")
 
 
+def _torchvision(name: str, **options) -> Callable[[], Built]:
+    def make() -> Built:
+        tv = import_torchvision()
+        return _image(_seeded(lambda: getattr(tv.models, name)(weights=None, **options)), 224)
+    make.__doc__ = f"torchvision's {name} at 224 px"
+    return make
+
+
+def _timm_model(name: str) -> Callable[[], Built]:
+    def make() -> Built:
+        return _image(_seeded(lambda: _timm().create_model(name)), 224)
+    make.__doc__ = f"timm's {name} at 224 px"
+    return make
+
+
+#: full-size models only the benchmarks run (``jitnn bench zoo``), with the
+#: families :data:`MODELS` leaves out: name -> builder()
+BENCH_MODELS: dict[str, Callable[[], Built]] = {
+    "resnet50": _torchvision("resnet50"),
+    "resnet50d": _timm_model("resnet50d"),
+    "resnext50": _torchvision("resnext50_32x4d"),
+    "regnetx_400mf": _torchvision("regnet_x_400mf"),
+    "mobilenetv2": _torchvision("mobilenet_v2"),
+    "mobilenetv3_small": _torchvision("mobilenet_v3_small"),
+    "efficientnet_b1": _torchvision("efficientnet_b1"),
+    "squeezenet": _torchvision("squeezenet1_1"),
+    "googlenet": _torchvision("googlenet", aux_logits=False, init_weights=False),
+    "vgg11": _torchvision("vgg11"),
+    "mnasnet": _torchvision("mnasnet1_0"),
+}
+
+
+def _builder(name: str, small: bool) -> Callable[[bool], Built]:
+    if name in MODELS:
+        return MODELS[name]
+    if name in BENCH_MODELS and not small:
+        return lambda _small: BENCH_MODELS[name]()
+    known = ", ".join(list(MODELS) + list(BENCH_MODELS))
+    raise ValueError(f"unknown model {name!r}{' (small)' if small else ''}, expected one of "
+                     f"{known} (the benchmark-only ones at full size)")
+
+
 def build(name: str, small: bool = False) -> Built:
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}, expected one of {', '.join(MODELS)}")
-    return MODELS[name](small)
+    return _builder(name, small)(small)
 
 
 def inputs(name: str, small: bool = False, built: Built | None = None) -> list[dict]:
@@ -470,8 +510,11 @@ def fingerprint(name: str) -> str:
     import hashlib
     import importlib.metadata
     import inspect
-    parts = [inspect.getsource(f) for f in (MODELS[name], randomize, calibrate_batch_norms,
+    source = MODELS[name] if name in MODELS else BENCH_MODELS[name]
+    parts = [inspect.getsource(f) for f in (source, randomize, calibrate_batch_norms,
                                             token_inputs, _image, _text)]
+    if name in BENCH_MODELS:
+        parts.append(f"{name}: {BENCH_MODELS[name].__doc__}")
     for package in ("torch", "transformers", "timm", "torchvision"):
         try:
             parts.append(f"{package} {importlib.metadata.version(package)}")
@@ -526,6 +569,6 @@ def run_torch(built: Built, feed: dict[str, np.ndarray]) -> np.ndarray:
     return out.numpy()
 
 
-__all__ = ["MODELS", "TEXT", "Built", "build", "cache_dir", "calibrate_batch_norms", "export",
+__all__ = ["BENCH_MODELS", "MODELS", "TEXT", "Built", "build", "cache_dir", "calibrate_batch_norms", "export",
            "fingerprint", "import_torchvision", "inputs", "randomize", "run_torch",
            "token_inputs"]
