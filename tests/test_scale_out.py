@@ -8,6 +8,7 @@ checks its logits against the same model run in this process."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -33,8 +34,16 @@ def _example(name: str) -> str:
 
 
 def _run(name: str) -> dict:
+    """The example run as ``__main__``; this process's environment restored
+    after it (Dask's nanny writes OMP_NUM_THREADS=1 into it, which every later
+    test's jitnn.Context() would follow)."""
     namespace = {"__name__": "__main__"}
-    exec(compile(_example(name), f"docs/scale-out.md ({name})", "exec"), namespace)
+    environment = dict(os.environ)
+    try:
+        exec(compile(_example(name), f"docs/scale-out.md ({name})", "exec"), namespace)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     return namespace
 
 
