@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import operator
 from collections import Counter
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from ..context import Context
 from ..errors import JitnnError
 from ..graph import Graph, GraphBuilder
 from ..scheduler import explain as explain_tensor
-from ._lowering import DTYPES, Lowering, Unsupported, shape_of, supported_targets
+from ._lowering import DTYPES, Lowering, Unsupported, supported_targets
 
 log = logging.getLogger("jitnn.torch_backend")
 
@@ -130,7 +130,10 @@ def fold_constants(traced: torch.fx.GraphModule) -> int:
             continue
         args = torch.fx.node.map_arg(node.args, lambda n: _constant_value(traced, n))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant_value(traced, n))
-        value = node.target(*args, **kwargs)
+        try:
+            value = node.target(*args, **kwargs)
+        except Exception:                 # noqa: BLE001 - left to run when the graph does
+            continue
         if not isinstance(value, torch.Tensor):
             continue
         name = f"_jitnn_folded_{folded}"
@@ -225,6 +228,8 @@ def _dtype_refusal(node: torch.fx.Node, integers: bool) -> str | None:
     allowed = tuple(DTYPES) if integers else (torch.float32,)
     if meta.dtype not in allowed:
         return f"a {meta.dtype} tensor ({node.name}); jitnn computes in float32"
+    if meta.device.type != "cpu":
+        return f"a tensor on {meta.device} ({node.name}); jitnn runs on the CPU"
     return None
 
 
@@ -455,7 +460,3 @@ def is_static_input(node: torch.fx.Node) -> bool:
     """Dynamo marks a parameter or buffer input of its graph static."""
     tensor_dict = node.meta.get("tensor_dict") or {}
     return "_dynamo_static_input_type" in tensor_dict
-
-
-def eager(gm: torch.fx.GraphModule) -> Callable:
-    return gm.forward
