@@ -705,3 +705,34 @@ def test_a_conv_launch_rejects_arrays_of_other_shapes():
     with pytest.raises(ValueError, match="planned for x"):
         conv_kernels.run_conv2d_launch(launch, np.zeros((1, 1, 4, 5, 8), np.float32),
                                        np.empty((1, 1, 4, 5, 8), np.float32))
+
+
+def test_a_bound_step_calls_the_compiled_kernel_directly():
+    from jitnn.executor import compiled_entry
+    from jitnn.kernels import layout as layout_kernels
+    from jitnn.kernels._config import ThreadCountKernel
+    x = np.random.default_rng(0).standard_normal((1, 8, 3, 3)).astype(np.float32)
+    out = np.empty((1, 1, 3, 3, 8), np.float32)
+    kernels = [k for k in vars(layout_kernels).values() if isinstance(k, ThreadCountKernel)]
+    assert kernels
+    plain = (lambda a: a)
+    assert compiled_entry(plain, (x,), 1) is plain
+    # not compiled for these types: the dispatcher of the thread count's compile
+    assert compiled_entry(kernels[0], ("no", "such", "types"), 1) is kernels[0].on_threads(1)
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    w = np.random.default_rng(1).standard_normal((8, 8, 1, 1)).astype(np.float32)
+    def layer(t):
+        return b.relu(b.conv2d(t, b.constant(w)))
+    # the middle conv reads and writes the program's own buffers: bound
+    g = b.build({"y": layer(layer(layer(b.input("x", x.shape))))})
+    y = np.empty(x.shape, np.float32)
+    for _ in range(3):
+        ctx.compute(g, {"x": x}, {"y": y})
+    program = g._programs[0]
+    bound = [s for s in program.bindings.steps if s]
+    assert bound and all(type(s.kernel).__name__ != "CPUDispatcher" for s in bound)
+    want = x.astype(np.float64)
+    for _ in range(3):
+        want = np.maximum(conv2d_reference(want, w), 0)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

@@ -77,8 +77,8 @@ def _model_file(name: str, quick: bool) -> tuple[str, dict]:
         path = os.path.join(root, f"{name}.onnx")
         if os.path.exists(path):
             stored = np.load(os.path.join(root, f"{name}.npz"))
-            feed = {k.split("/", 1)[1]: stored[k] for k in stored.files
-                    if k.startswith("input0/")}
+            feed = {k.split(".in.", 1)[1]: stored[k] for k in stored.files
+                    if k.startswith("0.in.")}
             if feed:
                 return path, feed
         return zoo.export(name, small=True), zoo.inputs(name, small=True)[0]
