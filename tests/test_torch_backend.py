@@ -220,7 +220,7 @@ def test_activation(name):
 
 
 BINARIES = {
-    "tensors": lambda x, y: (x + y) * (x - y) / (y.abs() + 1),
+    "tensors": lambda x, y: (x + y) * (x - y) / (y.abs() + 1) + x * x,
     "scalars": lambda x, y: (x * 2.5 - 1.0) / 4.0 + y,
     "scalar_first": lambda x, y: (3.0 - x) + 2.0 / (y.abs() + 1) + y,
     "alpha": lambda x, y: torch.add(x, y, alpha=2.0) - torch.sub(y, x, alpha=0.5),

@@ -32,7 +32,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..context import Context
-from ..errors import JitnnError
+from ..errors import JitnnError, JitnnValueError
 from ..graph import Graph, GraphBuilder
 from ..scheduler import explain as explain_tensor
 from ._lowering import DTYPES, Lowering, Unsupported, supported_targets
@@ -72,8 +72,10 @@ def trace_aten(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
     from torch.func import functionalize
 
     with torch.no_grad(), enable_python_dispatcher():
+        # (a real tensor the graph holds itself, not an input, becomes a constant)
         traced = make_fx(functionalize(gm, remove="mutations"),
-                         decomposition_table=DECOMPOSITIONS, tracing_mode="fake")(*args)
+                         decomposition_table=DECOMPOSITIONS, tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*args)
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced
@@ -204,14 +206,17 @@ class Support(OperatorSupportBase):
     def _probe_refusal(self, node: torch.fx.Node) -> str | None:
         """Convert ``node`` alone, its run-time inputs as shape-only inputs."""
         lw = self._probe
+        made: dict[torch.fx.Node, Any] = {}
 
         def value(arg: torch.fx.Node) -> Any:
             if arg.op == "get_attr":
                 return getattr(self.traced, arg.target)
-            meta = arg.meta.get("val")
-            if not isinstance(meta, torch.Tensor):
-                raise Unsupported(f"input {arg.name} is not a tensor")
-            return lw.input(f"{node.name}.{arg.name}", tuple(meta.shape), meta.dtype)
+            if arg not in made:             # one input for a value read twice (x * x)
+                meta = arg.meta.get("val")
+                if not isinstance(meta, torch.Tensor):
+                    raise Unsupported(f"input {arg.name} is not a tensor")
+                made[arg] = lw.input(f"{node.name}.{arg.name}", tuple(meta.shape), meta.dtype)
+            return made[arg]
         try:
             args = torch.fx.node.map_arg(node.args, value)
             kwargs = torch.fx.node.map_arg(node.kwargs, value)
@@ -248,7 +253,6 @@ class Options:
 
     @classmethod
     def parse(cls, options: dict | None) -> "Options":
-        from ..errors import JitnnValueError
         options = dict(options or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
