@@ -346,6 +346,35 @@ def test_a_dtype_jitnn_lacks_stays_in_pytorch():
     assert "aten.convolution.default x1: a torch.float64 tensor" in build.report
 
 
+def test_a_graph_that_fails_to_build_runs_in_eager_pytorch(monkeypatch, caplog):
+    from jitnn.torch_backend import _compile
+
+    def fail(gm, args):
+        raise RuntimeError("cannot trace this")
+    monkeypatch.setattr(_compile, "trace_aten", fail)
+    model = Lambda(lambda m, x: torch.relu(m.conv(x)), conv=seeded(torch.nn.Conv2d(3, 5, 3)))
+    with caplog.at_level(logging.WARNING, logger="jitnn.torch_backend"):
+        got, want, build = run_both(model, image(1, 3, 6, 6))
+    assert_close(got, want)
+    assert build.fell_back and "RuntimeError: cannot trace this" in build.report
+    assert build.report in caplog.text
+
+
+def test_a_partition_jitnn_fails_to_run_runs_in_pytorch(monkeypatch, caplog):
+    import jitnn
+
+    def fail(self, graph, inputs, outputs):
+        raise jitnn.JitnnExecutionError("conv2d: the kernel failed")
+    monkeypatch.setattr(jitnn.Context, "compute", fail)
+    model = Lambda(lambda m, x: torch.relu(m.conv(x)), conv=seeded(torch.nn.Conv2d(3, 6, 3)))
+    before = counters["fallbacks"]
+    with caplog.at_level(logging.WARNING, logger="jitnn.torch_backend"):
+        got, want, _ = run_both(model, image(1, 3, 6, 6))
+    assert_close(got, want)
+    assert counters["fallbacks"] == before + 1
+    assert "runs in PyTorch from now on: conv2d: the kernel failed" in caplog.text
+
+
 def test_a_second_call_at_the_same_shapes_does_not_build():
     model = Lambda(lambda m, x: torch.relu(m.conv(x)), conv=seeded(torch.nn.Conv2d(3, 8, 3)))
     fast, graphs = compiled(model)

@@ -80,17 +80,20 @@ class CompiledGraph:
         found = self._built.get(key)
         if found is None or not _current(found[1], args):
             found = self._build(key, args)
+        else:
+            self._built.move_to_end(key)
         built = found[0]
         return built.module(*[args[i] for i in built.runtime_positions])
 
     def _build(self, key: tuple, args: tuple) -> tuple[Built, list]:
         try:
             built = build(self.gm, list(args), self.frozen, self.ctx, self.options)
-        except Exception as error:        # noqa: BLE001 - any tracing failure: run eagerly
+        except Exception as error:        # noqa: BLE001 - whatever failed: run it eagerly
             counters["fallbacks"] += 1
-            log_once(f"jitnn backend: the graph could not be traced to aten ops "
-                     f"({type(error).__name__}: {error}); it runs in eager PyTorch")
-            built = Built(self.gm, {}, list(range(len(args))), "traced: no")
+            report = (f"jitnn backend: the graph could not be traced and partitioned "
+                      f"({type(error).__name__}: {error}); it runs in eager PyTorch")
+            log_once(report)
+            built = Built(self.gm, {}, list(range(len(args))), report, fell_back=True)
         else:
             if self.options.explain:
                 print(built.report)
