@@ -617,10 +617,11 @@ def bench(suites: list[str], threads: list[int] | None = None,
 
 
 def script_main(suite: str, doc: str, argv: list[str] | None = None,
-                batches: bool = False) -> int:
+                batches: bool = False, models: bool = False) -> int:
     """The ``benchmarks/<suite>.py`` command line: ``--threads 1,2``, ``--quick``,
-    ``--peers``, ``--json``, ``--plot`` (and ``--batches 1,8`` for conv2d), the
-    same run as ``jitnn bench <suite>``."""
+    ``--peers``, ``--json``, ``--plot`` (and ``--batches 1,8`` for conv2d,
+    ``--models a,b`` and ``--memory`` for the zoo), the same run as ``jitnn
+    bench <suite>``."""
     import argparse
     import shlex
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -633,9 +634,14 @@ def script_main(suite: str, doc: str, argv: list[str] | None = None,
     parser.add_argument("--plot", help="also draw a PNG (needs matplotlib)")
     if batches:
         parser.add_argument("--batches", default="1,8", help="batch sizes, e.g. 1,8")
+    if models:
+        parser.add_argument("--models", default="", help="a comma list of the zoo's models")
+        parser.add_argument("--memory", action="store_true", help="also peak memory per model")
     args = parser.parse_args(argv)
-    options = {"batches": [int(b) for b in args.batches.split(",")]} if batches else None
+    options = {"batches": [int(b) for b in args.batches.split(",")]} if batches else {}
+    if models:
+        options.update(models=[m for m in args.models.split(",") if m], memory=args.memory)
     return bench([suite], [int(t) for t in args.threads.split(",")],
                  [p for p in args.peers.split(",") if p], args.quick, args.json, args.plot,
                  command=shlex.join(["python", f"benchmarks/{suite}.py", *argv]),
-                 options=options)
+                 options=options or None)
