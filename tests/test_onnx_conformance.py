@@ -301,9 +301,7 @@ UNSUPPORTED = {
         'node/test_scatternd_min_with_element_indices',
         'node/test_scatternd_multiply',
     ),
-    'training mode (BatchNormalization statistics, random Dropout): jitnn runs inference': (
-        'node/test_batchnorm_epsilon_training_mode',
-        'node/test_batchnorm_example_training_mode',
+    'random Dropout (training mode): jitnn runs inference': (
         'node/test_training_dropout',
         'node/test_training_dropout_default',
         'node/test_training_dropout_default_mask',

@@ -85,3 +85,36 @@ def test_folding_gives_onnx_values_without_numpy_warnings():
         converted = jitnn.onnx.prepare(model)
     got = converted.run({"x": np.ones(2, np.float32)})["y"]
     np.testing.assert_array_equal(got, [-np.inf, 1.0])
+
+
+def test_weight_standardization_folds_at_load_time():
+    """NF-Nets' ScaledStdConv2d as exported: the filter standardized by a
+    BatchNormalization in training mode over its (1, O, I*K*K) view, then
+    scaled, before the Conv: all constants, folded; the Conv runs with the
+    standardized filter."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    gain = rng.uniform(0.5, 1.5, (5, 1, 1, 1)).astype(np.float32)
+    inits = {"w": w, "flat": np.array([1, 5, -1], np.int64), "shape": np.array(w.shape, np.int64),
+             "ones": np.ones(5, np.float32), "zeros": np.zeros(5, np.float32), "gain": gain}
+    nodes = [helper.make_node("Reshape", ["w", "flat"], ["w3"]),
+             helper.make_node("BatchNormalization", ["w3", "ones", "zeros", "zeros", "ones"],
+                              ["standard"], epsilon=1e-6, training_mode=1),
+             helper.make_node("Reshape", ["standard", "shape"], ["w4"]),
+             helper.make_node("Mul", ["w4", "gain"], ["scaled"]),
+             helper.make_node("Conv", ["x", "scaled"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = jitnn.onnx.prepare(model)
+    assert converted.jitnn_ops == 1                      # the conv alone
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    flat = w.reshape(5, -1).astype(np.float64)
+    standard = (flat - flat.mean(1, keepdims=True)) / np.sqrt(flat.var(1, keepdims=True) + 1e-6)
+    filters = standard.reshape(w.shape) * gain
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    want = np.einsum("nchwij,ocij->nohw", windows, filters)
+    np.testing.assert_allclose(converted.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)

@@ -426,17 +426,54 @@ def op_global_max_pool(cv: Converter, inputs, attrs):
     return [from_2d(cv, cv.op("max_pool2d", to_2d(cv, x, rank)), rank)]
 
 
+def batch_norm_training(cv: Converter, attrs: dict, outputs: int) -> bool:
+    """Whether a BatchNormalization normalizes by its input's own statistics
+    (``training_mode=1``, opset 14 and newer); older opsets' training
+    outputs are refused."""
+    if cv.opset >= 14:
+        return bool(attrs.get("training_mode", 0))
+    if outputs > 1:
+        raise cv.unsupported("training outputs before opset 14 (jitnn runs inference and "
+                             "opset 14's training_mode)")
+    return False
+
+
 def op_batch_normalization(cv: Converter, inputs, attrs, outputs=1):
-    if attrs.get("training_mode", 0) or outputs > 1:
-        raise cv.unsupported("training mode (only inference BatchNormalization runs)")
+    """Inference: jitnn's batch_normalization (folded into a preceding conv).
+    ``training_mode=1`` (opset 14+): normalized by the input's own mean and
+    (population) variance over every axis but the channels', as reductions;
+    the running mean and variance outputs move toward them by ``momentum``."""
     x, scale, bias, mean, var = inputs[:5]
     channels = shape_of(x)[1]
     for v in (scale, bias, mean, var):
         if shape_of(v) != (channels,):
             raise cv.unsupported(f"statistics of shape {shape_of(v)} (expected ({channels},))")
-    return [cv.op("batch_normalization", cv.operand(x), cv.operand(mean), cv.operand(var),
-                  cv.operand(scale), cv.operand(bias),
-                  epsilon=float(attrs.get("epsilon", 1e-5)), axis=1)]
+    epsilon = float(attrs.get("epsilon", 1e-5))
+    if not batch_norm_training(cv, attrs, outputs):
+        return [cv.op("batch_normalization", cv.operand(x), cv.operand(mean), cv.operand(var),
+                      cv.operand(scale), cv.operand(bias), epsilon=epsilon, axis=1)]
+    xo = cv.float_operand(x)
+    rank = len(xo.shape)
+    axes = [i for i in range(rank) if i != 1]
+    lanes = (channels,) + (1,) * (rank - 2)
+    current_mean = cv.op("reduce_mean", xo, axes=axes, keep_dimensions=True)
+    centered = cv.op("sub", xo, current_mean)
+    current_var = cv.op("reduce_mean", cv.op("mul", centered, centered), axes=axes,
+                        keep_dimensions=True)
+    scaled = cv.op("div", centered, cv.op("sqrt", cv.op("add", current_var, epsilon)))
+    def per_channel(v):
+        if isinstance(v, Const):
+            return cv.float_operand(Const(v.array.reshape(lanes)))
+        return cv.op("reshape", cv.float_operand(v), lanes)
+    y = cv.op("add", cv.op("mul", scaled, per_channel(scale)), per_channel(bias))
+    results = [y]
+    if outputs > 1:
+        momentum = float(attrs.get("momentum", 0.9))
+        for running, current in ((mean, current_mean), (var, current_var)):
+            moved = cv.op("add", cv.op("mul", cv.float_operand(running), momentum),
+                          cv.op("mul", cv.op("reshape", current, (channels,)), 1.0 - momentum))
+            results.append(moved)
+    return results
 
 
 def op_concat(cv: Converter, inputs, attrs):

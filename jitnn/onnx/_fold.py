@@ -13,7 +13,7 @@ import numpy as np
 
 from ._common import (Const, onnx_dtype, reshape_target, slice_index, split_sizes,
                       squeeze_shape, unsqueeze_shape)
-from ._convert import _legacy_broadcast, op_shape
+from ._convert import _legacy_broadcast, batch_norm_training, op_shape
 from ._convert_einsum import fold_einsum
 
 
@@ -267,6 +267,28 @@ def _fold_pad(cv, arrays, attrs, outputs):
     return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
 
 
+def _fold_batch_normalization(cv, arrays, attrs, outputs):
+    """BatchNormalization of constants: a weight standardized by a batch norm in
+    training mode (NF-Nets' ScaledStdConv2d), in the input's dtype."""
+    x, scale, bias, mean, var = arrays[:5]
+    epsilon = float(attrs.get("epsilon", 1e-5))
+    training = batch_norm_training(cv, attrs, outputs)
+    lanes = (-1,) + (1,) * (x.ndim - 2)
+    if training:
+        axes = tuple(i for i in range(x.ndim) if i != 1)
+        current_mean, current_var = x.mean(axis=axes), x.var(axis=axes)
+    else:
+        current_mean, current_var = mean, var
+    y = (x - current_mean.reshape(lanes)) / np.sqrt(current_var.reshape(lanes) + epsilon) \
+        * scale.reshape(lanes) + bias.reshape(lanes)
+    results = [y.astype(x.dtype)]
+    if training and outputs > 1:
+        momentum = float(attrs.get("momentum", 0.9))
+        results += [(mean * momentum + current_mean * (1 - momentum)).astype(x.dtype),
+                    (var * momentum + current_var * (1 - momentum)).astype(x.dtype)]
+    return results
+
+
 def _fold_cast_like(cv, arrays, attrs, outputs):
     return [arrays[0].astype(arrays[1].dtype)]
 
@@ -304,6 +326,7 @@ FOLD: dict[str, Callable] = {
     "CumSum": _fold_cum_sum, "Trilu": _fold_trilu, "GatherElements": _fold_gather_elements,
     "GatherND": _fold_gather_nd, "ScatterElements": _fold_scatter_elements,
     "ScatterND": _fold_scatter_nd, "Pad": _fold_pad, "Einsum": fold_einsum,
+    "BatchNormalization": _fold_batch_normalization,
 }
 
 
