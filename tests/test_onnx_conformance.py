@@ -39,7 +39,7 @@ OP_TYPES = (
     "Not", "And", "Or", "Xor", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
     "Where", "Elu", "Selu", "Softplus", "Softsign", "PRelu", "Gelu",
     "Resize", "LayerNormalization", "InstanceNormalization", "CumSum", "Trilu",
-    "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum",
+    "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum", "OneHot",
 )
 
 #: reason -> the cases (``node/<test>``, ``pytorch-converted/<dir>``,
@@ -248,6 +248,7 @@ UNSUPPORTED = {
         'node/test_mod_float64_mixed_sign_fmod_0',
         'node/test_mod_float_edge_cases_fmod_0_float64',
         'node/test_mod_mixed_sign_float64',
+        'node/test_onehot_with_bfloat16_values',
         'node/test_range_bfloat16_type_positive_delta',
         'node/test_reduce_log_sum_exp_default_axes_keepdims_example',
         'node/test_reduce_log_sum_exp_default_axes_keepdims_random',

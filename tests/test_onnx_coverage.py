@@ -118,3 +118,30 @@ def test_weight_standardization_folds_at_load_time():
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
     want = np.einsum("nchwij,ocij->nohw", windows, filters)
     np.testing.assert_allclose(converted.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_one_hot_of_constant_and_run_time_indices(constant):
+    """OneHot (GC ViT builds its relative position table with one of
+    constants): negative indices count from depth, one out of range is all
+    off, the new axis anywhere; folded when the indices are constants."""
+    indices = np.array([[0, -1, 2], [5, 1, -3]], np.int64)
+    values = np.array([-2.0, 7.0], np.float32)
+    node = helper.make_node("OneHot", ["indices", "depth", "values"], ["y"], axis=1)
+    inits = [numpy_helper.from_array(np.array(4.0, np.float32), "depth"),
+             numpy_helper.from_array(values, "values")]
+    inputs = []
+    if constant:
+        inits.append(numpy_helper.from_array(indices, "indices"))
+    else:
+        inputs.append(helper.make_tensor_value_info("indices", TensorProto.INT64, [2, 3]))
+    graph = helper.make_graph([node], "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = jitnn.onnx.prepare(model)
+    got = converted.constant_outputs["y"] if constant else converted.run({"indices": indices})["y"]
+    want = np.full((2, 4, 3), -2.0, np.float32)
+    for (i, j), k in np.ndenumerate(indices):
+        if -4 <= k < 4:
+            want[i, k % 4, j] = 7.0
+    np.testing.assert_array_equal(got, want)

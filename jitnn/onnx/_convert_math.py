@@ -340,6 +340,55 @@ def op_gather_nd(cv: Converter, inputs, attrs):
     return [cv.op("reshape", y, lead + ishape[batch:-1] + shape_of(x)[batch + k:])]
 
 
+def one_hot_depth(cv: Converter, depth) -> int:
+    """OneHot's depth, a positive number known at load time (a float is truncated)."""
+    value = need_const(cv, depth, "the depth").array.reshape(-1)
+    if value.size != 1 or not value[0] >= 1:
+        raise cv.invalid(f"depth {value.tolist()} must be one number, at least 1")
+    return int(value[0])
+
+
+def fold_one_hot(cv: Converter, arrays, attrs, outputs):
+    """OneHot of constants: ``values[1]`` where an index (negative ones count
+    from ``depth``) names the position along the new ``axis``, else ``values[0]``."""
+    indices, depth, values = arrays
+    depth = one_hot_depth(cv, Const(depth))
+    rank = indices.ndim + 1
+    axis = int(attrs.get("axis", -1)) % rank
+    index = indices.astype(np.int64)
+    index = np.where(index < 0, index + depth, index)
+    positions = np.arange(depth).reshape((depth,) + (1,) * (rank - 1 - axis))
+    hit = np.expand_dims(index, axis) == positions
+    return [np.where(hit, values.reshape(-1)[1], values.reshape(-1)[0])]
+
+
+def op_one_hot(cv: Converter, inputs, attrs):
+    """OneHot of run-time indices: a comparison with the positions along the new
+    axis (a load-time constant), then ``where`` of the off and on values."""
+    indices, depth, values = inputs
+    depth = one_hot_depth(cv, depth)
+    index = cv.operand(indices)
+    if index.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        index = cv.op("cast", index, np.int64)
+    rank = len(index.shape) + 1
+    axis = int(attrs.get("axis", -1)) % rank
+    zero = cv.operand(Const(np.zeros((), index.dtype)))
+    wrapped = cv.op("add", index, cv.op("where", cv.op("lesser", index, zero),
+                                        cv.operand(Const(np.array(depth, index.dtype))), zero))
+    shape = list(index.shape)
+    shape.insert(axis, 1)
+    positions = np.arange(depth, dtype=index.dtype).reshape(
+        (depth,) + (1,) * (rank - 1 - axis))
+    hit = cv.op("equal", cv.op("reshape", wrapped, tuple(shape)), cv.operand(Const(positions)))
+    pair = need_const(cv, values, "the off and on values").array.reshape(-1)
+    dtype = run_time_dtype(cv, values)
+    off, on = (cv.operand(Const(np.asarray(v)), dtype) for v in pair[:2])
+    y = cv.op("where", hit, on, off)
+    if pair.dtype == np.bool_:
+        cv.mark_bool(y)
+    return [y]
+
+
 def _scatter(name: str) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         reduction = attrs.get("reduction", "none")
@@ -376,7 +425,7 @@ OPS: dict[str, Callable] = {
     "InstanceNormalization": op_instance_normalization,
     "CumSum": op_cum_sum, "Trilu": op_trilu, "GatherElements": op_gather_elements,
     "GatherND": op_gather_nd, "ScatterElements": _scatter("scatter_elements"),
-    "ScatterND": _scatter("scatter_nd"),
+    "ScatterND": _scatter("scatter_nd"), "OneHot": op_one_hot,
 }
 
 #: handlers that take the number of outputs the node asks for

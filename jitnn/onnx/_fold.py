@@ -15,6 +15,7 @@ from ._common import (Const, onnx_dtype, reshape_target, slice_index, split_size
                       squeeze_shape, unsqueeze_shape)
 from ._convert import _legacy_broadcast, batch_norm_training, op_shape
 from ._convert_einsum import fold_einsum
+from ._convert_math import fold_one_hot
 
 
 def _fold_numpy(function: Callable) -> Callable:
@@ -326,7 +327,7 @@ FOLD: dict[str, Callable] = {
     "CumSum": _fold_cum_sum, "Trilu": _fold_trilu, "GatherElements": _fold_gather_elements,
     "GatherND": _fold_gather_nd, "ScatterElements": _fold_scatter_elements,
     "ScatterND": _fold_scatter_nd, "Pad": _fold_pad, "Einsum": fold_einsum,
-    "BatchNormalization": _fold_batch_normalization,
+    "BatchNormalization": _fold_batch_normalization, "OneHot": fold_one_hot,
 }
 
 
