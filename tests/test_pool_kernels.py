@@ -13,7 +13,7 @@ import pytest
 from jitnn import layouts
 from jitnn.kernels import pool as P
 from jitnn.kernels._config import jit
-from tests.assembly import needs_release_build
+from tests.assembly import needs_packed_fma
 from tests.helpers import reference, uniform
 
 BLOCKS = (4, 8, 16)
@@ -276,7 +276,7 @@ def test_l2_windows_with_no_input_give_zero(cb):
 
 
 @pytest.mark.slow
-@needs_release_build
+@needs_packed_fma
 def test_row_tile_is_8_wide():
     """The max and average row kernel for 8-lane groups runs on ymm vectors.
     Its code is fragile: a third accumulation (l2's squares) inside it once
