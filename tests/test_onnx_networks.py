@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 import jitnn  # noqa: E402
 import jitnn.onnx  # noqa: E402
 from jitnn import cli  # noqa: E402
-from jitnn.bench import networks  # noqa: E402
+from jitnn.bench import harness, networks  # noqa: E402
 
 SMALL = [("resnet50", {"width": 0.25, "size": 64, "layers": (1, 1, 1, 1)}),
          ("mobilenetv2", {"width": 0.25, "size": 64}),
@@ -74,7 +74,8 @@ def test_bench_model_quick(capsys):
     path = networks.export(name, **options)
     assert cli.main(["bench", "model", path, "--quick", "--threads", "1", "--batch", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| model | batch | jitnn ms | onnxruntime ms | torch ms |" in out
+    openvino = " openvino ms |" if harness.installed("openvino") else ""
+    assert f"| model | batch | jitnn ms | onnxruntime ms |{openvino} torch ms |" in out
     row = next(line for line in out.splitlines() if line.startswith("| resnet50"))
     assert "| 2 |" in row
     assert "geomean speed vs ONNX Runtime" in out
@@ -86,3 +87,5 @@ def test_bench_model_function_reports_every_column():
                                min_time=0.01, min_reps=2, warmup=1)
     assert row["jitnn_ms"] > 0 and row["onnxruntime_ms"] > 0 and row["torch_ms"] > 0
     assert row["max_rel_err"] < 1e-3
+    if harness.installed("openvino"):          # float32, not its bfloat16 default
+        assert row["openvino_ms"] > 0 and row["openvino_max_rel_err"] < 1e-4
