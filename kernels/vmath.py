@@ -105,10 +105,11 @@ def _bits_of_float(typingctx, x):
 
 
 @intrinsic
-def _fma(typingctx, a, b, c):
+def fma(typingctx, a, b, c):
     """``a * b + c`` with one rounding (``llvm.fma``; vectorizes): written
     out, ``x * y - x * y`` is folded to 0 before contraction could keep the
-    product's rounding error."""
+    product's rounding error, and contraction needs FMA units: without them
+    (x86-64's baseline) ``llvm.fma`` is a libm call, still one rounding."""
     if not (a == b == c == types.float32):
         return None
 
@@ -254,7 +255,7 @@ def _erfc_large(t, t_low):
     q = q * u + _ERF_LARGE[1]
     q = q * u + _ERF_LARGE[0]
     high = t * t
-    low = _fma(t, t, -high)                      # the rounding error of t^2
+    low = fma(t, t, -high)                      # the rounding error of t^2
     # the exponent q - t^2 as a sum of two floats (TwoSum): a float32 exponent
     # near -15 alone would be off by up to 5e-7, 8 ulp of its e**
     a = q - high
@@ -349,7 +350,7 @@ def gelu(x):
     difference that cancels, and ``z`` carries its rounding error along
     (erfc magnifies it 2 z^2 times); 0 below ``z = -4`` (|gelu| < 4e-8 there)."""
     z = x * _INV_SQRT2
-    z_low = _fma(x, _INV_SQRT2, -z) + x * _INV_SQRT2_LOW    # z's rounding error
+    z_low = fma(x, _INV_SQRT2, -z) + x * _INV_SQRT2_LOW    # z's rounding error
     t = min(max(abs(z), _ONE), _FOUR)
     t_low = z_low if z > _ZERO else -z_low
     e = _erfc_large(t, t_low if t == abs(z) else _ZERO)      # (inf: z_low is NaN)
