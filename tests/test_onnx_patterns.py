@@ -195,6 +195,10 @@ def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict, rng,
         rows[..., 0] = True
         feed["mask"] = np.where(rows, 0.0, -np.inf).astype(np.float32)
         return net("Add", scores, net.input("mask", (b, h, s, s)))
+    if kind == "bias_and_add":   # MPNet, T5: a relative position bias, then the padding mask
+        feed["mask"] = np.where(keep, 0.0, LOWEST).astype(np.float32)
+        biased = net("Add", scores, net.const(rng.standard_normal((1, h, s, s))))
+        return net("Add", biased, net.input("mask", (b, 1, 1, s)))
     if kind == "causal_and_pad":  # a causal Where, then the padding mask added
         feed["mask"] = np.where(keep, 0.0, LOWEST).astype(np.float32)
         causal = net("Where", net.const(tri, np.bool_), scores, net.const(LOWEST))
@@ -237,7 +241,9 @@ def llama_attention(mask: str = "add_rows", h: int = 4, kv_heads: int = 2, b: in
     """Grouped-query self-attention as transformers' Llama exports it: Q of ``h``
     heads, K and V of ``kv_heads``, each K and V head repeated for its group by
     ``repeat_kv`` (``Unsqueeze`` (or a ``Reshape``) to (B, Hkv, 1, S, D),
-    ``Expand`` to (B, Hkv, G, S, D), ``Reshape`` to (B, H, S, D)), Kᵀ by
+    ``Expand`` to (B, Hkv, G, S, D), ``Reshape`` to (B, H, S, D); ``"broadcast"``:
+    not repeated, one key-value head that MatMul broadcasts; ``"broadcast_rotated"``:
+    the same with a constant added to it, as a rotary embedding), Kᵀ by
     ``Transpose(0, 1, 3, 2)``, the scores scaled, a mask, Softmax, the guard,
     · V, the heads merged back. ``repeat="tile"`` repeats the heads the other
     way round (KV head ``j % Hkv`` for Q head ``j``): no grouped attention."""
@@ -252,6 +258,10 @@ def llama_attention(mask: str = "add_rows", h: int = 4, kv_heads: int = 2, b: in
         return net("Transpose", y, perm=[0, 2, 1, 3])
 
     def repeat_kv(kv: str) -> str:
+        if repeat == "broadcast":          # one key-value head, broadcast by MatMul
+            return kv
+        if repeat == "broadcast_rotated":  # Falcon: the same after its rotary embedding
+            return net("Add", kv, net.const(net.rng.standard_normal((s, d))))
         if repeat == "Unsqueeze":
             y = net("Unsqueeze", kv, net.const([2], np.int64))
         elif repeat == "Reshape":
@@ -294,6 +304,17 @@ def test_grouped_query_attention_shapes(h, kv_heads, s):
     assert "scaled_dot_product_attention" in labels and "softmax" not in labels, labels
 
 
+@pytest.mark.parametrize("mask", ["none", "add_rows", "causal_add"])
+@pytest.mark.parametrize("repeat", ["broadcast", "broadcast_rotated"])
+def test_multi_query_attention_broadcast_by_matmul(mask, repeat):
+    """Falcon's multi-query attention: one key-value head that the two MatMuls
+    broadcast to every query head: one attention, all query heads one group
+    (from the head-split transposes too, where Q's is then run)."""
+    model, feed = llama_attention(mask, h=4, kv_heads=1, repeat=repeat)
+    labels = check(model, feed)
+    assert labels.count("scaled_dot_product_attention") == 1 and "softmax" not in labels, labels
+
+
 def test_heads_repeated_as_a_tile_are_no_grouped_attention():
     """KV head ``j % Hkv`` for query head ``j`` is not Llama's grouping: the
     pattern leaves it, and the numbers are still the model's."""
@@ -304,7 +325,7 @@ def test_heads_repeated_as_a_tile_are_no_grouped_attention():
 
 @pytest.mark.parametrize("mask", ["none", "add", "add_bool", "add_const", "where", "where_not",
                                   "where_const", "causal_trilu", "causal_range", "causal_add",
-                                  "causal_and_pad"])
+                                  "causal_and_pad", "bias_and_add"])
 def test_attention_bshd_fuses_with_each_mask(mask):
     model, feed = bert_attention(mask)
     labels = check(model, feed)
@@ -312,7 +333,8 @@ def test_attention_bshd_fuses_with_each_mask(mask):
     assert not {"softmax", "transpose"} & set(labels), labels
     # the IsNaN guard stays only where a mask can drop every key of a row with
     # -inf (a run-time -inf Where; a float mask input could hold -inf too)
-    assert ("is_nan" in labels) == (mask in ("where_not", "add", "causal_and_pad")), labels
+    assert ("is_nan" in labels) == (mask in ("where_not", "add", "causal_and_pad",
+                                             "bias_and_add")), labels
 
 
 def test_attention_all_masked_rows_as_the_model_gives_them():
@@ -508,10 +530,16 @@ def test_gelu_alone_and_with_a_wrong_constant():
 
 def _gelu_tanh(net: Net, x: str, order: str, cube: str = "pow", cube_constant=0.044715) -> str:
     """The tanh GELU as exporters write it: ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
-    0.044715 * x^3)))``, x^3 as ``Pow(x, 3)`` or ``x * (x * x)``, the products in ``order``."""
-    x3 = net("Pow", x, net.const(3.0)) if cube == "pow" else net("Mul", x, net("Mul", x, x))
-    inner = net("Add", x, net("Mul", net.const(cube_constant), x3))
-    t = net("Tanh", net("Mul", inner, net.const(math.sqrt(2 / math.pi))))
+    0.044715 * x^3)))``, x^3 as ``Pow(x, 3)`` or ``x * (x * x)``, or BLOOM's ``sqrt(2 / pi)
+    * x * (1 + 0.044715 * x * x)`` (``cube="bloom"``), the products in ``order``."""
+    if cube == "bloom":
+        square = net("Mul", net("Mul", x, net.const(cube_constant)), x)
+        t = net("Tanh", net("Mul", net("Mul", x, net.const(0.79788456)),
+                            net("Add", square, net.const(1.0))))
+    else:
+        x3 = net("Pow", x, net.const(3.0)) if cube == "pow" else net("Mul", x, net("Mul", x, x))
+        inner = net("Add", x, net("Mul", net.const(cube_constant), x3))
+        t = net("Tanh", net("Mul", inner, net.const(math.sqrt(2 / math.pi))))
     one_plus = net("Add", t, net.const(1.0))
     if order == "half_first":            # GPT-2's gelu_new: (0.5 * x) * (1 + tanh)
         return net("Mul", net("Mul", net.const(0.5), x), one_plus)
@@ -519,9 +547,9 @@ def _gelu_tanh(net: Net, x: str, order: str, cube: str = "pow", cube_constant=0.
 
 
 @pytest.mark.parametrize("order, cube", [("half_first", "pow"), ("x_first", "pow"),
-                                         ("half_first", "mul")])
+                                         ("half_first", "mul"), ("x_first", "bloom")])
 def test_gelu_tanh_approximation_is_one_gelu(order, cube):
-    """GPT-2's gelu_new and PyTorch's gelu(approximate="tanh") as exported: one
+    """GPT-2's gelu_new, BLOOM's and PyTorch's gelu(approximate="tanh") as exported: one
     gelu(approximate="tanh") pass; a constant that is not the approximation's
     (0.05 for 0.044715) leaves the chain op by op, with the same numbers as
     the float64 model either way."""

@@ -18,12 +18,15 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   its group of query heads by ``Unsqueeze(2)`` (or a ``Reshape``), ``Expand``,
   ``Reshape``) runs on the un-repeated K and V: the G query heads of a
   key-value head are one head of G x Sq rows (a free reshape of Q), a mask
-  that varies by row is repeated for them, a causal one becomes a constant.
+  that varies by row is repeated for them, a causal one becomes a constant;
+  so does multi-query attention (Falcon: one K and V head that the MatMuls
+  broadcast). Two ``Add`` masks (a relative position bias and the padding
+  mask) add up into one.
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
   ``Mul`` by ``x`` and by 0.5 in any order: ``gelu(x)``. The tanh
-  approximation (GPT-2's ``gelu_new``): ``Pow(x, 3)`` (or ``x * x * x``),
-  ``Mul 0.044715``, ``Add x``, ``Mul √(2/π)``, ``Tanh``, ``Add 1`` and the same
-  ``Mul``s: ``gelu(x, approximate="tanh")``.
+  approximation (GPT-2's ``gelu_new``, BLOOM's): ``Tanh`` of ``√(2/π) (x +
+  0.044715 x³)`` written with any ``Mul``, ``Add`` and ``Pow`` nodes, ``Add 1``
+  and the same ``Mul``s: ``gelu(x, approximate="tanh")``.
 * **linear**: ``MatMul(x, W)`` (constant 2-D ``W``), ``Add`` of a constant
   bias on the last axis, an optional activation (Relu, Sigmoid, Tanh,
   HardSwish, LeakyRelu, Gelu or a GELU pattern) run on the 2-D ``(rows,
@@ -279,9 +282,9 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         return None
     steps, first = found
     kinds = [s[0] for s in steps]
-    # scales next to the product, then at most one Add and one Where mask
+    # scales next to the product, then at most two Add masks (they add up) and one Where
     masks = [k for k in kinds if k != "scale"]
-    if kinds != sorted(kinds, key=lambda k: k != "scale") or masks.count("add") > 1 \
+    if kinds != sorted(kinds, key=lambda k: k != "scale") or masks.count("add") > 2 \
             or masks.count("where") > 1 or first in g.taken:
         return None
     covered |= {first} | {s[1] for s in steps}
@@ -527,66 +530,79 @@ def _match_gelu(g: _Graph, erf: int) -> Pattern | None:
                    {"x": x, "consts": consts, "approximate": "none"})
 
 
-def _cube(g: _Graph, name: str, x: str, reader: int) -> tuple[set[int], list] | None:
-    """The nodes computing ``name = x ** 3`` (``Pow(x, 3)``, ``x * x * x`` in
-    either grouping), read by node ``reader`` only, and the constants to check;
-    or None."""
-    index = g.node(name, "Pow", "Mul")
-    if index is None or g.users(name) != [reader] or name in g.outputs:
+#: a term of a polynomial in x: c * x ** (n + e1 + e2 ...), with c the product of the
+#: named constants and e1, e2 ... the named exponents of Pow(x, e) (their values known when
+#: the pattern converts)
+_Term = tuple[int, tuple[str, ...], tuple[str, ...]]
+
+
+def _variable(g: _Graph, name: str, depth: int = 0) -> str | None:
+    """The run-time value an expression of ``Mul``, ``Add`` and ``Pow`` nodes
+    (each read once) starts from: the first value down its operands that is
+    read more than once or written by another op."""
+    index = g.node(name, "Mul", "Add", "Pow")
+    if depth > 8 or index is None or len(g.users(name)) != 1 or name in g.outputs:
+        return name
+    above = next((n for n in g.nodes[index].input if n not in g.const), None)
+    return None if above is None else _variable(g, above, depth + 1)
+
+
+def _polynomial(g: _Graph, name: str, x: str, nodes: set[int],
+                depth: int = 0) -> list[_Term] | None:
+    """``name`` as a sum of terms in ``x`` (see ``_Term``) when it is computed
+    from ``x`` and constants by ``Mul``, ``Add`` and ``Pow(x, constant)``
+    nodes, each value read once (the nodes go into ``nodes``); else None."""
+    if name == x:
+        return [(1, (), ())]
+    if name in g.const:
+        return [(0, (), (name,))]
+    index = g.node(name, "Mul", "Add", "Pow")
+    if depth > 6 or index is None or len(g.users(name)) != 1 or name in g.outputs:
         return None
     node = g.nodes[index]
-    if node.op_type == "Pow":
-        return ({index}, [(node.input[1], 3.0)]) if node.input[0] == x and \
-            node.input[1] in g.const else None
-    a, b = node.input
-    square = b if a == x else a if b == x else None
-    inner = None if square is None else g.node(square, "Mul")
-    if inner is None or list(g.nodes[inner].input) != [x, x] or g.users(square) != [index] \
-            or square in g.outputs:
+    if len(node.input) != 2:
         return None
-    return {index, inner}, []
+    nodes.add(index)
+    if node.op_type == "Pow":
+        base, exponent = node.input
+        return [(0, (exponent,), ())] if base == x and exponent in g.const else None
+    parts = [_polynomial(g, n, x, nodes, depth + 1) for n in node.input]
+    if None in parts:
+        return None
+    a, b = parts
+    if node.op_type == "Add":
+        return a + b
+    terms = [(n1 + n2, e1 + e2, c1 + c2) for n1, e1, c1 in a for n2, e2, c2 in b]
+    return terms if len(terms) <= 6 else None
 
 
 def _match_gelu_tanh(g: _Graph, tanh: int) -> Pattern | None:
-    """``0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³)))`` (PyTorch's
-    ``gelu(approximate="tanh")`` and GPT-2's ``gelu_new`` as exported), the
-    ``Mul`` and ``Add`` operands in either order."""
-    scaled = g.node(g.nodes[tanh].input[0], "Mul")
-    split = None if scaled is None else _split_const(g, scaled)
-    if split is None:
+    """``0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³)))`` in the forms
+    exporters write: PyTorch's ``gelu(approximate="tanh")`` and GPT-2's
+    ``gelu_new`` (``Pow(x, 3)``), ``x * x * x``, BLOOM's ``√(2/π) * x * (1 +
+    0.044715 * x * x)``, the products and sums in any order: the argument of
+    ``Tanh`` is any polynomial of ``Mul``, ``Add`` and ``Pow`` nodes in ``x``
+    whose coefficients, known when the pattern converts, are these."""
+    argument = g.nodes[tanh].input[0]
+    x = _variable(g, argument)
+    nodes: set[int] = set()
+    terms = None if x is None or x == argument else _polynomial(g, argument, x, nodes)
+    if terms is None:
         return None
-    c_scale, inner = split
-    add = g.node(inner, "Add")
-    if add is None or g.users(inner) != [scaled] or inner in g.outputs:
-        return None
-    for x, term in (tuple(g.nodes[add].input), tuple(g.nodes[add].input)[::-1]):
-        times = g.node(term, "Mul")
-        split = None if times is None else _split_const(g, times)
-        if split is None or g.users(term) != [add] or term in g.outputs:
-            continue
-        c_cube, cubed = split
-        cube = _cube(g, cubed, x, times)
-        if cube is not None:
-            break
-    else:
-        return None
-    cube_nodes, cube_consts = cube
     one = g.only_reader(g.nodes[tanh].output[0], "Add")
     if one is None or _const_operand(g, one, g.nodes[tanh].output[0]) is None:
         return None
-    consts = [(c_scale, math.sqrt(2.0 / math.pi)), (c_cube, 0.044715),
-              (_const_operand(g, one, g.nodes[tanh].output[0]), 1.0)] + cube_consts
-    covered = {scaled, add, times, tanh, one} | cube_nodes
+    covered = nodes | {tanh, one}
     tail = _gelu_tail(g, g.nodes[one].output[0], x, covered)
     if tail is None:
         return None
     last, half = tail
-    consts.append((half, 0.5))
+    consts = [(_const_operand(g, one, g.nodes[tanh].output[0]), 1.0), (half, 0.5)]
     if any(not g.private(i, covered) for i in covered - {last}):
         return None
     return Pattern("gelu", covered, last,
-                   lambda cv, values: _gelu(cv, values, x, consts, "tanh"),
-                   {"x": x, "consts": consts, "approximate": "tanh"})
+                   lambda cv, values: _gelu(cv, values, x, consts, "tanh", terms),
+                   {"x": x, "consts": consts, "approximate": "tanh", "terms": terms})
 
 
 def _match_layer_norm(g: _Graph, mean: int) -> Pattern | None:
@@ -856,7 +872,8 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
     that no softmax row is NaN. Checks everything before it adds an op (a
     refused pattern leaves nothing in the graph)."""
     sq, sk = scores[-2:]
-    masks, causal, nan_free = [], False, True    # masks: (shape, make the operand)
+    # masks: (shape, make the operand, additive: a float mask added to the scores)
+    masks, causal, nan_free = [], False, True
     for kind, _, operands in plan["steps"]:
         if kind == "add":
             mask = values[operands[0]]
@@ -867,13 +884,13 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                     causal = True
                     continue
                 nan_free &= bool(np.isfinite(m).all())
-                masks.append((m.shape, lambda mask=mask: cv.float_operand(mask)))
+                masks.append((m.shape, lambda mask=mask: cv.float_operand(mask), True))
             elif _float_tensor(mask):
                 pair = plan["finite"].get(operands[0])
                 nan_free &= pair is not None and all(
                     _scalar(values[n]) is not None and math.isfinite(_scalar(values[n]))
                     for n in pair)
-                masks.append((mask.shape, lambda mask=mask: mask))
+                masks.append((mask.shape, lambda mask=mask: mask, True))
             else:
                 return None
         elif kind == "where":
@@ -893,23 +910,26 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                 # the kernel's boolean mask does (float32 lowest: the same weights)
                 array = np.where(keep, 0.0, -np.inf).astype(np.float32) if infinite else keep
                 masks.append((keep.shape, lambda a=array, i=infinite: cv.operand(
-                    Const(a), np.float32 if i else None)))
+                    Const(a), np.float32 if i else None), infinite))
             elif cv.is_bool(cond):
                 nan_free &= not infinite
                 masks.append((cond.shape, lambda c=cond, k=keep_if_true, i=infinite:
-                              _run_time_mask(cv, c, k, i)))
+                              _run_time_mask(cv, c, k, i), infinite))
             else:
                 return None
-    if len(masks) > 1:
-        return None                      # two masks that are not a causal one
-    if masks:
-        shape = tuple(masks[0][0])
+    if len(masks) > 1 and not all(additive for _, _, additive in masks):
+        return None                      # a boolean mask and another: not one jitnn mask
+    for shape, _, _ in masks:
         try:
-            if len(shape) > len(scores) or np.broadcast_shapes(shape, scores) != scores:
+            if len(shape) > len(scores) or np.broadcast_shapes(tuple(shape), scores) != scores:
                 return None
         except ValueError:
             return None
-    return (masks[0][1]() if masks else None), causal, nan_free
+    # several additive masks (a relative position bias and the padding mask) add up
+    mask = None
+    for _, make, _ in masks:
+        mask = make() if mask is None else cv.op("add", mask, make())
+    return mask, causal, nan_free
 
 
 def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Operand:
@@ -935,11 +955,15 @@ def _attention(cv, values, plan) -> Operand | None:
         if len(counts) != 1 or None in counts or rank != 4 or q.shape[1] % min(counts):
             return None
         groups = counts.pop()
+    layout = "bshd" if plan["bshd"] else "bhsd"
     if plan["bshd"]:
         if rank != 4 or len(k.shape) != 4 or len(v.shape) != 4:
             return None
         (b, sq, h, d), (bk, sk, hk, dk), (bv, skv, hv, _) = q.shape, k.shape, v.shape
         scores = (b, h, sq, sk)
+        if hk == hv == 1 < h and groups == 1:
+            # one key-value head broadcast to all (multi-query): grouped, in bhsd (below)
+            groups, layout, hk, hv = h, "bhsd", h, h
     else:
         if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
             return None
@@ -951,6 +975,9 @@ def _attention(cv, values, plan) -> Operand | None:
         else:
             k_shape = k.shape
         lead = q.shape[:-2]
+        if groups == 1 and rank == 4 and lead[1] > 1 \
+                and k_shape[:-2] == v.shape[:-2] == (lead[0], 1):
+            groups = lead[1]          # one key-value head broadcast to all (multi-query)
         kv_lead = lead if groups == 1 else (lead[0], lead[1] // groups)
         if k_shape[:-2] != kv_lead or v.shape[:-2] != kv_lead:
             return None                   # broadcast batch or heads: not one attention
@@ -984,6 +1011,9 @@ def _attention(cv, values, plan) -> Operand | None:
     mask, causal, nan_free = masked
     if plan["k_mode"] == "kt":
         k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
+    if plan["bshd"] and layout == "bhsd":     # Q's heads transposed ahead, K's and V's one is free
+        q = cv.op("transpose", q, [0, 2, 1, 3])
+        k, v = (cv.op("reshape", t, (t.shape[0], 1, t.shape[1], t.shape[3])) for t in (k, v))
     if groups > 1:
         # the G query heads of a key-value head (contiguous in Q) as one head of G * Sq
         # rows: K and V are read once, not repeated; a per-row mask repeats its rows
@@ -1002,9 +1032,11 @@ def _attention(cv, values, plan) -> Operand | None:
                     Const(np.where(keep, 0.0, -np.inf).astype(np.float32))))
             causal = False
     out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
-                layout="bshd" if plan["bshd"] else "bhsd")
+                layout=layout)
     if groups > 1:
         out = cv.op("reshape", out, (out.shape[0], out.shape[1] * groups, sq, out.shape[-1]))
+    if plan["bshd"] and layout == "bhsd":
+        out = cv.op("transpose", out, [0, 2, 1, 3])
     if plan["guard"] is not None and not nan_free:
         # the guard zeroes the probabilities of a NaN row (every score -inf): its
         # output is 0. Left out when the masks cannot make such a row: then only
@@ -1015,16 +1047,34 @@ def _attention(cv, values, plan) -> Operand | None:
     return out
 
 
-def _gelu_constants(values, consts) -> bool:
-    """Whether each constant is its expected value (float32 rounding allowed)."""
+#: the tanh GELU's argument: its coefficients of x and x³
+_GELU_TANH_TERMS = {1: math.sqrt(2.0 / math.pi), 3: math.sqrt(2.0 / math.pi) * 0.044715}
+
+
+def _gelu_constants(values, consts, terms=None) -> bool:
+    """Whether each constant is its expected value (float32 rounding allowed),
+    and the polynomial ``terms`` (the tanh GELU's argument, see ``_Term``) is
+    ``√(2/π) (x + 0.044715 x³)``."""
     got = [_scalar(values[name]) for name, _ in consts]
-    return all(v is not None and abs(v - want) <= 1e-6 * want
-               for v, (_, want) in zip(got, consts))
+    if not all(v is not None and abs(v - want) <= 1e-6 * want
+               for v, (_, want) in zip(got, consts)):
+        return False
+    if terms is None:
+        return True
+    coefficients: dict[float, float] = {}
+    for count, exponents, factors in terms:
+        numbers = [_scalar(values[name]) for name in exponents + factors]
+        if None in numbers:
+            return False
+        power = count + sum(numbers[:len(exponents)])
+        coefficients[power] = coefficients.get(power, 0.0) + math.prod(numbers[len(exponents):])
+    return set(coefficients) == set(_GELU_TANH_TERMS) and all(
+        abs(coefficients[p] - want) <= 1e-6 * want for p, want in _GELU_TANH_TERMS.items())
 
 
-def _gelu(cv, values, x: str, consts, approximate: str) -> Operand | None:
+def _gelu(cv, values, x: str, consts, approximate: str, terms=None) -> Operand | None:
     value = values[x]
-    if not _float_tensor(value) or not _gelu_constants(values, consts):
+    if not _float_tensor(value) or not _gelu_constants(values, consts, terms):
         return None
     return cv.op("gelu", value, approximate=approximate)
 
@@ -1103,7 +1153,8 @@ def _linear(cv, values, plan) -> Operand | None:
             or any(s != 1 for s in bias.array.shape[:-1]):
         return None
     gelu = plan["gelu"]
-    if gelu is not None and not _gelu_constants(values, gelu.data["consts"]):
+    if gelu is not None and not _gelu_constants(values, gelu.data["consts"],
+                                                gelu.data.get("terms")):
         return None
     rows = math.prod(x.shape[:-1])
     flat = cv.op("reshape", x, (rows, x.shape[-1])) if len(x.shape) != 2 else x
