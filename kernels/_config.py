@@ -68,7 +68,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import os
+import re
 import tempfile
 import threading
 import types
@@ -80,7 +82,10 @@ import llvmlite.binding as _llvm
 import numba
 import numpy as np
 from numba.core import caching as _caching
+from numba.core.registry import CPUDispatcher
 from numba.np.ufunc import parallel as _numba_parallel
+
+from . import _linking
 
 # --- code generation -------------------------------------------------------
 
@@ -182,13 +187,15 @@ if os.environ.get("NUMBA_THREADING_LAYER", "default").lower() == "default":
 _KERNEL_DIR = Path(__file__).resolve().parent
 
 
+#: the layout of jitnn's cache entries (a data file holds the standalone
+#: kernels its code calls, kernels/_linking.py); part of the directory name
+_CACHE_FORMAT = 2
+
+
 def _settings_tag() -> str:
-    """Directory name that changes whenever generated code could change."""
-    sources = hashlib.sha256()
-    # every kernel source, subpackages (conv2d/, matmul/) included
-    for path in sorted(_KERNEL_DIR.rglob("*.py")):
-        sources.update(path.relative_to(_KERNEL_DIR).as_posix().encode())
-        sources.update(path.read_bytes())
+    """Directory name that changes whenever generated code could change, the
+    kernel sources apart (each source file's entries are stamped with the
+    sources it depends on: :func:`source_stamp`)."""
     flags = ",".join(sorted(FASTMATH))
     settings = hashlib.sha256(flags.encode()).hexdigest()[:8]
     # the target's features (numba keys its entries on them too, but two
@@ -198,7 +205,69 @@ def _settings_tag() -> str:
             f"_slp{int(numba.config.SLP_VECTORIZE)}_fm-{settings}"
             f"_{TARGET_CPU}-{target}{'_avx512tuned' if AVX512_TUNED else ''}"
             f"{'_boundscheck' if numba.config.BOUNDSCHECK else ''}"
-            f"_src-{sources.hexdigest()[:12]}")
+            f"_v{_CACHE_FORMAT}")
+
+
+# A kernel's cached code depends on its own source file and on every kernel
+# module that file imports, directly or not: numba inlines their helpers and
+# intrinsics into it. numba stamps a file's entries with the file's own
+# modification time and size only (so an edit elsewhere went unnoticed, and a
+# checkout that touched the file threw its entries away); jitnn stamps them
+# with a hash of the sources they depend on instead, and an edit in one
+# kernel module leaves the entries of the modules that do not import it.
+
+_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.+)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)",
+                     re.MULTILINE)
+_sources: dict[Path, bytes] = {}
+_stamps: dict[Path, str] = {}
+
+
+def _source(path: Path) -> bytes:
+    text = _sources.get(path)
+    if text is None:
+        text = _sources[path] = path.read_bytes()
+    return text
+
+
+def _kernel_imports(path: Path) -> set[Path]:
+    """The kernel source files ``path`` imports (relative imports: kernels
+    import each other no other way)."""
+    found = set()
+    for dots, module, names in _IMPORT.findall(_source(path).decode()):
+        package = path.parent
+        for _ in range(len(dots) - 1):
+            package = package.parent
+        base = package.joinpath(*module.split(".")) if module else package
+        candidates = [base.with_suffix(".py"), base / "__init__.py"]
+        if not module:          # ``from . import winograd``: the names are modules
+            candidates += [package / f"{name.strip()}.py"
+                           for name in names.strip("()").replace("\n", ",").split(",")]
+        found.update(c for c in candidates if c.is_file() and _KERNEL_DIR in c.parents)
+    return found
+
+
+def source_stamp(path) -> str:
+    """A hash of kernel source ``path`` and of every kernel source it
+    imports, directly or not: the stamp of its cache entries. (A file
+    outside the kernels, a test's kernel, depends on all of them.)"""
+    path = Path(path).resolve()
+    stamp = _stamps.get(path)
+    if stamp is None:
+        closure, todo = set(), [path]
+        if _KERNEL_DIR not in path.parents:
+            todo += _KERNEL_DIR.rglob("*.py")
+        while todo:
+            current = todo.pop()
+            if current not in closure:
+                closure.add(current)
+                todo.extend(_kernel_imports(current))
+        digest = hashlib.sha256()
+        for source in sorted(closure):
+            name = source.relative_to(_KERNEL_DIR) if _KERNEL_DIR in source.parents else source
+            digest.update(name.as_posix().encode() + b"\0")
+            digest.update(_source(source))
+        stamp = _stamps[path] = digest.hexdigest()[:16]
+    return stamp
 
 
 def _cache_root_candidates() -> list[Path]:
@@ -292,13 +361,29 @@ class _KernelCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._Cach
     def get_cache_path(self) -> str:
         return self._cache_path
 
+    def get_source_stamp(self) -> str:
+        return source_stamp(self._py_file)
+
     @classmethod
     def from_function(cls, py_func, py_file: str) -> "_KernelCacheLocator":
         return cls(py_func, py_file)
 
 
 class _KernelCacheImpl(_caching.CompileResultCacheImpl):
+    """numba's entry, with the standalone kernels its code calls
+    (kernels/_linking.py), which are loaded before it."""
+
     _locator_classes = [_KernelCacheLocator]
+
+    def reduce(self, cres):
+        return _linking.dependencies(cres.library), super().reduce(cres)
+
+    def rebuild(self, target_context, payload):
+        calls, entry = payload
+        _linking.load_dependencies(calls, entry)
+        cres = super().rebuild(target_context, entry)
+        cres.library._jitnn_standalone = set(calls)   # its callers call them too
+        return cres
 
 
 class _KernelCacheFile(_caching.IndexDataCacheFile):
@@ -325,6 +410,25 @@ class _KernelCacheFile(_caching.IndexDataCacheFile):
             self._drop(self._data_path(name), error)
             return None
 
+    def save(self, key, data) -> None:
+        """numba's save, safe with other processes saving into the same
+        index (compile workers): under a lock on the index, and the data
+        before the index entry that names it. (numba picks a data file name
+        unused in the index it read: two processes saving two signatures of
+        one kernel at once picked the same name and one's index entry then
+        named the other's code.)"""
+        with _locked(self._index_path + ".lock"):
+            overloads = self._load_index()
+            name = overloads.get(key)
+            if name is None:
+                taken = set(overloads.values())
+                name = next(self._data_name(i) for i in itertools.count(1)
+                            if self._data_name(i) not in taken)
+            self._save_data(name, data)
+            if overloads.get(key) != name:
+                overloads[key] = name
+                self._save_index(overloads)
+
     @staticmethod
     def _drop(path: str, error: Exception) -> None:
         if CACHE_WRITABLE:   # a shared read-only cache is left as it is
@@ -346,6 +450,12 @@ class _KernelCache(_caching.FunctionCache):
         self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
                                             self._impl.locator.get_source_stamp())
 
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except _linking.MissingDependency:
+            return None           # compiled again (and saved over the entry)
+
     def save_overload(self, sig, data) -> None:
         if CACHE_WRITABLE:
             super().save_overload(sig, data)
@@ -354,20 +464,58 @@ class _KernelCache(_caching.FunctionCache):
                        "kernels missing from it are compiled in every process.")
 
 
-def jit(parallel: bool = False, cache: bool = True):
+@contextlib.contextmanager
+def _locked(path: str):
+    """An exclusive lock on ``path`` (created) between processes, for as
+    long as the block runs; without ``fcntl`` (Windows), no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+class _StandaloneDispatcher(CPUDispatcher):
+    """A dispatcher whose specializations are standalone kernels
+    (kernels/_linking.py)."""
+
+    def add_overload(self, cres) -> None:
+        super().add_overload(cres)
+        _linking.make_standalone(self, cres)
+
+
+def jit(parallel: bool = False, cache: bool = True, standalone: bool = False):
     """Compile a kernel with jitnn's settings (see the module docstring).
 
     ``@jit()`` for serial tiles and helpers, ``@jit(parallel=True)`` for the
     ``prange`` drivers. Serial and parallel variants must be separate Python
     functions: numba's cache would otherwise confuse them.
+    ``@jit(standalone=True)``: the kernel's code is not linked into its
+    callers, which call it (kernels/_linking.py): for the task bodies that
+    drivers call once per task, so that each compiles once, not once more
+    per driver and twice per parallel one.
     """
     def decorate(function):
         dispatcher = numba.njit(fastmath=set(FASTMATH), nogil=True, parallel=parallel,
                                 error_model="numpy")(function)
-        if cache and CACHE_DIR is not None and not numba.config.DISABLE_JIT:
+        if numba.config.DISABLE_JIT:
+            return dispatcher
+        if cache and CACHE_DIR is not None:
             # what numba's enable_caching() does, with jitnn's cache class
             # (numba.njit(cache=True) would use numba's, in config.CACHE_DIR)
             dispatcher._cache = _KernelCache(function)
+        if standalone:
+            if type(dispatcher) is not CPUDispatcher or parallel:
+                raise TypeError(f"jitnn: {function.__qualname__}: a standalone kernel is a "
+                                "serial CPU kernel")
+            dispatcher.__class__ = _StandaloneDispatcher   # (methods only: same layout)
+        _linking.KERNELS.add(dispatcher)
         return dispatcher
     return decorate
 

@@ -270,7 +270,7 @@ def _rescale(ot, size, alpha):
 
 # --- one task ----------------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, offsets):
     """Rows ``[i0, i0 + QB)`` of one (batch, head): see the module docstring."""
     H, Sq, Sk, D, Dv = g[_H], g[_SQ], g[_SK], g[_D], g[_DV]

@@ -38,7 +38,7 @@ _ZERO = np.float32(0.0)
 _PARALLEL_MIN = 32768
 
 
-@jit()
+@jit(standalone=True)
 def _copy_rows(xf, outf, geom, first, last):
     """Copy one input's rows ``[first, last)`` (tasks ``(n, output block, h)``).
 
@@ -79,7 +79,9 @@ def _copy_rows(xf, outf, geom, first, last):
 def _copy_rows_parallel(xf, outf, geom, tasks, groups):
     """``groups`` contiguous ranges of the ``tasks`` rows, in parallel."""
     for g in prange(groups):
-        _copy_rows(xf, outf, geom, g * tasks // groups, (g + 1) * tasks // groups)
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _copy_rows(xf, outf, geom, first, last)
 
 
 def concat_offsets(channels):

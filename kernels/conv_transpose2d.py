@@ -72,6 +72,7 @@ import numpy as np
 from numba import literally, prange
 
 from ._config import jit, parallel_kernel
+from ._linking import made_by
 from .buffers import aligned_empty
 from .conv2d.geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, BLOCK_SIZES, _border_pixel,
                               conv_tile_shape)
@@ -123,7 +124,7 @@ def _ct_fill_patch(buf, xf, geom, taps, t0, nt, n, ib0, ib1, js, iis, cb, P):
                         buf[np.uint64(d + i)] = _ZERO
 
 
-@jit()
+@jit(standalone=True)
 def _ct_tiles(xf, wf, bias, yf, buf, geom, phases, taps, ib_begin, ib_end, n, ph, og0, og1,
               k_start, k_end, interior, groups_outside, clamp, lo, hi, post, act, p0, p1,
               cb, P, B):
@@ -310,7 +311,7 @@ def conv_transpose_driver(cb: int):
     """The compiled driver for block ``cb`` (made once)."""
     driver = _drivers.get(cb)
     if driver is None:
-        driver = _drivers.setdefault(cb, _make_driver(cb))
+        driver = _drivers.setdefault(cb, made_by(conv_transpose_driver, (cb,), _make_driver(cb)))
     return driver
 
 

@@ -274,7 +274,7 @@ def _fill_patterns(patterns, keep, program, vectors, n, c0, cb, valid):
 
 # --- the engine ----------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last):
     """Run tasks ``[first, last)`` of a program (see :func:`eltwise_chain`).
 
@@ -346,8 +346,11 @@ def _chain_parallel(xf, outf, tensors, program, params, vectors, geom, tasks, gr
     """The ``prange`` driver: ``groups`` (one per thread) contiguous ranges of
     tasks, so scratch buffers and lane patterns are set up once per range."""
     for g in prange(groups):
-        _chain_tasks(xf, outf, tensors, program, params, vectors, geom,
-                     g * tasks // groups, (g + 1) * tasks // groups)
+        # (int64: a prange index is unsigned, which would be a specialization
+        # of _chain_tasks of its own)
+        first = np.int64(g) * tasks // groups
+        _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first,
+                     (np.int64(g) + 1) * tasks // groups)
 
 
 # --- steps and operands (Python) -----------------------------------------------

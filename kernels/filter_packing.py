@@ -130,7 +130,29 @@ def pack_filter(w, groups, out):
     """
     wc = np.ascontiguousarray(w)  # views (hwio, ...) copy once; C arrays pass through
     out_channels, group_in, kernel_h, kernel_w = wc.shape
-    out_blocks, in_blocks = out.shape[0], out.shape[1]
+    ic_bn = out.shape[4]
+    taps = kernel_h * kernel_w
+    run = ic_bn * taps  # floats per (output channel, input block)
+    # where[f]: the offset in a packed tile of transposed row f (input lane
+    # i = f // taps, tap k = f % taps): a table, not a counter pair per row
+    # (the counters ran at 0.5x np.copyto, the table at 0.8x)
+    where = np.empty(run, np.int64)
+    for f in range(run):
+        where[f] = ((f % taps) * ic_bn + f // taps) * out.shape[5]
+    for ob in prange(out.shape[0]):
+        # (int64: a prange index is unsigned in the parallel compile, and each
+        # integer type would be a specialization of its own)
+        _pack_output_block(wc, groups, out, where, np.int64(ob))
+
+
+@jit(standalone=True)
+def _pack_output_block(wc, groups, out, where, ob):
+    """Output block ``ob`` of :func:`pack_filter` (``wc``: the filter,
+    C-contiguous; ``where``: the tile offsets of the transposed rows). A
+    standalone kernel (kernels/_linking.py): the serial and the parallel
+    compile of ``pack_filter`` share it."""
+    out_channels, group_in, kernel_h, kernel_w = wc.shape
+    in_blocks = out.shape[1]
     ic_bn, oc_bn = out.shape[4], out.shape[5]
     taps = kernel_h * kernel_w
     group_out = out_channels // groups
@@ -149,78 +171,65 @@ def pack_filter(w, groups, out):
         # strides and split loads (in one process against the general loop
         # below, paired rounds, 1 thread, median of 4 placements: 512 x 2048
         # 0.76 -> 0.92x np.copyto, 256 x 1024 0.71 -> 0.86x; benchmarks/RESULTS.md).
-        for ob in prange(out_blocks):
-            for ib in range(in_blocks):
-                transpose8_split(wc, ob * 8 * row + ib * 8, row,
-                                 out, (ob * in_blocks + ib) * 64, 8)
+        for ib in range(in_blocks):
+            transpose8_split(wc, ob * 8 * row + ib * 8, row, out, (ob * in_blocks + ib) * 64, 8)
+        return
+    if groups == 1 and vec == 8 and out_channels % oc_bn == 0 and group_in % ic_bn == 0:
+        # Dense filters: every tile is a full one (one task per output block:
+        # a task per tile ran 0.65x np.copyto for 512 x 2048 x 1 x 1, this 0.9x).
+        if taps == 9 and ic_bn == 8 and oc_bn == 8:
+            _pack_3x3_block8(wc, out, ob, in_blocks, row)
+            return
+        for ib in range(in_blocks):
+            dst0 = (ob * in_blocks + ib) * tile_size
+            for og in range(oc_bn // 8):
+                src0 = (ob * oc_bn + og * 8) * row + ib * run
+                if taps == 1:  # f = i: rows land oc_bn apart, no table needed
+                    for f0 in range(0, run, 8):
+                        transpose8(wc, src0 + f0, row, out, dst0 + f0 * oc_bn + og * 8, oc_bn)
+                else:
+                    for f0 in range(0, run, 8):
+                        transpose8_scatter(wc, src0 + f0, row, out, dst0 + og * 8, where, f0)
         return
     src = wc.reshape(wc.size)
     dst = out.reshape(out.size)
-    # where[f]: the offset in a packed tile of transposed row f (input lane
-    # i = f // taps, tap k = f % taps): a table, not a counter pair per row
-    # (the counters ran at 0.5x np.copyto, the table at 0.8x)
-    where = np.empty(run, np.int64)
-    for f in range(run):
-        where[f] = ((f % taps) * ic_bn + f // taps) * oc_bn
-    if groups == 1 and vec == 8 and out_channels % oc_bn == 0 and group_in % ic_bn == 0:
-        # Dense filters: every tile is a full one, a loop of its own with one
-        # task per output block (a task per tile ran 0.65x np.copyto for
-        # 512 x 2048 x 1 x 1, this 0.9x).
-        for ob in prange(out_blocks):
-            if taps == 9 and ic_bn == 8 and oc_bn == 8:
-                # 3x3 at block 8 (a prange loop of its own added ~1.3 s to the
-                # parallel compile)
-                _pack_3x3_block8(wc, out, ob, in_blocks, row)
-                continue
-            for ib in range(in_blocks):
-                dst0 = (ob * in_blocks + ib) * tile_size
-                for og in range(oc_bn // 8):
-                    src0 = (ob * oc_bn + og * 8) * row + ib * run
-                    if taps == 1:  # f = i: rows land oc_bn apart, no table needed
-                        for f0 in range(0, run, 8):
-                            transpose8(wc, src0 + f0, row, out, dst0 + f0 * oc_bn + og * 8, oc_bn)
+    scratch = numba.carray(stack_empty(16, np.float32), (16,))
+    oc0 = ob * oc_bn
+    oc1 = min(oc0 + oc_bn, out_channels)
+    g_first = oc0 // group_out
+    g_last = (oc1 - 1) // group_out
+    for ib in range(in_blocks):
+        c0 = ib * ic_bn
+        local0 = c0 - g_first * group_in
+        dst0 = (ob * in_blocks + ib) * tile_size
+        if (vec > 0 and oc1 - oc0 == oc_bn and g_first == g_last
+                and local0 >= 0 and local0 + ic_bn <= group_in):
+            for og in range(oc_bn // vec):
+                src0 = (oc0 + og * vec) * row + local0 * taps
+                for f0 in range(0, run, vec):
+                    if vec == 8:
+                        transpose8_scatter(wc, src0 + f0, row, out, dst0 + og * 8, where, f0)
                     else:
-                        for f0 in range(0, run, 8):
-                            transpose8_scatter(wc, src0 + f0, row, out, dst0 + og * 8, where, f0)
-        return
-    for ob in prange(out_blocks):
-        scratch = numba.carray(stack_empty(16, np.float32), (16,))
-        oc0 = ob * oc_bn
-        oc1 = min(oc0 + oc_bn, out_channels)
-        g_first = oc0 // group_out
-        g_last = (oc1 - 1) // group_out
-        for ib in range(in_blocks):
-            c0 = ib * ic_bn
-            local0 = c0 - g_first * group_in
-            dst0 = (ob * in_blocks + ib) * tile_size
-            if (vec > 0 and oc1 - oc0 == oc_bn and g_first == g_last
-                    and local0 >= 0 and local0 + ic_bn <= group_in):
-                for og in range(oc_bn // vec):
-                    src0 = (oc0 + og * vec) * row + local0 * taps
-                    for f0 in range(0, run, vec):
-                        if vec == 8:
-                            transpose8_scatter(wc, src0 + f0, row, out, dst0 + og * 8, where, f0)
-                        else:
-                            transpose4(wc, src0 + f0, row, scratch, 0, 4)
-                            for j in range(4):
-                                move4(scratch, j * 4, out, dst0 + where[f0 + j] + og * 4)
-            elif (c0 + ic_bn <= g_first * group_in
-                  or c0 >= (g_last + 1) * group_in):
-                for e in range(tile_size):  # no group of this block reads these inputs
-                    dst[dst0 + e] = 0.0
-            else:
-                # output channel outermost: one division per output channel,
-                # not one per weight (64x3x7x7: 61-72 -> 32-34 us, 60x30x3x3: 19-25 -> 10-14)
-                for o in range(oc_bn):
-                    oc = oc0 + o
-                    first_c = c0 - (oc // group_out) * group_in  # local channel of lane 0
-                    for k in range(taps):
-                        for i in range(ic_bn):
-                            local_c = first_c + i
-                            value = np.float32(0.0)
-                            if oc < out_channels and local_c >= 0 and local_c < group_in:
-                                value = src[oc * row + local_c * taps + k]
-                            dst[dst0 + (k * ic_bn + i) * oc_bn + o] = value
+                        transpose4(wc, src0 + f0, row, scratch, 0, 4)
+                        for j in range(4):
+                            move4(scratch, j * 4, out, dst0 + where[f0 + j] + og * 4)
+        elif (c0 + ic_bn <= g_first * group_in
+              or c0 >= (g_last + 1) * group_in):
+            for e in range(tile_size):  # no group of this block reads these inputs
+                dst[dst0 + e] = 0.0
+        else:
+            # output channel outermost: one division per output channel,
+            # not one per weight (64x3x7x7: 61-72 -> 32-34 us, 60x30x3x3: 19-25 -> 10-14)
+            for o in range(oc_bn):
+                oc = oc0 + o
+                first_c = c0 - (oc // group_out) * group_in  # local channel of lane 0
+                for k in range(taps):
+                    for i in range(ic_bn):
+                        local_c = first_c + i
+                        value = np.float32(0.0)
+                        if oc < out_channels and local_c >= 0 and local_c < group_in:
+                            value = src[oc * row + local_c * taps + k]
+                        dst[dst0 + (k * ic_bn + i) * oc_bn + o] = value
 
 
 @jit()

@@ -113,7 +113,7 @@ def _row_m2(xf, base, count, mean):
 
 # --- rows ------------------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _rows(xf, outf, D, scale, bias, eps, first, last):
     for row in range(first, last):
         base = row * D
@@ -127,12 +127,14 @@ def _rows(xf, outf, D, scale, bias, eps, first, last):
 @jit(parallel=True)
 def _rows_parallel(xf, outf, D, scale, bias, eps, rows, groups):
     for g in prange(groups):
-        _rows(xf, outf, D, scale, bias, eps, g * rows // groups, (g + 1) * rows // groups)
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * rows // groups, (np.int64(g) + 1) * rows // groups
+        _rows(xf, outf, D, scale, bias, eps, first, last)
 
 
 # --- groups (channels of a blocked tensor per pixel) -----------------------------
 
-@jit()
+@jit(standalone=True)
 def _groups(xf, outf, K, P, L, channels, scale, bias, eps, tile, first, last):
     """Tasks ``[first, last)``: task ``t`` is ``a = t // tiles`` and pixels
     ``[j * tile, ...)`` of its tile ``j = t % tiles``."""
@@ -182,8 +184,10 @@ def _groups(xf, outf, K, P, L, channels, scale, bias, eps, tile, first, last):
 @jit(parallel=True)
 def _groups_parallel(xf, outf, K, P, L, channels, scale, bias, eps, tile, tasks, groups):
     for g in prange(groups):
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
         _groups(xf, outf, K, P, L, channels, scale, bias, eps, tile,
-                g * tasks // groups, (g + 1) * tasks // groups)
+                first, last)
 
 
 # --- instance normalization ------------------------------------------------------
@@ -214,7 +218,7 @@ def _plane_stats(xf, base, R, L, means, m2):
             m2[l] += d * d
 
 
-@jit()
+@jit(standalone=True)
 def _instance(xf, outf, R, L, scale, bias, eps, first, last):
     G = scale.shape[0]
     means = np.empty(L, np.float64)
@@ -242,8 +246,9 @@ def _instance(xf, outf, R, L, scale, bias, eps, first, last):
 @jit(parallel=True)
 def _instance_parallel(xf, outf, R, L, scale, bias, eps, planes, groups):
     for g in prange(groups):
-        _instance(xf, outf, R, L, scale, bias, eps, g * planes // groups,
-                  (g + 1) * planes // groups)
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * planes // groups, (np.int64(g) + 1) * planes // groups
+        _instance(xf, outf, R, L, scale, bias, eps, first, last)
 
 
 # --- checked wrappers ------------------------------------------------------------

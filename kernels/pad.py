@@ -64,7 +64,7 @@ def _border(xf, outf, fill, o, row, iw, cb, blk):
             outf[np.uint64(o + lane)] = xf[np.uint64(src + lane)]
 
 
-@jit()
+@jit(standalone=True)
 def _pad_rows(xf, outf, geom, fill, first, last):
     """Output rows ``[first, last)`` (task = (n * CB + block) * OH + oh)."""
     CB, H, W, cb, OH, OW, top, left, mode = geom
@@ -93,7 +93,9 @@ def _pad_rows(xf, outf, geom, fill, first, last):
 def _pad_parallel(xf, outf, geom, fill, tasks, groups):
     """``groups`` contiguous ranges of the ``tasks`` output rows, in parallel."""
     for g in prange(groups):
-        _pad_rows(xf, outf, geom, fill, g * tasks // groups, (g + 1) * tasks // groups)
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _pad_rows(xf, outf, geom, fill, first, last)
 
 
 def _check_array(what, a):

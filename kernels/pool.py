@@ -58,6 +58,7 @@ import numpy as np
 from numba import prange
 
 from ._config import jit, numba_threads, parallel_kernel
+from ._linking import kernel_factory
 from .epilogue import nan_maximum
 from .stack import stack_empty
 
@@ -83,14 +84,19 @@ AVERAGE, MAX, L2 = 0, 1, 2
 _TILE = 4
 
 
-def _make_pool_rows(G: int):
+@kernel_factory
+def pool_rows(G: int):
     """The kernel for output rows ``[first, last)`` with ``G`` lanes per vector
     (a compile-time constant: the ``range(G)`` loops unroll into one vector
-    operation). Captures only the int ``G``, so numba's cache keeps it."""
+    operation): the widest that divides cb (:func:`lane_group`). Captures
+    only the int ``G``, so numba's cache keeps it. Standalone
+    (kernels/_linking.py): the serial run calls it, and so does each thread of
+    :func:`pool_parallel`'s."""
 
-    def pool_rows(xf, outf, geom, rows, cols, offsets, first, last):
+    def pool_rows(xf, outf, geom, rows, cols, first, last):
         CB, H, W, cb, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, is_max, c0, c1 = geom
         acc = numba.carray(stack_empty(32, np.float32), (_TILE, 8))
+        offsets = np.empty(KH * KW, np.int64)
         for task in range(first, last):
             oh = task % OH
             plane = task // OH                 # n * CB + channel block
@@ -153,32 +159,27 @@ def _make_pool_rows(G: int):
                 ow += 1
 
     pool_rows.__name__ = pool_rows.__qualname__ = f"pool_rows_g{G}"
-    return jit()(pool_rows)
+    return jit(standalone=True)(pool_rows)
 
 
-_pool_rows_g8 = _make_pool_rows(8)
-_pool_rows_g4 = _make_pool_rows(4)
-_pool_rows_g1 = _make_pool_rows(1)
+def lane_group(cb: int) -> int:
+    """Lanes per vector of the pooling kernels for block ``cb``: 8, 4 or 1."""
+    return 8 if cb % 8 == 0 else 4 if cb % 4 == 0 else 1
 
 
-@jit()
-def _pool_range(xf, outf, geom, rows, cols, first, last):
-    """Output rows ``[first, last)`` with the widest lane group that divides cb."""
-    cb = geom[3]
-    offsets = np.empty(geom[6] * geom[7], np.int64)     # KH * KW tap offsets
-    if cb % 8 == 0:
-        _pool_rows_g8(xf, outf, geom, rows, cols, offsets, first, last)
-    elif cb % 4 == 0:
-        _pool_rows_g4(xf, outf, geom, rows, cols, offsets, first, last)
-    else:
-        _pool_rows_g1(xf, outf, geom, rows, cols, offsets, first, last)
+@kernel_factory
+def pool_parallel(G: int):
+    """``groups`` contiguous ranges of the ``tasks`` output rows, in
+    parallel, each by ``pool_rows(G)``."""
+    rows_kernel = pool_rows(G)
 
+    def pool_parallel(xf, outf, geom, rows, cols, tasks, groups):
+        for g in prange(groups):
+            first = np.int64(g) * tasks // groups
+            rows_kernel(xf, outf, geom, rows, cols, first, (np.int64(g) + 1) * tasks // groups)
 
-@jit(parallel=True)
-def _pool_parallel(xf, outf, geom, rows, cols, tasks, groups):
-    """``groups`` contiguous ranges of the ``tasks`` output rows, in parallel."""
-    for g in prange(groups):
-        _pool_range(xf, outf, geom, rows, cols, g * tasks // groups, (g + 1) * tasks // groups)
+    pool_parallel.__name__ = pool_parallel.__qualname__ = f"pool_parallel_g{G}"
+    return jit(parallel=True)(pool_parallel)
 
 
 # --- geometry (Python) --------------------------------------------------------
@@ -312,11 +313,12 @@ def _pool2d(x, out, kernel, strides, dilations, padding, kind, count_include_pad
     xf, outf = x.reshape(-1), out.reshape(-1)
     tasks = N * CB * OH
     threads = numba_threads()
+    G = lane_group(cb)
     if out.size < _PARALLEL_MIN or tasks == 1 or threads == 1:
         # one thread: the same rows in a plain call (no OpenMP region)
-        _pool_range(xf, outf, geom, rows, cols, 0, tasks)
+        pool_rows(G)(xf, outf, geom, rows, cols, 0, tasks)
     else:
-        _pool_parallel(xf, outf, geom, rows, cols, tasks, min(tasks, threads))
+        pool_parallel(G)(xf, outf, geom, rows, cols, tasks, min(tasks, threads))
     if kind == L2:
         np.sqrt(out, out=out)
     return out
@@ -361,11 +363,12 @@ def global_average_pool2d(x, out):
                          f"for x {x.shape}")
     if np.may_share_memory(x, out):
         raise ValueError("pool: out must not overlap x")
-    _plane_means_parallel(x.reshape(-1), out.reshape(-1), N * CB, H * W, cb)
+    plane_means(cb if cb in _BLOCKS else 0)(x.reshape(-1), out.reshape(-1), N * CB, H * W,
+                                            cb)
     return out
 
 
-@jit()
+@jit(standalone=True)
 def _plane_means(xf, outf, first, end, pixels, cb):
     """Planes ``first .. end-1`` (each ``pixels`` x ``cb`` floats): the mean
     of each lane, summed in a stack array that stays in registers (``cb`` a
@@ -384,29 +387,32 @@ def _plane_means(xf, outf, first, end, pixels, cb):
             outf[np.uint64(plane * cb + lane)] = acc[lane] * scale
 
 
-@parallel_kernel
-def _plane_means_parallel(xf, outf, planes, pixels, cb):
-    """Tasks of 16 planes; ``cb`` handed on as a constant, one specialization
-    per block size (from Python, a literal argument would be dispatched anew
-    at every call)."""
-    chunks = (planes + 15) // 16
-    for chunk in prange(chunks):
-        first, end = chunk * 16, min(planes, chunk * 16 + 16)
-        if cb == 8:
-            _plane_means(xf, outf, first, end, pixels, 8)
-        elif cb == 16:
-            _plane_means(xf, outf, first, end, pixels, 16)
-        elif cb == 4:
-            _plane_means(xf, outf, first, end, pixels, 4)
-        elif cb == 32:
-            _plane_means(xf, outf, first, end, pixels, 32)
-        elif cb == 1:
-            _plane_means(xf, outf, first, end, pixels, 1)
-        else:     # one "block" of all C channels: nhwc data seen as (N, 1, H, W, C)
-            _plane_means_any(xf, outf, first, end, pixels, cb)
+#: the block sizes :func:`plane_means` has a kernel of its own for
+_BLOCKS = (1, 4, 8, 16, 32)
 
 
-@jit()
+@kernel_factory
+def plane_means(cb: int):
+    """The plane means of ``lanes``-lane blocks, tasks of 16 planes: ``cb`` one
+    of :data:`_BLOCKS` (a constant of the kernel: one per block size, each
+    compiled at its first use; from Python, a literal argument would be
+    dispatched anew at every call), or 0 for any other lane count (nhwc data
+    seen as one block of all C channels, ``(N, 1, H, W, C)``)."""
+
+    def plane_means(xf, outf, planes, pixels, lanes):
+        chunks = (planes + 15) // 16
+        for chunk in prange(chunks):
+            first, end = np.int64(chunk) * 16, min(planes, np.int64(chunk) * 16 + 16)
+            if cb:
+                _plane_means(xf, outf, first, end, pixels, cb)
+            else:
+                _plane_means_any(xf, outf, first, end, pixels, lanes)
+
+    plane_means.__name__ = plane_means.__qualname__ = f"plane_means_cb{cb}"
+    return parallel_kernel(plane_means)
+
+
+@jit(standalone=True)
 def _plane_means_any(xf, outf, first, end, pixels, lanes):
     """:func:`_plane_means` for any lane count, summing in ``outf``."""
     scale = np.float32(1.0) / np.float32(pixels)

@@ -179,7 +179,7 @@ def _combine_lanes(op, kind, acc, shift, start, step, count):
     return value, 0.0
 
 
-@jit()
+@jit(standalone=True)
 def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
     """Tasks ``[first, last)``: task ``t`` is outer row ``t // chunks``, lanes
     ``[c * _LANE_CHUNK, ...)`` of its chunk ``c = t % chunks``.
@@ -238,8 +238,9 @@ def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
 @jit(parallel=True)
 def _reduce_parallel(xf, outf, R, inner, op, row_lanes, tasks, groups):
     for g in prange(groups):
-        _reduce_tasks(xf, outf, R, inner, op, row_lanes, g * tasks // groups,
-                      (g + 1) * tasks // groups)
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last)
 
 
 # --- checked wrappers ------------------------------------------------------------

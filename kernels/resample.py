@@ -61,7 +61,7 @@ def sample_table(out_size: int, in_size: int, linear: bool):
     return index, weight
 
 
-@jit()
+@jit(standalone=True)
 def _resample_rows(xf, outf, geom, rows, row_w, cols, col_w, first, last):
     """Output rows ``[first, last)`` (task = (n * CB + block) * OH + oh)."""
     H, W, cb, OH, OW, linear = geom
@@ -93,8 +93,10 @@ def _resample_rows(xf, outf, geom, rows, row_w, cols, col_w, first, last):
 def _resample_parallel(xf, outf, geom, rows, row_w, cols, col_w, tasks, groups):
     """``groups`` contiguous ranges of the ``tasks`` output rows, in parallel."""
     for g in prange(groups):
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
         _resample_rows(xf, outf, geom, rows, row_w, cols, col_w,
-                       g * tasks // groups, (g + 1) * tasks // groups)
+                       first, last)
 
 
 def _check_array(what, a):

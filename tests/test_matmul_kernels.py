@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from jitnn.kernels import matmul as mm
-from jitnn.kernels.matmul import blocking, packing, tiles as matmul_tiles
+from jitnn.kernels.matmul import blocking, drivers as matmul_drivers, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
                                     SIGMOID, TANH, activation_reference)
@@ -419,15 +419,18 @@ def test_micro_kernels_use_packed_fma():
 
 @pytest.mark.slow
 @needs_packed_fma
-def test_drivers_keep_the_tile_vectorized():
-    """The same check on the deployed drivers, where the tiles are inlined
-    (LLVM's choices depend on context; ~20 s of compiling)."""
+def test_tasks_keep_the_tile_vectorized():
+    """The same check on the packed path's task, where the tiles are inlined
+    (LLVM's choices depend on context): a standalone kernel
+    (kernels/_linking.py), whose own code is what every driver calls."""
     a = np.ones((1, 20, 20), np.float32)
     out = np.empty((1, 20, 20), np.float32)
-    args = (a, False, a, False, mm._NOT_PACKED, mm._FIRST, mm._FIRST, out, False, mm.KC,
-            1, 1, 1.0, 1.0, mm._NO_ADDEND, mm._NO_BIAS, mm._NO_ADDEND, 0, 0.0, 0.0)
+    packed = np.ones((1, 20 * mm.NR * 2), np.float32)
+    f32 = np.float32
+    args = (0, a, False, mm._FIRST, mm._FIRST, packed, out, mm.KC, 1, 1, f32(1), f32(1),
+            mm._NO_ADDEND, mm._NO_BIAS, mm._NO_ADDEND, 0, f32(0), f32(0))
     tiles = mm.MR * mm.NR // mm.VEC
-    loops = _fma_loops(_fresh_asm(mm.gemm_serial, *args))
+    loops = _fma_loops(_fresh_asm(matmul_drivers._compute_task, *args))
     assert any(packed >= tiles and scalar == 0 for packed, scalar in loops), loops
 
 

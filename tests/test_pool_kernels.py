@@ -118,7 +118,7 @@ def test_windows_partly_and_wholly_outside(kind):
 def test_parallel_path(kind, threads, record_calls):
     """Large enough for the parallel driver, which runs on 2 threads; on 1 the
     same rows go through one plain call."""
-    calls = record_calls(P, "_pool_parallel")
+    calls = record_calls(P, "pool_parallel")
     x = uniform((2, 17, 40, 41), seed=4)
     out, want = _run(kind, x, 8, GEOMETRIES[0])
     assert out.size >= P._PARALLEL_MIN
@@ -282,14 +282,14 @@ def test_row_tile_is_8_wide():
     Its code is fragile: a third accumulation (l2's squares) inside it once
     made LLVM vectorize its tiles 4 wide, so l2 runs it over ``x * x``.
     (Compiled here uncached: the cache keeps no assembly.)"""
-    fresh = jit(cache=False)(P._pool_rows_g8.py_func)
+    fresh = jit(cache=False)(P.pool_rows(8).py_func)
     x = uniform((1, 16, 9, 9), seed=9)
     xb = layouts.reference_nchw_to_blocked(x, 8)
     out = np.zeros((1, 2, 9, 9, 8), np.float32)
     rows = P._tap_table(9, 9, 3, 1, 1, 1, 1, False)
     for is_max in (0, 1):
         geom = (2, 9, 9, 8, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, is_max, 1, 8)
-        fresh(xb.reshape(-1), out.reshape(-1), geom, rows, rows, np.empty(9, np.int64), 0, 18)
+        fresh(xb.reshape(-1), out.reshape(-1), geom, rows, rows, 0, 18)
         want = reference("max_pool2d" if is_max else "average_pool2d")(x, 3, padding=1)
         _check(out, want, 16)
     (asm,) = fresh.inspect_asm().values()

@@ -33,6 +33,7 @@ import numpy as np
 from numba import literally, prange
 
 from .._config import jit, parallel_kernel
+from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import atomic_add, prefetch, stack_empty
 from .geometry import _TILE_ELEMENTS, _ZERO, ConvGeometry, Epilogue, conv_tile_shape
@@ -83,7 +84,7 @@ def _fma_short_tile(pixels, P, B, cb, src, xo, s_ib, nkb, wf, wo, w_ob, init, io
                  use_res, yf, yo, y_ob, 0, clamp, lo, hi)
 
 
-@jit()
+@jit(standalone=True)
 def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_end,
                    kb0, kb1, copy_input, epilogue, cb, P, B):
     """Pixels ``k_start .. k_end-1`` of image ``n``, output-block groups
@@ -323,5 +324,6 @@ def conv1x1_driver(cb: int, P: int | None = None, B: int | None = None):
     key = (cb, P, B)
     driver = _conv1x1_drivers.get(key)
     if driver is None:
-        driver = _conv1x1_drivers.setdefault(key, _make_conv1x1_driver(cb, P, B))
+        driver = _conv1x1_drivers.setdefault(
+            key, made_by(conv1x1_driver, key, _make_conv1x1_driver(cb, P, B)))
     return driver

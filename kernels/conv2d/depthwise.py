@@ -26,6 +26,7 @@ import numpy as np
 from numba import literally, prange
 
 from .._config import jit, parallel_kernel
+from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import stack_empty
 from .geometry import (_MAX_LANES, _TILE_ELEMENTS, _ZERO, DepthwiseGeometry, Epilogue,
@@ -84,7 +85,7 @@ def _dw_pad_rows(xf, x_plane, H, W, cb, pt, pl, row0, rows, Wp, patch):
             patch[np.uint64(d + i)] = _ZERO
 
 
-@jit()
+@jit(standalone=True)
 def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geometry, n, ob, oh_start,
              oh_end, owa, owb, epilogue, cb, cb2, P):
     """Depthwise output rows ``oh_start .. oh_end-1`` of block ``ob`` of
@@ -272,10 +273,23 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geometry, n, ob, oh
             ow0 += P
 
 
-def _make_depthwise_driver(cb: int):
-    """The parallel depthwise driver for block ``cb``: tasks of a few output
-    rows of one block. cb, P and cb2 are compile-time constants captured in
-    the closure, so the numba cache keeps one entry per cb."""
+#: how a depthwise driver reads its input (:func:`depthwise_mode`)
+MODES = ("padded", "plain", "multiplier")
+
+
+def depthwise_mode(pad_rows: int, multiplier: int) -> str:
+    """``"padded"``: each task pads its input rows on its stack (``pad_rows >
+    0``); ``"plain"``: one input channel per output channel; ``"multiplier"``:
+    several output channels per input channel."""
+    return "padded" if pad_rows > 0 else "plain" if multiplier == 1 else "multiplier"
+
+
+def _make_depthwise_driver(cb: int, mode: str):
+    """The parallel depthwise driver for block ``cb`` and ``mode`` (one of
+    :data:`MODES`): tasks of a few output rows of one block. cb, mode, P and
+    cb2 are compile-time constants captured in the closure, so the numba
+    cache keeps one entry per (cb, mode), and each compiles the branch of
+    its mode only (each mode calls its own specialization of ``_dw_rows``)."""
     P = depthwise_tile_pixels(cb)
     cb2 = 2 * cb
 
@@ -314,7 +328,7 @@ def _make_depthwise_driver(cb: int):
             n = task // (OB * row_chunks)
             oh_start = rc * rows
             oh_end = min(OH, oh_start + rows)
-            if pad_rows > 0:
+            if mode == "padded":
                 patch = numba.carray(stack_empty(_DW_PATCH_ELEMENTS, np.float32),
                                      _DW_PATCH_ELEMENTS)
                 row0 = oh_start * sh
@@ -324,7 +338,7 @@ def _make_depthwise_driver(cb: int):
                 _dw_rows(patch, -row0 * Wp * cb, wf, bias, resf, yf, no_buf, no_lanes,
                          padded_geometry, n, ob, oh_start, oh_end, 0, OW,
                          Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P)
-            elif m == 1:
+            elif mode == "plain":
                 _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
                          geometry, n, ob, oh_start, oh_end, owa, owb,
                          Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P)
@@ -339,16 +353,20 @@ def _make_depthwise_driver(cb: int):
                          oh_end, owa, owb, Epilogue(has_res, clamp, lo, hi, post, act, p0, p1),
                          cb, cb2, P)
 
-    depthwise_driver.__qualname__ = f"depthwise_driver_cb{cb}"
+    depthwise_driver.__qualname__ = f"depthwise_driver_cb{cb}_{mode}"
     return parallel_kernel(depthwise_driver)
 
 
 _depthwise_drivers: dict = {}
 
 
-def depthwise_driver(cb: int):
-    """The compiled depthwise driver for block ``cb`` (made once)."""
-    driver = _depthwise_drivers.get(cb)
+def depthwise_driver(cb: int, mode: str = "plain"):
+    """The compiled depthwise driver for block ``cb`` and ``mode`` (made once)."""
+    key = (cb, mode)
+    driver = _depthwise_drivers.get(key)
     if driver is None:
-        driver = _depthwise_drivers.setdefault(cb, _make_depthwise_driver(cb))
+        if mode not in MODES:
+            raise ValueError(f"depthwise: unknown mode {mode!r}; known: {MODES}")
+        driver = _depthwise_drivers.setdefault(
+            key, made_by(depthwise_driver, key, _make_depthwise_driver(cb, mode)))
     return driver

@@ -36,6 +36,7 @@ import numpy as np
 from numba import literally, prange
 
 from .._config import jit, parallel_kernel
+from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import stack_empty
 from .geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, _ZERO, ConvGeometry, Epilogue,
@@ -75,7 +76,7 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
                             buf[np.uint64(d + i)] = _ZERO
 
 
-@jit()
+@jit(standalone=True)
 def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1,
                 k_start, k_end, interior, groups_outside, epilogue, cb, ci, P, B, plain):
     """Output pixels ``k_start .. k_end-1`` of image ``n``, of the interior
@@ -356,5 +357,6 @@ def conv_driver(cb: int, ci: int, plain: bool = False):
     key = (cb, ci, plain)
     driver = _conv_drivers.get(key)
     if driver is None:
-        driver = _conv_drivers.setdefault(key, _make_conv_driver(cb, ci, plain))
+        driver = _conv_drivers.setdefault(
+            key, made_by(conv_driver, key, _make_conv_driver(cb, ci, plain)))
     return driver

@@ -19,7 +19,7 @@ from ..buffers import aligned_empty
 from ..epilogue import CLAMP, LAST_ACTIVATION, NONE, RELU
 from . import winograd
 from .conv1x1 import conv1x1_driver
-from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver
+from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
 from .direct import conv_driver
 from .geometry import (ConvGeometry, DepthwiseGeometry, _clip_range, conv1x1_tile_shape,
                        conv2d_output_size, depthwise_tile_pixels, direct_tile_shape)
@@ -304,8 +304,8 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         geom = DepthwiseGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, KH=KH, KW=KW,
                                  sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, O=O, C=C,
                                  m=packed.multiplier)
-        return launch(depthwise_driver(cb), (tuple(geom), has_res, pad_rows) + epilogue,
-                      pad_copy)
+        return launch(depthwise_driver(cb, depthwise_mode(pad_rows, packed.multiplier)),
+                      (tuple(geom), has_res, pad_rows) + epilogue, pad_copy)
 
     plain = packed.path == "first_layer"
     if packed.path == "1x1" and packed.groups == 1 and not any(pad):

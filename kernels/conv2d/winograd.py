@@ -68,6 +68,7 @@ from numba import literally, prange, types
 from numba.extending import intrinsic
 
 from .._config import jit, parallel_kernel
+from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import stack_empty
 from .geometry import Epilogue
@@ -322,7 +323,7 @@ def output_columns_to_pixels(typingctx, cb, has_res, clamp, src, src_offset, src
 
 # --- input transform ---------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _input_row(xf, vf, geom, g0, g, g1, tiles_pad, ib, cb):
     """``V = Bt d B`` for the tiles of tile row ``g`` (of all images' rows,
     ``n * TH + th``), input block ``ib``, into chunk ``[g0, g1)``: the columns
@@ -380,7 +381,7 @@ def _input_row(xf, vf, geom, g0, g, g1, tiles_pad, ib, cb):
 
 # --- products -----------------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
     """``M[xi] = V[xi] @ U[xi]`` for the chunk's ``tiles_pad`` tiles: the 1x1
     conv's register tile over the tiles as "pixels", input blocks in
@@ -422,7 +423,7 @@ def _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B):
 
 # --- output transform ----------------------------------------------------------------
 
-@jit()
+@jit(standalone=True)
 def _output_row(mf, bias, resf, yf, geom, g0, g, ob, epilogue, cb):
     """``Y = At M A`` for the tiles of tile row ``g`` (``n * TH + th``) in
     the chunk that starts at row ``g0``, output block ``ob``, plus bias (and
@@ -536,7 +537,9 @@ def _make_winograd_driver(cb: int, P: int, B: int):
                 _input_row(xf, vf, geom, g0, g0 + task % rows, g1, tiles_pad, task // rows,
                            cb)
             for xi in prange(POSITIONS):
-                _products(vf, uf, mf, zero, geom, xi, tiles_pad, kcb, cb, P, B)
+                # (int64: a prange index is unsigned in the parallel compile, and
+                # each integer type would be a specialization of its own)
+                _products(vf, uf, mf, zero, geom, np.int64(xi), tiles_pad, kcb, cb, P, B)
             for task in prange(OB * rows):
                 _output_row(mf, bias, resf, yf, geom, g0, g0 + task % rows, task // rows,
                             Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb)
@@ -553,7 +556,8 @@ def winograd_driver(cb: int, P: int, B: int):
     key = (cb, P, B)
     driver = _drivers.get(key)
     if driver is None:
-        driver = _drivers.setdefault(key, _make_winograd_driver(cb, P, B))
+        driver = _drivers.setdefault(
+            key, made_by(winograd_driver, key, _make_winograd_driver(cb, P, B)))
     return driver
 
 

@@ -66,10 +66,13 @@ registers before its store.
   in place and keeps its sums in registers through all of K
   (:func:`_row_kernel`).
 
-Both run in :func:`gemm_serial` (one thread, or too little work to pay for
-waking the others) or :func:`gemm_parallel`, one parallel region in which the
-threads take tasks from shared atomic counters: first groups of B panels to
-pack, then (product x column block x row block) blocks of ``out`` (direct
+Each path has a driver of its own (:func:`gemm_driver`: ``"gemv"`` and
+``"direct"`` for the direct path with one row or more, ``"row"`` and
+``"packed"`` for the packed one), which compiles at its first use: a model
+compiles the paths it runs only. A driver runs serially (one thread, or too
+little work to pay for waking the others) or as one parallel region in which
+the threads take tasks from shared atomic counters: first groups of B panels
+to pack, then (product x column block x row block) blocks of ``out`` (direct
 path: product x column block). Numba's own ``prange`` schedule is static, so
 a thread that shares its core with another process would hold up the
 others; with the counters the other threads take over its work.
@@ -86,11 +89,11 @@ import numpy as np
 
 from ..epilogue import ACTIVATIONS, LAST_ACTIVATION, NONE
 from .blocking import KC, MC, MR, NC, NR, VEC
-from .drivers import gemm_parallel, gemm_serial, matmul_small
+from .drivers import PATHS, gemm_driver, matmul_small
 from .packing import pack_b_parallel, pack_b_serial
 
-__all__ = ["KC", "MC", "MR", "NC", "NR", "VEC", "PackedB", "batched_matmul", "gemm",
-           "gemm_parallel", "gemm_serial", "matmul_small", "pack_b", "plan_blocks"]
+__all__ = ["KC", "MC", "MR", "NC", "NR", "PATHS", "VEC", "PackedB", "batched_matmul", "gemm",
+           "gemm_driver", "matmul_small", "pack_b", "plan_blocks"]
 
 #: products with M * N * K up to this many multiply-adds take the direct path
 DIRECT_MAX_MACS = 64 ** 3
@@ -291,14 +294,13 @@ def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
             # a matrix-vector product streams rows of B: cut it into as few
             # column blocks as there are threads, for long contiguous runs
             n_blocks = min(n_blocks, max(1, -(-threads // G)))
-        if threads > 1:
-            gemm_parallel(a, a_t, b, b_t, b_data, a_index, b_index, out, direct, kc,
-                          m_blocks, n_blocks, alpha, beta, c, bias, residual, act,
-                          param0, param1, threads)
+        if direct:
+            path = "gemv" if M == 1 and K > 0 else "direct"
         else:
-            gemm_serial(a, a_t, b, b_t, b_data, a_index, b_index, out, direct, kc,
-                        m_blocks, n_blocks, alpha, beta, c, bias, residual, act,
-                        param0, param1)
+            path = "row" if M == 1 else "packed"
+        gemm_driver(path).on_threads(threads)(
+            a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, alpha,
+            beta, c, bias, residual, act, param0, param1, threads)
     except ValueError as error:
         _fail(op, str(error))
 

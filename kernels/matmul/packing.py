@@ -100,7 +100,7 @@ _PACK_GROUP = 8
 _PACK_RUN = 4
 
 
-@jit()
+@jit(standalone=True)
 def _pack_b_task(task, b, b_t, N, K, kc_max, packed_b):
     """Pack one (matrix, K-block, group of column panels) of ``b``."""
     n_panels = (N + NR - 1) // NR

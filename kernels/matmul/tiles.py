@@ -333,11 +333,20 @@ def _direct_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
     tiny products and for few rows (a batch-1 fully connected layer), where
     packing all of B would cost more than the product.
     """
-    M, N = out.shape
+    M = out.shape[0]
     K = a.shape[0] if a_t else a.shape[1]
     if M == 1 and K > 0:
         _gemv_columns(a, a_t, b, b_t, out, jp_begin, jp_end)
-        return
+    else:
+        _tile_columns(a, a_t, b, b_t, out, jp_begin, jp_end)
+
+
+@jit()
+def _tile_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
+    """:func:`_direct_columns` in ``MR x NR`` tiles (any product, ``K == 0``
+    included: zeros)."""
+    M, N = out.shape
+    K = a.shape[0] if a_t else a.shape[1]
     col_begin = jp_begin * NR
     col_end = min(jp_end * NR, N)
     if K == 0:
