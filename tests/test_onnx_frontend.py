@@ -445,3 +445,33 @@ def test_explain_model_gives_integer_inputs_valid_values():
     from tests.onnx_models import masked_attention_block
     text = jitnn.onnx.explain_model(masked_attention_block(), runs=1)
     assert "input_ids" in text and "output" in text
+
+
+@pytest.mark.parametrize("size,dilation,pads", [
+    (5, 6, 6),          # only the centre tap reads input: a 1x1 conv
+    (5, 3, 3),          # every tap reads input somewhere: unchanged
+    (4, 3, (0, 6)),     # the last row and column of taps read padding only
+    (5, 2, 0)])
+def test_conv_taps_that_read_only_padding_are_dropped(size, dilation, pads):
+    from jitnn.onnx._common import Const
+    from jitnn.onnx._convert import _without_dead_taps
+    from jitnn.ops.conv2d import conv2d_reference
+    from tests.helpers import random
+    begin, end = (pads, pads) if isinstance(pads, int) else pads
+    w = random((6, 5, 3, 3), 30)
+    x = random((2, 5, size, size), 31)
+    b = random((6,), 32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], dilations=[dilation, dilation],
+                              pads=[begin, begin, end, end])]
+    out = (size + begin + end - 2 * dilation - 1) + 1
+    model = _model(nodes, {"x": (TensorProto.FLOAT, list(x.shape))},
+                   {"y": (TensorProto.FLOAT, [2, 6, out, out])}, {"w": w, "b": b})
+    graph = jitnn.onnx.load(model)
+    got = jitnn.default_context().dispatch(graph, {"x": x})["y"].numpy()
+    want = conv2d_reference(x.astype(np.float64), w, b, dilations=dilation,
+                            padding=(begin, end, begin, end))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    pruned, new_pads = _without_dead_taps(Const(w), [size, size], [1, 1], [dilation] * 2,
+                                          [(begin, end)] * 2)
+    expected = {(5, 6): (1, 1), (5, 3): (3, 3), (4, 3): (2, 2), (5, 2): (3, 3)}
+    assert pruned.array.shape[2:] == expected[(size, dilation)]

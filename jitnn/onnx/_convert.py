@@ -114,6 +114,8 @@ def op_conv(cv: Converter, inputs, attrs):
     strides = list(attrs.get("strides", [1] * nd))
     dilations = list(attrs.get("dilations", [1] * nd))
     pads = conv_pads(cv, attrs, list(shape_of(x)[2:]), kernel, strides, dilations)
+    if isinstance(w, Const) and nd == 2:
+        w, pads = _without_dead_taps(w, list(shape_of(x)[2:]), strides, dilations, pads)
     if nd == 1:
         pads = [(0, 0)] + pads
     y = cv.op("conv2d", to_2d(cv, x, rank), filter_2d(cv, w, rank),
@@ -121,6 +123,41 @@ def op_conv(cv: Converter, inputs, attrs):
               strides=expand_1d(strides, rank, 1), dilations=expand_1d(dilations, rank, 1),
               padding=webnn_padding(pads), groups=int(attrs.get("group", 1)))
     return [from_2d(cv, y, rank)]
+
+
+def _live_taps(size: int, kernel: int, stride: int, dilation: int, begin: int,
+               end: int) -> tuple[int, int] | None:
+    """The first and last kernel tap along one axis that reads an input element
+    for some output position (the others read padding only), or None if none does."""
+    out = (size + begin + end - dilation * (kernel - 1) - 1) // stride + 1
+    live = [tap for tap in range(kernel)
+            if any(0 <= o * stride - begin + tap * dilation < size for o in range(out))]
+    return (live[0], live[-1]) if live else None
+
+
+def _without_dead_taps(w: Const, spatial: list[int], strides: list[int],
+                       dilations: list[int], pads: list[tuple[int, int]]):
+    """A constant filter without the rows and columns of taps that only ever
+    read padding, and the padding that keeps the output where it was (a
+    dilated conv on a map smaller than its dilation: DeepLab's ASPP at
+    dilation 24 and 36 on a 16 x 16 map is a 1x1 conv, 9x less work and no
+    padded copy of the input); ``(w, pads)`` unchanged when every tap reads input."""
+    kernel = w.array.shape[2:]
+    cut, new_pads = [], []
+    for axis in range(2):
+        (begin, end), k, d = pads[axis], kernel[axis], dilations[axis]
+        live = _live_taps(spatial[axis], k, strides[axis], d, begin, end)
+        if live is None:
+            return w, pads
+        first, last = live
+        begin, end = begin - first * d, end - (k - 1 - last) * d
+        if begin < 0 or end < 0:
+            return w, pads
+        cut.append(slice(first, last + 1))
+        new_pads.append((begin, end))
+    if all(c == slice(0, k) for c, k in zip(cut, kernel)):
+        return w, pads
+    return Const(np.ascontiguousarray(w.array[:, :, cut[0], cut[1]]), w.name), new_pads
 
 
 def op_conv_transpose(cv: Converter, inputs, attrs):
