@@ -450,6 +450,12 @@ class _KernelCache(_caching.FunctionCache):
         self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
                                             self._impl.locator.get_source_stamp())
 
+    def holds(self, sig, target_context) -> bool:
+        """Whether the cache's index names an entry for ``sig`` (nothing is
+        loaded: a compile worker may have saved it, kernels/_linking.py)."""
+        key = self._index_key(sig, target_context.codegen())
+        return key in self._cache_file._load_index()
+
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)

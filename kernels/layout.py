@@ -73,7 +73,21 @@ def nchw_to_blocked(x, out) -> None:
 
 @parallel_kernel
 def _nchw_to_blocked(x, out, threads):
-    """:func:`nchw_to_blocked` on ``threads`` threads (numba's count in the caller)."""
+    """:func:`nchw_to_blocked` on ``threads`` threads (numba's count in the
+    caller): as many contiguous ranges of tasks, numba's static schedule,
+    each run by :func:`_nchw_to_blocked_tasks` (standalone: the serial and
+    the parallel compile share it, kernels/_linking.py)."""
+    tasks = x.shape[0] * out.shape[1] * ((x.shape[2] * x.shape[3] + _CHUNK - 1) // _CHUNK)
+    groups = max(1, min(tasks, threads))
+    for g in prange(groups):
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _nchw_to_blocked_tasks(x, out, threads, first, last)
+
+
+@jit(standalone=True)
+def _nchw_to_blocked_tasks(x, out, threads, first, last):
+    """Tasks ``[first, last)`` of :func:`nchw_to_blocked`."""
     batch, channels, height, width = x.shape
     channel_blocks, cb = out.shape[1], out.shape[4]
     plane = height * width
@@ -85,7 +99,7 @@ def _nchw_to_blocked(x, out, threads):
     # multiple of 8 floats from the start: aligned when ``out`` is)
     stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8
                      and out.ctypes.data % 32 == 0)
-    for task in prange(batch * channel_blocks * chunks):
+    for task in range(first, last):
         image_block = task // chunks
         p0 = (task % chunks) * _CHUNK
         p1 = min(p0 + _CHUNK, plane)
@@ -136,8 +150,7 @@ def _nchw_to_blocked(x, out, threads):
                 dst[dst_start + p * cb + lane] = value
 
 
-@parallel_kernel
-def blocked_to_nchw(x, out):
+def blocked_to_nchw(x, out) -> None:
     """``x: (N, C_phys // cb, H, W, cb)`` -> ``out: (N, C, H, W)``, padding dropped.
 
     The inverse of :func:`nchw_to_blocked`, same tasks; a partial block's
@@ -148,6 +161,24 @@ def blocked_to_nchw(x, out):
     pixels x 4 channels per step. ``out`` may be the caller's array (one
     copy, no temp).
     """
+    threads = numba_threads()
+    _blocked_to_nchw.on_threads(threads)(x, out, threads)
+
+
+@parallel_kernel
+def _blocked_to_nchw(x, out, threads):
+    """:func:`blocked_to_nchw` on ``threads`` threads (numba's count in the
+    caller), in ranges of tasks as :func:`_nchw_to_blocked`."""
+    tasks = out.shape[0] * x.shape[1] * ((out.shape[2] * out.shape[3] + _CHUNK - 1) // _CHUNK)
+    groups = max(1, min(tasks, threads))
+    for g in prange(groups):
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _blocked_to_nchw_tasks(x, out, first, last)
+
+
+@jit(standalone=True)
+def _blocked_to_nchw_tasks(x, out, first, last):
+    """Tasks ``[first, last)`` of :func:`blocked_to_nchw`."""
     batch, channels, height, width = out.shape
     channel_blocks, cb = x.shape[1], x.shape[4]
     plane = height * width
@@ -157,7 +188,7 @@ def blocked_to_nchw(x, out):
     step = 4 if cb == 4 else 8
     streaming = x.size * 4 >= _STREAM_BYTES
     out_floats = out.ctypes.data // 4      # the target's address, in floats
-    for task in prange(batch * channel_blocks * chunks):
+    for task in range(first, last):
         image_block = task // chunks
         p0 = (task % chunks) * _CHUNK
         p1 = min(p0 + _CHUNK, plane)

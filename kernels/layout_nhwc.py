@@ -12,6 +12,7 @@ groups of 4 pixels, so every block plane is written continuously. A partial
 last block moves with masked lanes (:mod:`.layout_simd`).
 """
 
+import numpy as np
 from numba import prange
 
 from ._config import jit, numba_threads, parallel_kernel
@@ -71,7 +72,23 @@ def nhwc_to_blocked(x, out) -> None:
 
 @parallel_kernel
 def _nhwc_to_blocked(x, out, threads):
-    """:func:`nhwc_to_blocked` on ``threads`` threads (numba's count in the caller)."""
+    """:func:`nhwc_to_blocked` on ``threads`` threads (numba's count in the
+    caller): as many contiguous ranges of tasks, numba's static schedule,
+    each run by :func:`_nhwc_to_blocked_tasks` (standalone: the serial and the
+    parallel compile share it, kernels/_linking.py)."""
+    batch, height, width, channels = x.shape
+    chunk, _ = _nhwc_chunk_and_tile(channels)
+    tasks = batch * ((height * width + chunk - 1) // chunk)
+    groups = max(1, min(tasks, threads))
+    for g in prange(groups):
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _nhwc_to_blocked_tasks(x, out, threads, first, last)
+
+
+@jit(standalone=True)
+def _nhwc_to_blocked_tasks(x, out, threads, first, last):
+    """Tasks ``[first, last)`` of :func:`nhwc_to_blocked`."""
     batch, height, width, channels = x.shape
     channel_blocks, cb = out.shape[1], out.shape[4]
     pixels = height * width
@@ -87,7 +104,7 @@ def _nhwc_to_blocked(x, out, threads):
     # when ``out`` is); at C = 64 they measured no faster than the groups of 4
     stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8 and channels >= 128
                      and out.ctypes.data % 32 == 0)
-    for task in prange(batch * chunks):
+    for task in range(first, last):
         n = task // chunks
         p0 = (task % chunks) * chunk
         p1 = min(p0 + chunk, pixels)
@@ -287,7 +304,23 @@ def blocked_to_nhwc(x, out) -> None:
 
 @parallel_kernel
 def _blocked_to_nhwc(x, out, threads):
-    """:func:`blocked_to_nhwc` on ``threads`` threads (numba's count in the caller)."""
+    """:func:`blocked_to_nhwc` on ``threads`` threads (numba's count in the
+    caller): as many contiguous ranges of tasks, numba's static schedule,
+    each run by :func:`_blocked_to_nhwc_tasks` (standalone: the serial and the
+    parallel compile share it, kernels/_linking.py)."""
+    batch, height, width, channels = out.shape
+    chunk, _ = _nhwc_chunk_and_tile(channels)
+    tasks = batch * ((height * width + chunk - 1) // chunk)
+    groups = max(1, min(tasks, threads))
+    for g in prange(groups):
+        # int64: a prange index is unsigned in the parallel compile
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _blocked_to_nhwc_tasks(x, out, threads, first, last)
+
+
+@jit(standalone=True)
+def _blocked_to_nhwc_tasks(x, out, threads, first, last):
+    """Tasks ``[first, last)`` of :func:`blocked_to_nhwc`."""
     batch, height, width, channels = out.shape
     channel_blocks, cb = x.shape[1], x.shape[4]
     pixels = height * width
@@ -317,7 +350,7 @@ def _blocked_to_nhwc(x, out, threads):
     # of 8 below (1 thread, paired rounds against np.copyto): see RESULTS.md.
     stream_stores = (_stores_stream(out.size * 4, threads) and cb == 8 and channels % 8 == 0
                      and channels >= 8 and out.ctypes.data % 16 == 0)
-    for task in prange(batch * chunks):
+    for task in range(first, last):
         n = task // chunks
         p0 = (task % chunks) * chunk
         p1 = min(p0 + chunk, pixels)

@@ -167,16 +167,25 @@ def lane_group(cb: int) -> int:
     return 8 if cb % 8 == 0 else 4 if cb % 4 == 0 else 1
 
 
+_pool_rows_g8, _pool_rows_g4, _pool_rows_g1 = pool_rows(8), pool_rows(4), pool_rows(1)
+
+
 @kernel_factory
 def pool_parallel(G: int):
     """``groups`` contiguous ranges of the ``tasks`` output rows, in
-    parallel, each by ``pool_rows(G)``."""
-    rows_kernel = pool_rows(G)
+    parallel, each by ``pool_rows(G)``. (It captures only ``G``: a captured
+    dispatcher would make numba's cache key differ in every process.)"""
 
     def pool_parallel(xf, outf, geom, rows, cols, tasks, groups):
         for g in prange(groups):
             first = np.int64(g) * tasks // groups
-            rows_kernel(xf, outf, geom, rows, cols, first, (np.int64(g) + 1) * tasks // groups)
+            last = (np.int64(g) + 1) * tasks // groups
+            if G == 8:
+                _pool_rows_g8(xf, outf, geom, rows, cols, first, last)
+            elif G == 4:
+                _pool_rows_g4(xf, outf, geom, rows, cols, first, last)
+            else:
+                _pool_rows_g1(xf, outf, geom, rows, cols, first, last)
 
     pool_parallel.__name__ = pool_parallel.__qualname__ = f"pool_parallel_g{G}"
     return jit(parallel=True)(pool_parallel)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 # Two layout kernels (quick to compile), each called directly, so each loads
-# its own cache entry: ``layout._nchw_to_blocked*`` and ``layout.blocked_to_nchw*``
-# (their parallel compile, or the serial one on one thread). PRELUDE runs
+# its own cache entry: ``layout._nchw_to_blocked-*`` and ``layout._blocked_to_nchw-*``
+# (their parallel compile, or the serial one on one thread; the task ranges
+# they call are standalone kernels with entries of their own). PRELUDE runs
 # first (the read-only simulation below).
 _PROBE = """
 import json, warnings, numpy as np
@@ -27,7 +28,7 @@ with warnings.catch_warnings(record=True) as caught:
     layout.nchw_to_blocked(x, blocked)
     back = np.empty_like(x)
     layout.blocked_to_nchw(blocked, back)
-compiles = [d for k in (layout._nchw_to_blocked, layout.blocked_to_nchw)
+compiles = [d for k in (layout._nchw_to_blocked, layout._blocked_to_nchw)
             for d in (k.parallel, k.serial)]
 print(json.dumps({
     "dir": str(_config.CACHE_DIR), "writable": getattr(_config, "CACHE_WRITABLE", None),
@@ -81,8 +82,8 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
 
 def test_a_damaged_entry_is_dropped_and_compiled_again_with_one_warning(populated, tmp_path):
     root = _copy(populated, tmp_path)
-    [index] = root.rglob("layout._nchw_to_blocked*.nbi")
-    [data] = root.rglob("layout.blocked_to_nchw*.nbc")
+    [index] = root.rglob("layout._nchw_to_blocked-*.nbi")
+    [data] = root.rglob("layout._blocked_to_nchw-*.nbc")
     for damaged in (index, data):
         with open(damaged, "r+b") as f:
             f.truncate(damaged.stat().st_size // 2)

@@ -265,7 +265,7 @@ def test_parallel_reorders_with_streaming_stores(offset, shape):
     _check_streaming_reorders(shape, offset, 2)
 
 
-@pytest.mark.parametrize("name", ["_nchw_to_blocked", "blocked_to_nchw", "_nhwc_to_blocked",
+@pytest.mark.parametrize("name", ["_nchw_to_blocked", "_blocked_to_nchw", "_nhwc_to_blocked",
                                   "_blocked_to_nhwc", "pack_filter"])
 def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, record_calls):
     calls = record_calls(getattr(layout_nhwc if "nhwc" in name else kernels, name), "serial",
@@ -274,7 +274,7 @@ def test_each_reorder_runs_its_serial_compile_on_one_thread(name, threads, recor
     blocked = np.empty(layouts.blocked_shape(x.shape, 8), np.float32)
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     run = {"_nchw_to_blocked": lambda: kernels.nchw_to_blocked(x, blocked),
-           "blocked_to_nchw": lambda: kernels.blocked_to_nchw(blocked, np.empty_like(x)),
+           "_blocked_to_nchw": lambda: kernels.blocked_to_nchw(blocked, np.empty_like(x)),
            "_nhwc_to_blocked": lambda: kernels.nhwc_to_blocked(nhwc, blocked),
            "_blocked_to_nhwc": lambda: kernels.blocked_to_nhwc(blocked, np.empty_like(nhwc)),
            "pack_filter": lambda: kernels.pack_filter(random((9, 9, 3, 3)), 1, np.empty(
