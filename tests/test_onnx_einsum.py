@@ -133,6 +133,14 @@ def test_broken_equations_are_refused_at_load(equation, shapes, message):
         jitnn.onnx.prepare(model)
 
 
+def test_a_summed_letter_that_broadcasts_is_refused_naming_the_equation():
+    model, _, _ = einsum_model("ij,jk->ik", [(3, 1), (4, 5)])
+    with pytest.raises(jitnn.onnx.UnsupportedError,
+                       match=r"Einsum \(node 'the_einsum', opset 17\): equation 'ij,jk->ik': "
+                             r"letter 'j' is summed over axes of sizes 1 and 4"):
+        jitnn.onnx.prepare(model)
+
+
 def test_integer_operands_are_refused_naming_the_equation():
     node = helper.make_node("Einsum", ["a", "b"], ["y"], name="the_einsum",
                             equation="ij,jk->ik")

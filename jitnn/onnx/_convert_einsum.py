@@ -134,14 +134,14 @@ def _sum(cv: Converter, value, axes: list[int]):
     return cv.op("reduce_sum", value, axes=axes, keep_dimensions=False)
 
 
-def _diagonal(cv: Converter, term: _Term, letter: str) -> None:
+def _diagonal(cv: Converter, term: _Term, letter: str, equation: str) -> None:
     """The diagonal of the first two axes of ``letter`` (one axis ``letter``, last)."""
     first = term.letters.index(letter)
     second = term.letters.index(letter, first + 1)
     shape = term.shape
     if shape[first] != shape[second]:
-        raise cv.invalid(f"letter {letter!r} is on axes of sizes {shape[first]} and "
-                         f"{shape[second]}")
+        raise cv.invalid(f"equation {equation!r}: letter {letter!r} is on axes of sizes "
+                         f"{shape[first]} and {shape[second]}")
     n = shape[first]
     others = [i for i in range(len(shape)) if i not in (first, second)]
     value = _transpose(cv, term.value, others + [first, second])
@@ -166,13 +166,14 @@ def _sum_away(cv: Converter, term: _Term, needed: set[str]) -> None:
     term.letters = [letter for letter in term.letters if letter in needed]
 
 
-def _combine(cv: Converter, a: _Term, b: _Term, needed: set[str]) -> _Term:
+def _combine(cv: Converter, a: _Term, b: _Term, needed: set[str], equation: str) -> _Term:
     """One term for ``a`` and ``b`` (see the module docstring, step 2)."""
     size = {}
     for term in (a, b):
         for letter, n in zip(term.letters, term.shape):
             if size.get(letter, 1) != 1 and n != 1 and n != size[letter]:
-                raise cv.invalid(f"letter {letter!r} is on axes of sizes {size[letter]} and {n}")
+                raise cv.invalid(f"equation {equation!r}: letter {letter!r} is on axes of sizes "
+                                 f"{size[letter]} and {n}")
             size[letter] = max(size.get(letter, 1), n)
     batch = [x for x in a.letters if x in b.letters and x in needed]
     contracted = [x for x in a.letters if x in b.letters and x not in needed]
@@ -180,7 +181,8 @@ def _combine(cv: Converter, a: _Term, b: _Term, needed: set[str]) -> _Term:
     columns = [x for x in b.letters if x not in a.letters]
     for letter in contracted:
         if a.shape[a.letters.index(letter)] != b.shape[b.letters.index(letter)]:
-            raise cv.unsupported(f"letter {letter!r} is summed over axes of sizes "
+            raise cv.unsupported(f"equation {equation!r}: letter {letter!r} is summed over "
+                                 f"axes of sizes "
                                  f"{a.shape[a.letters.index(letter)]} and "
                                  f"{b.shape[b.letters.index(letter)]} (broadcast while summed)")
 
@@ -224,13 +226,13 @@ def op_einsum(cv: Converter, inputs, attrs):
     for k, term in enumerate(terms):
         for letter in dict.fromkeys(term.letters):
             while term.letters.count(letter) > 1:
-                _diagonal(cv, term, letter)
+                _diagonal(cv, term, letter, equation)
         others = {x for j, t in enumerate(terms) if j != k for x in t.letters}
         _sum_away(cv, term, others | set(output))
     result = terms[0]
     for k in range(1, len(terms)):
         later = {x for t in terms[k + 1:] for x in t.letters} | set(output)
-        result = _combine(cv, result, terms[k], later)
+        result = _combine(cv, result, terms[k], later, equation)
     missing = [x for x in output if x not in result.letters]
     if missing:                       # a broadcast axis of size 1 everywhere, say
         raise cv.unsupported(f"equation {equation!r}: output letter {missing[0]!r} lost")
