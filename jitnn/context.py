@@ -35,9 +35,8 @@ CONV_ALGORITHMS = conv_kernels.ALGORITHMS
 
 def host_block() -> int:
     """Channels per block for the CPU numba compiles for (the host, unless
-    ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` choose another): 16 with AVX-512
-    (8 where it runs at half width, AMD Zen 4), 8 with AVX2, else 4 (SSE,
-    NEON; ``kernels._config.HOST_BLOCK``)."""
+    ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` choose another): 16 with AVX-512 (8
+    at half width, Zen 4), 8 with AVX2, else 4 (``kernels._config.HOST_BLOCK``)."""
     return _config.HOST_BLOCK
 
 
