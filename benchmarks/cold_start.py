@@ -13,8 +13,9 @@ then on 2, then MobileNetV2: what each adds to the cache).
 Figures per run: wall seconds of the whole process (interpreter start to the
 end of the first inference), CPU seconds of the process and its children
 (``resource.getrusage``: compile workers included), and the kernel variants
-numba compiled in the process itself, each with the CPU seconds of its
-compile (thread CPU time inside numba's ``numba:compile`` event, the variants
+numba compiled in the process itself (``--workers 0`` for all of them:
+otherwise worker processes compile some, unseen), each with the CPU seconds
+of its compile (thread CPU time inside numba's ``numba:compile`` event, the variants
 compiled on the way excluded: a driver's figure is its own typing, lowering
 and the LLVM passes over it and the helpers linked into it). CPU seconds are
 what a busy host does not inflate; wall seconds need a quiet one.
@@ -190,7 +191,8 @@ def run_once(workload: str, threads: int | None, cache_dir: str,
     return result
 
 
-def run_sequence(name: str, cache_root: str, warm: bool = True) -> list[dict]:
+def run_sequence(name: str, cache_root: str, warm: bool = True,
+                 env: dict | None = None) -> list[dict]:
     """The runs of sequence ``name`` on one empty cache directory, then (``warm``)
     its first run again on the filled directory."""
     cache = os.path.join(cache_root, name)
@@ -199,13 +201,13 @@ def run_sequence(name: str, cache_root: str, warm: bool = True) -> list[dict]:
     results = []
     before = "cold"
     for workload, threads in SEQUENCES[name]:
-        result = run_once(workload, threads, cache)
+        result = run_once(workload, threads, cache, env)
         result.update(sequence=name, state=before)
         results.append(result)
         before = f"after {workload} {result['threads']}t"
     if warm:
         workload, threads = SEQUENCES[name][0]
-        result = run_once(workload, threads, cache)
+        result = run_once(workload, threads, cache, env)
         result.update(sequence=name, state="warm")
         results.append(result)
     return results
@@ -272,6 +274,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-warm", action="store_true", help="cold runs only")
     parser.add_argument("--variants", action="store_true", help="list every kernel variant")
     parser.add_argument("--json", metavar="FILE", help="also write every run as JSON")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="JITNN_COMPILE_WORKERS for the runs (0: every kernel compiles in "
+                             "the run's own process, where its compile is recorded)")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "THREADS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -285,7 +290,8 @@ def main(argv=None) -> int:
     root = args.cache_root or tempfile.mkdtemp(prefix="jitnn-cold-")
     results = []
     for name in args.sequences or list(SEQUENCES):
-        results += run_sequence(name, root, warm=not args.no_warm)
+        env = None if args.workers is None else {"JITNN_COMPILE_WORKERS": str(args.workers)}
+        results += run_sequence(name, root, warm=not args.no_warm, env=env)
         print(f"{name}: done", file=sys.stderr, flush=True)
     print("\n".join(runs_table(results)) + "\n")
     print("\n".join(kernels_table([r for r in results if r["state"] != "warm"])) + "\n")

@@ -16,6 +16,7 @@ from .tensor import DTYPES, Tensor, reorder, tensor
 from .scheduler import explain
 from .graph import Graph, GraphBuilder, Operand
 from .show import show_layout
+from .precompile import warmup
 from . import ops as _ops  # registers every op (jitnn/registry.py)
 from . import registry as _registry
 
@@ -29,5 +30,5 @@ __all__ = sorted([_op.name for _op in _registry.ops()] + [
     "JitnnError", "JitnnExecutionError", "JitnnTypeError", "JitnnValueError",
     "default_context", "host_block", "read_all", "reorder", "tensor", "__version__",
     "explain", "POLICIES", "Graph", "GraphBuilder", "Operand",
-    "show_layout",
+    "show_layout", "warmup",
 ])

@@ -45,7 +45,18 @@ def info(_args: argparse.Namespace) -> int:
     ctx = jitnn.default_context()
     features = llvm.get_host_cpu_features()
     llvm_version = ".".join(str(v) for v in llvm.llvm_version_info)
-    cache = str(_config.CACHE_DIR) if _config.CACHE_DIR else "none (no writable directory)"
+    from .precompile import cache_status
+    status = cache_status()
+    cache = (status.directory + ("" if status.writable else " (read-only: used as it is)")
+             if status.directory else "none (no writable directory)")
+    if status.matches:
+        fit = (f"{status.kernels} kernel files built for this CPU ({_config.TARGET_CPU}, "
+               f"{_config.TARGET_SIMD}) and these numba settings")
+    else:
+        fit = "no kernels for this CPU and settings yet (`jitnn warmup` compiles them)"
+    if status.others:
+        fit += (f"; its root holds {len(status.others)} other configuration(s) (other CPUs, "
+                "numba versions, settings or older kernel sources), not used here")
     rows = [
         ("jitnn", jitnn.__version__),
         ("CPU", f"{_cpu_model_name()} ({llvm.get_host_cpu_name()}), "
@@ -64,7 +75,8 @@ def info(_args: argparse.Namespace) -> int:
         ("fastmath", ", ".join(sorted(_config.FASTMATH))
          + f"; SLP vectorize {'on' if numba.config.SLP_VECTORIZE else 'off'}"),
         ("kernel cache", cache),
-        ("cache size", _human_bytes(_config.cache_size_bytes())),
+        ("cache size", _human_bytes(status.bytes)),
+        ("cache contents", fit),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
@@ -162,6 +174,30 @@ def _add_demo_parser(commands) -> None:
     parser.set_defaults(run=demo)
 
 
+def warmup(args: argparse.Namespace) -> int:
+    """``jitnn warmup [MODEL.onnx ...]``: compile what the models (default:
+    the demo and the common networks) need, in parallel, into the cache."""
+    from .precompile import warmup as warm
+    report = warm(args.models or None, _thread_counts(args.threads), workers=args.workers)
+    print(report)
+    return 1 if report.failed else 0
+
+
+def _add_warmup_parser(commands) -> None:
+    parser = commands.add_parser(
+        "warmup", help="compile the kernels that ONNX models (default: the demo and the common "
+                       "networks) need, in parallel worker processes, into the kernel cache")
+    parser.add_argument("models", nargs="*", metavar="MODEL.onnx",
+                        help="ONNX models (default: jitnn demo's workloads, ResNet-50 and "
+                             "MobileNetV2 when their export is there or PyTorch can make it)")
+    parser.add_argument("--threads", action="append", metavar="N",
+                        help="thread counts to compile for, repeatable or a comma list "
+                             "(default: the default context's; 1 compiles the serial kernels)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: one per core; JITNN_COMPILE_WORKERS)")
+    parser.set_defaults(run=warmup)
+
+
 def explain_model(args: argparse.Namespace) -> int:
     """``jitnn explain MODEL.onnx``: the plan of a model's outputs after running it."""
     from .onnx import explain_model as explain_onnx
@@ -208,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_demo_parser(commands)
     _add_bench_parser(commands)
     _add_explain_parser(commands)
+    _add_warmup_parser(commands)
     ops_parser = commands.add_parser(
         "ops", help="every op: its WebNN and ONNX names, data types, layouts and fusion "
                     "(docs/ops.md's table)")

@@ -27,8 +27,8 @@ from typing import TextIO
 
 import numpy as np
 
-from . import default_context
-from .bench.chain import POLICIES, jitnn_forward, parameters, workloads
+from . import compile_pool, default_context, precompile
+from .bench.workloads import POLICIES, jitnn_forward, parameters, workloads
 from .bench.harness import median_seconds
 
 PLOT = "jitnn-demo.png"
@@ -46,6 +46,13 @@ def run(quick: bool = False, threads: int | None = None, plot: str | None = PLOT
     threads = threads or default_context().num_threads
     say(f"jitnn demo: op-by-op conv2d chains under three layout policies "
         f"({threads} thread{'s' if threads > 1 else ''}, block {default_context().block})")
+    # the demo's kernels first, compiled on every core by worker processes
+    # (a progress bar on stderr; nothing to do once they are in the cache)
+    warmed = precompile.run_workloads(precompile.demo_workloads(threads, quick),
+                                      compile_pool.default_workers())
+    if warmed.needed:
+        say(f"compiled {warmed.compiled} of jitnn's kernels in {warmed.seconds:.1f} s in "
+            f"{warmed.workers} processes (first time only, then they load from the disk cache)")
     rows, explained = [], None
     first_call = True
     for name, shape, kind, mid in workloads(quick):

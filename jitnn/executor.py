@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from numba.core.dispatcher import Dispatcher
 
+from . import compile_pool
 from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
 from .errors import JitnnExecutionError
@@ -114,20 +115,31 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     previous = ctx.launcher.tracing(None)
     fused = 0
     in_kernels = kernel_seconds()           # this thread's time in kernels so far
+
+    def run_step(step) -> None:
+        nonlocal fused
+        t0 = time.perf_counter()
+        ctx.launcher.tracing(step.inner_reorders)
+        if step.kind == "reorder":
+            blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
+            # the reorder's own count is in inner_reorders; show it as the step
+            step.inner_reorders.clear()
+        else:
+            first = step.buffer and step.buffer not in slots
+            fused += _run_op(ctx, step, slots, plan)
+            if capture is not None and first and kind_of(step.node).writes_into_buffer:
+                capture.seeds[step.buffer] = slots[step.buffer]
+        step.seconds = time.perf_counter() - t0
+
+    # A cold process: a forked child runs the steps ahead without their
+    # kernels, and worker processes compile the kernels it finds, the last
+    # steps' first, while this one runs (and compiles) from the first
+    # (jitnn/compile_pool.py).
+    compile_pool.compile_plan_ahead(len(plan.steps),
+                                    lambda: [run_step(step) for step in plan.steps])
     try:
         for step in plan.steps:
-            t0 = time.perf_counter()
-            ctx.launcher.tracing(step.inner_reorders)
-            if step.kind == "reorder":
-                blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
-                # the reorder's own count is in inner_reorders; show it as the step
-                step.inner_reorders.clear()
-            else:
-                first = step.buffer and step.buffer not in slots
-                fused += _run_op(ctx, step, slots, plan)
-                if capture is not None and first and kind_of(step.node).writes_into_buffer:
-                    capture.seeds[step.buffer] = slots[step.buffer]
-            step.seconds = time.perf_counter() - t0
+            run_step(step)
     finally:
         ctx.launcher.tracing(previous)
         if fused:
