@@ -2,7 +2,10 @@
 
 Plain functions on numpy arrays, destination-passing (they write into an
 ``out`` array the caller allocated), with no import of the jitnn runtime.
-``_config`` holds the numba settings every kernel module applies first.
+``_config`` holds the numba settings every kernel module applies first, and
+the kernel cache; ``_linking`` the standalone kernels (compiled once, called
+by a name every process gives them) and the recipes that make a kernel again
+in another process (compile workers).
 Their spec is the float64 reference of the op each serves
 (``jitnn.registry.reference(name)``), which the tests compare them with.
 

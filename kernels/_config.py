@@ -48,9 +48,14 @@ target (``notes/numba-kernels.md`` in the design documents):
   changes generated code but is not in numba's own cache key: numba and
   llvmlite versions, the target CPU and its features (so a generic build
   does not share files with the native one), the SLP and bounds-check
-  flags, the fastmath set, and a hash of the kernel sources (numba keys a
-  cached function only on its own file, not on helpers it calls in other
-  files). ``JITNN_CACHE_DIR`` overrides the location. A
+  flags, the fastmath set and the layout of jitnn's entries. Each kernel
+  file's entries are stamped with a hash of the file and of every kernel
+  module it imports (:func:`source_stamp`; numba stamps them with the file's
+  own time and size, and does not see an edit of a helper in another file),
+  so an edit recompiles only what depends on it. Saves lock the index
+  between processes (compile workers), and an entry lists the standalone
+  kernels its code calls (:mod:`._linking`), which load before it.
+  ``JITNN_CACHE_DIR`` overrides the location. A
   read-only directory that already holds this tag's kernels (a shared
   install) is used as it is: kernels it lacks compile and are not saved (one
   warning). When no directory is writable or populated, kernels compile

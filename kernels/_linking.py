@@ -141,8 +141,9 @@ def make_standalone(dispatcher, cres) -> None:
         llvm.add_symbol(name, address)
     recipe = kernel_recipe(dispatcher)
     if recipe is None:
-        raise RuntimeError(f"jitnn: the standalone kernel {fndesc.qualname} must be a "
-                           "module-level function (callers load it by its module and name)")
+        raise RuntimeError(f"jitnn: the standalone kernel {fndesc.qualname} has no recipe: "
+                           "make it a module-level function or label it (made_by, "
+                           "kernel_factory); its callers' cache entries load it by its recipe")
     dependency = (recipe, tuple(cres.signature.args), name)
 
     def call(context, builder, sig, args):

@@ -122,3 +122,41 @@ def test_a_read_only_populated_cache_is_used(populated, tmp_path):
     assert result["dir"] == str(tagged) and result["writable"] is False
     assert result["hits"] == 2 and result["misses"] == 0 and not result["warnings"]
     assert _files(root) == before
+
+
+def test_a_cached_caller_missing_a_standalone_kernel_compiles_again(tmp_path):
+    """A cache entry whose code calls a standalone kernel (kernels/_linking.py)
+    that its entry does not list (written here on purpose): loading it would
+    leave the call unresolved (LLVM aborts the process), so the entry is
+    refused and the caller compiled again, with the right answer."""
+    broken = "from jitnn.kernels import _linking\n_linking.dependencies = lambda library: []\n"
+    first = _probe(tmp_path, broken)
+    assert first["ok"] and first["misses"] == 2
+    second = _probe(tmp_path)
+    assert second["ok"] and second["misses"] == 2 and not second["warnings"]
+    third = _probe(tmp_path)                        # the entries saved again are whole
+    assert third["ok"] and third["hits"] == 2 and third["misses"] == 0
+
+
+def test_entries_are_stamped_with_the_sources_they_import():
+    from jitnn.kernels import _config
+    kernels = Path(_config.__file__).resolve().parent
+    direct = kernels / "conv2d" / "direct.py"
+    imported = _config._kernel_imports(direct)
+    for name in ("_config.py", "_linking.py", "epilogue.py", "conv2d/register_tile.py",
+                 "conv2d/geometry.py"):
+        assert kernels / name in imported or any(
+            kernels / name in _config._kernel_imports(p) for p in imported), name
+    assert kernels / "attention.py" not in imported
+    # an edit of attention.py changes attention's stamp, not the conv's
+    assert _config.source_stamp(direct) != _config.source_stamp(kernels / "attention.py")
+    stamp = _config.source_stamp(direct)
+    _config._stamps.pop(direct, None)
+    _config._sources[kernels / "attention.py"] = b"# edited\n"
+    try:
+        assert _config.source_stamp(direct) == stamp
+        _config._stamps.pop(kernels / "attention.py", None)
+        assert _config.source_stamp(kernels / "attention.py") != stamp
+    finally:
+        _config._sources.pop(kernels / "attention.py", None)
+        _config._stamps.pop(kernels / "attention.py", None)
