@@ -239,7 +239,7 @@ def _compile_request(request: Request) -> tuple[str, float, str | None]:
 
 
 def worker_main() -> None:
-    """A worker process (``python -m jitnn._compile_worker CACHE_DIR``):
+    """A worker process (``python -c "...worker_main()" CACHE_DIR``):
     pickled :class:`Request` s on stdin, pickled results on stdout, until
     stdin closes. It refuses to work on another kernel cache than its
     parent's (what it compiled would never be found)."""
@@ -280,12 +280,18 @@ def default_workers(compiling_too: bool = False) -> int:
     return max(0, cores - 1) if compiling_too else cores
 
 
+#: a worker process with nothing to compile for this long exits
+IDLE_SECONDS = 60.0
+
+
 class CompilePool:
     """Worker processes that compile :class:`Request` s into the kernel
     cache, first come first served: each started at its first request and
     kept for this process's life, a thread of this process feeding it.
-    (Plain subprocesses, not multiprocessing's: its spawned children import
-    the main script again, and would run the caller's program.)"""
+    A worker idle for :data:`IDLE_SECONDS` exits (a later request starts
+    another). (Plain subprocesses, not multiprocessing's: its spawned
+    children import the main script again, and would run the caller's
+    program.)"""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -315,9 +321,14 @@ class CompilePool:
     def _feed(self) -> None:
         """One worker process: start it, then hand it requests one at a time."""
         environment = dict(os.environ, JITNN_COMPILE_WORKERS="0", JITNN_PROGRESS="0")
+        # this process's jitnn first on the worker's path (not a directory
+        # of the same name in the working directory, which ``-m`` would find)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        start = (f"import sys; sys.path.insert(0, {root!r}); "
+                 "from jitnn.compile_pool import worker_main; worker_main()")
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "jitnn._compile_worker", str(_config.CACHE_DIR)],
+                [sys.executable, "-c", start, str(_config.CACHE_DIR)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment)
         except OSError as error:
             self._fail_all(f"cannot start a compile worker: {error}")
@@ -325,9 +336,13 @@ class CompilePool:
         self._processes.append(process)
         while True:
             with self._ready:
-                while not self._queue and not self._closed:
-                    self._ready.wait()
-                if self._closed:
+                idle_until = time.monotonic() + IDLE_SECONDS
+                while not self._queue and not self._closed and time.monotonic() < idle_until:
+                    self._ready.wait(timeout=max(0.0, idle_until - time.monotonic()))
+                if self._closed or not self._queue:
+                    # closed, or idle for long: the worker goes (a later
+                    # request starts another)
+                    self._threads.remove(threading.current_thread())
                     break
                 request, future = self._queue.pop(0)
                 key = (request.recipe, request.argtypes)
@@ -346,9 +361,14 @@ class CompilePool:
                 self.compiled += result[2] is None
             future.set_result(result)
             if result[2] and "stopped" in result[2]:
+                with self._ready:
+                    self._threads.remove(threading.current_thread())
                 break
-        with contextlib.suppress(OSError):
-            process.stdin.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            process.stdin.close()                # the worker reads the end and exits
+            process.wait(timeout=10)
+        with self._ready:
+            self._processes.remove(process)
 
     def _fail_all(self, message: str) -> None:
         with self._ready:
@@ -391,7 +411,7 @@ class CompilePool:
             self._closed = True
             self._ready.notify_all()
         self.cancel_pending()
-        for process in self._processes:
+        for process in list(self._processes):
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 process.stdin.close()
                 process.kill()
