@@ -361,8 +361,11 @@ class CompilePool:
                 self.compiled += result[2] is None
             future.set_result(result)
             if result[2] and "stopped" in result[2]:
+                # a worker that died (a crash in a compile) is not replaced:
+                # what is queued fails, and compiles where it is needed
                 with self._ready:
                     self._threads.remove(threading.current_thread())
+                self._fail_all(result[2])
                 break
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             process.stdin.close()                # the worker reads the end and exits
