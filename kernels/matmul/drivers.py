@@ -120,15 +120,9 @@ def _row_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
 def _direct_task(task, a, a_t, b, b_t, a_index, b_index, out, n_blocks, alpha,
                  beta, c, bias, residual, act, param0, param1):
     """One ``(product, column block)`` of the direct path, then its epilogue."""
-    G, M, N = out.shape
-    n_panels = (N + NR - 1) // NR
-    g = task // n_blocks
-    jb = task % n_blocks
-    jp_begin = jb * n_panels // n_blocks
-    jp_end = (jb + 1) * n_panels // n_blocks
-    out_g = out[g]
-    _tile_columns(a[a_index[g]], a_t, b[b_index[g]], b_t, out_g, jp_begin, jp_end)
-    _direct_epilogue(out_g, g, jp_begin, jp_end, alpha, beta, c, bias, residual, act,
+    g, jp_begin, jp_end = _column_block(task, n_blocks, out.shape[2])
+    _tile_columns(a[a_index[g]], a_t, b[b_index[g]], b_t, out[g], jp_begin, jp_end)
+    _direct_epilogue(out[g], g, jp_begin, jp_end, alpha, beta, c, bias, residual, act,
                      param0, param1)
 
 
@@ -137,21 +131,26 @@ def _gemv_task(task, a, a_t, b, b_t, a_index, b_index, out, n_blocks, alpha,
                beta, c, bias, residual, act, param0, param1):
     """:func:`_direct_task` of a one-row product (``K > 0``): a matrix-vector
     product."""
-    G, M, N = out.shape
-    n_panels = (N + NR - 1) // NR
-    g = task // n_blocks
-    jb = task % n_blocks
-    jp_begin = jb * n_panels // n_blocks
-    jp_end = (jb + 1) * n_panels // n_blocks
-    out_g = out[g]
-    _gemv_columns(a[a_index[g]], a_t, b[b_index[g]], b_t, out_g, jp_begin, jp_end)
-    _direct_epilogue(out_g, g, jp_begin, jp_end, alpha, beta, c, bias, residual, act,
+    g, jp_begin, jp_end = _column_block(task, n_blocks, out.shape[2])
+    _gemv_columns(a[a_index[g]], a_t, b[b_index[g]], b_t, out[g], jp_begin, jp_end)
+    _direct_epilogue(out[g], g, jp_begin, jp_end, alpha, beta, c, bias, residual, act,
                      param0, param1)
+
+
+@jit()
+def _column_block(task, n_blocks, N):
+    """``(product, first panel, end panel)`` of a direct task: product
+    ``task // n_blocks``, its column block ``task % n_blocks`` of
+    ``n_blocks`` (panels shared out evenly)."""
+    n_panels = (N + NR - 1) // NR
+    jb = task % n_blocks
+    return task // n_blocks, jb * n_panels // n_blocks, (jb + 1) * n_panels // n_blocks
 
 
 @jit()
 def _direct_epilogue(out_g, g, jp_begin, jp_end, alpha, beta, c, bias, residual, act,
                      param0, param1):
+    """The epilogue of a direct task's columns (when there is one)."""
     M, N = out_g.shape
     c_g, r_g = _addends(g, c, residual)
     if jp_end > jp_begin and _has_epilogue(alpha, beta, c_g, bias, r_g, act):
