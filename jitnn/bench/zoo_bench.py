@@ -18,7 +18,7 @@ against ONNX Runtime (max |diff| / max |ONNX Runtime|).
 
 ``--memory`` adds peak resident memory: for each model and engine a fresh
 process imports the engine, loads the model, runs it twice and reports its
-peak RSS (``ru_maxrss``) and its RSS after the imports; the table shows the
+peak RSS (``VmHWM``) and its RSS after the imports; the table shows the
 peak above the imports for jitnn and ONNX Runtime, and their ratio.
 
 Options: ``--models a,b`` (default all), ``--memory``. ``--quick``: three
@@ -174,7 +174,7 @@ def measure(run: Run) -> dict:
 
 
 _PROBE = r"""
-import json, os, resource, sys
+import json, os, sys
 import numpy as np
 engine, path, feed_file, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 feed = dict(np.load(feed_file))
@@ -198,7 +198,9 @@ else:
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     for _ in range(2):
         session.run(None, feed)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the process that forked us
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 print(json.dumps({"peak_mb": peak, "base_mb": base}))
 """
 
@@ -206,17 +208,23 @@ print(json.dumps({"peak_mb": peak, "base_mb": base}))
 def peak_memory(engine: str, path: str, feed: dict, threads: int) -> tuple[float, float]:
     """``(peak MB, MB after the imports)`` of a fresh process that loads the
     model with ``engine`` and runs it twice (kernels from the warm cache)."""
+    import shutil
     import tempfile
-    with tempfile.NamedTemporaryFile(suffix=".npz", delete=False) as handle:
-        np.savez(handle, **feed)
+    # an empty working directory: a folder named jitnn in the caller's would shadow the package
+    folder = tempfile.mkdtemp(prefix="jitnn-memory-")
     try:
-        done = subprocess.run([sys.executable, "-c", _PROBE, engine, path, handle.name,
-                               str(threads)], capture_output=True, text=True, timeout=1800,
-                              check=True)
+        feed_file = os.path.join(folder, "feed.npz")
+        np.savez(feed_file, **feed)
+        done = subprocess.run([sys.executable, "-c", _PROBE, engine, os.path.abspath(path),
+                               feed_file, str(threads)], capture_output=True, text=True,
+                              timeout=1800, cwd=folder)
+        if done.returncode:
+            raise RuntimeError(f"bench zoo: the {engine} memory probe failed: "
+                               f"{done.stderr.strip()[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
         return result["peak_mb"], result["base_mb"]
     finally:
-        os.unlink(handle.name)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def row_label(row: dict) -> str:
