@@ -242,11 +242,11 @@ def fuse_patterns(plan: Plan) -> Plan:
     nodes (``NodeKind.pattern``: a squeeze-and-excitation block from its
     excite conv) run as one node; the ops it replaces leave the plan."""
     fused = 0
+    queries = PlanQueries(plan)        # made again only after a match changes the plan
     for step in list(plan.steps):
         rule = kind_of(step.node).pattern if step.kind == "op" else None
         if rule is None or step.removed:
             continue
-        queries = PlanQueries(plan)
         found = rule(step.node, step.value, queries)
         if found is None:
             continue
@@ -258,6 +258,7 @@ def fuse_patterns(plan: Plan) -> Plan:
         fused += len(replaced)
         _drop_removed(plan)
         _index_readers(plan)
+        queries = PlanQueries(plan)
     plan.fused_ops += fused
     plan.log.append(f"fuse_patterns: {fused} op(s) fused into multi-op patterns "
                     f"(squeeze-and-excitation)")
