@@ -152,13 +152,39 @@ def conv2d_algorithm(path: str, kernel, strides, dilations, groups: int, in_chan
     tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
     if AVX512_TUNED and block == 16 and batch * tile_rows * tile_cols < _WINOGRAD_MIN_TILES:
         return path
+    if min(in_channels, out_channels) >= 8 and _winograd_scratch_bytes(
+            batch, in_channels, out_channels, out_h, out_w, block) <= _WINOGRAD_SCRATCH_BYTES:
+        return "winograd"
+    return path
+
+
+def _winograd_scratch_bytes(batch: int, in_channels: int, out_channels: int, out_h: int,
+                            out_w: int, block: int) -> int:
+    """Bytes of Winograd's per-thread scratch for this convolution."""
+    tile_rows, tile_cols = winograd.tile_counts(out_h, out_w)
     CB, OB = _blocks(in_channels, block), _blocks(out_channels, block)
     _, tiles = winograd.chunk_rows(batch, CB, OB, tile_rows, tile_cols, block,
                                    conv1x1_tile_shape(block, OB)[0])
-    scratch = 4 * winograd.scratch_floats(CB, OB, tiles, block)
-    if min(in_channels, out_channels) >= 8 and scratch <= _WINOGRAD_SCRATCH_BYTES:
-        return "winograd"
-    return path
+    return 4 * winograd.scratch_floats(CB, OB, tiles, block)
+
+
+def conv2d_candidates(path: str, kernel, strides, dilations, groups: int, in_channels: int,
+                      out_channels: int, batch: int, out_h: int, out_w: int,
+                      block: int) -> tuple[str, ...]:
+    """The ``algorithm`` arguments that run this convolution in different
+    ways, for a caller that times them on its host and passes the fastest
+    (the runtime's ``jitnn.tuning``): ``("direct", "winograd")`` where
+    Winograd applies and its scratch is within the limit "auto" keeps, else
+    ``()`` (one way only: :func:`conv2d_algorithm`'s). The thresholds above
+    were measured on one machine each; which side of them pays differs
+    between CPUs."""
+    if conv2d_algorithm(path, kernel, strides, dilations, groups, in_channels, out_channels,
+                        batch, out_h, out_w, block, "winograd") != "winograd":
+        return ()
+    if _winograd_scratch_bytes(batch, in_channels, out_channels, out_h, out_w,
+                               block) > _WINOGRAD_SCRATCH_BYTES:
+        return ()
+    return ("direct", "winograd")
 
 
 # --- blocking -----------------------------------------------------------------
