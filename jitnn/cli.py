@@ -40,6 +40,7 @@ def info(_args: argparse.Namespace) -> int:
     import numpy as np
 
     import jitnn
+    from jitnn import tuning
     from jitnn.kernels import _config
 
     ctx = jitnn.default_context()
@@ -77,6 +78,7 @@ def info(_args: argparse.Namespace) -> int:
         ("kernel cache", cache),
         ("cache size", _human_bytes(status.bytes)),
         ("cache contents", fit),
+        ("conv tuning", tuning.status()),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

@@ -123,6 +123,12 @@ class _Scout:
         return True, _skip
 
 
+def scouting() -> bool:
+    """Whether this thread is in a scouted run (:func:`scout`): its kernels'
+    outputs are garbage, so nothing it measures means anything."""
+    return getattr(_scouts, "active", None) is not None
+
+
 def _skip(*args, **kws) -> None:
     """What a skipped kernel call runs instead."""
 

@@ -153,8 +153,12 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
         capture.steps = [CapturedStep(step, step.value, step.node, step.frees,
                                       physical_shape(step.value) if step.buffer else ())
                          for step in plan.steps]
-    # keep descriptions only: the values may go
+    # keep descriptions only: the values may go (a node's memo may say how
+    # its kernel was chosen at this run: a conv's algorithm, jitnn/tuning.py)
     for step in plan.steps:
+        notes = getattr(step.node.memo, "notes", None) if step.node is not None else None
+        if notes:
+            step.notes, step.layouts_in = notes, step.node.memo.layouts
         step.value = step.node = None
         step.frees = ()
     plan.roots = []

@@ -36,6 +36,7 @@ class Step:
     removed: bool = False          # fused into another step by a pass
     seconds: float | None = None   # measured after the run
     inner_reorders: list = dataclasses.field(default_factory=list)  # (label, bytes, s)
+    notes: tuple = ()              # explain's lines under the step, kept after the run
 
 
 @dataclasses.dataclass

@@ -47,6 +47,9 @@ class NodeKind:
     writes_into_buffer: bool = False
     #: ``(node, value) -> layouts`` its kernel reads (explain); default: its inputs'
     kernel_layouts: Optional[Callable[["Node", "Value"], tuple]] = None
+    #: ``(node, value) -> lines`` explain prints under its step (how the kernel
+    #: was chosen: a conv's algorithm, measured or by formula)
+    explain: Optional[Callable[["Node", "Value"], list]] = None
     #: ``(value, node) -> inputs`` whose buffer its kernel may overwrite with its output
     inplace_inputs: Optional[Callable[["Value", "Node"], list]] = None
     #: anchor: ``(node, consumer, value, consumer's value) -> node`` with the

@@ -19,6 +19,7 @@ from .errors import JitnnTypeError
 from .passes import (FUSING_PASSES, PASSES, collect, insert_reorders, kept_values,
                      kernel_layouts, pending_order)
 from .plan import Plan, Step, mib, physical_bytes
+from .registry import kind_of
 from .tensor import Tensor, Value
 
 if TYPE_CHECKING:
@@ -85,10 +86,19 @@ def describe(plan: Plan, title: str) -> str:
     lines.append(header)
     for i, s in enumerate(plan.steps, 1):
         where = (f"kept ({s.buffer})" if s.buffer else "kept") if s.kept else s.buffer
-        arrow = f"{','.join(s.layouts_in)} -> {s.layout_out}"
+        layouts_in = s.layouts_in
+        if s.kind == "op" and s.node is not None:
+            # asked again: a kernel chosen by measurement at the first run
+            # (jitnn/tuning.py) may differ from the one planned before it
+            layouts_in = kernel_layouts(s.node, s.value)
+        arrow = f"{','.join(layouts_in)} -> {s.layout_out}"
         time = f" {s.seconds * 1e3:7.3f} ms" if ran and s.seconds is not None else ""
         lines.append(f"  {i:>2}  {s.label:<34} {arrow:<30} {s.flops / 1e6:9.2f} "
                      f"{s.bytes_in / 1e6:6.2f}/{s.bytes_out / 1e6:<6.2f}  {where:<10}{time}")
+        notes = s.notes
+        if s.kind == "op" and s.node is not None and kind_of(s.node).explain is not None:
+            notes = kind_of(s.node).explain(s.node, s.value)
+        lines += [f"      {note}" for note in notes]
         for label, nbytes, seconds in s.inner_reorders:
             lines.append(f"      inside: {label}, {nbytes / 1e6:.2f} MB"
                          + (f", {seconds * 1e3:.3f} ms" if seconds is not None else ""))

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import layouts
+from .. import layouts, tuning
 from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
@@ -211,6 +211,11 @@ class _Conv2dMemo(NamedTuple):
     #: the folded batch normalization: weak references to its (mean,
     #: variance, scale, bias) Values (None where it has none), then epsilon
     bn: tuple | None
+    #: what explain prints for the step once its node is gone (the executor
+    #: copies them to the plan's step): the kernel's layouts and the
+    #: algorithm's line, as chosen when this launch was planned
+    layouts: tuple = ()
+    notes: tuple = ()
 
 
 def _bn_refs(bn: tuple | None) -> tuple | None:
@@ -345,15 +350,53 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     code, p0, p1 = a["activation"]
     plain_result = layouts.block_of(value.layout) is None
     dest = _destination(blocked, plain_result, out)
+    algorithm = ctx.conv_algorithm
+    key, candidates, formula = _tuning(node, value)
+    if key is not None:
+        decision = tuning.choose(key, lambda: _candidate_runs(
+            ctx, a, source, packed, blocked, bias_array, candidates), formula)
+        if decision is not None:
+            algorithm = decision.choice
+            if algorithm != "winograd":
+                _drop_winograd(packed, source.shape)
     launch = conv_kernels.conv2d_launch(
         source, packed, dest, a["strides"], a["dilations"], a["padding"], bias_array is None,
         a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads,
-        algorithm=ctx.conv_algorithm)
+        algorithm=algorithm)
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
-                       weakref.ref(launch), blocked, plain_result, _bn_refs(a["bn"]))
+                       weakref.ref(launch), blocked, plain_result, _bn_refs(a["bn"]),
+                       _kernel_layouts(node, value), tuple(_explain(node, value)))
     node.memo = memo
     return memo, launch, bias_array, dest
+
+
+def _candidate_runs(ctx, a: dict, source: np.ndarray, packed, blocked: tuple,
+                    bias: np.ndarray | None, candidates: tuple) -> dict:
+    """For jitnn.tuning: each candidate algorithm as a run of this conv on its
+    real input, filter and bias, into a scratch output (a residual the conv
+    adds in place would be added again at every run, so none is read: it
+    costs every candidate the same)."""
+    scratch = conv_kernels.aligned_empty(blocked)
+    code, p0, p1 = a["activation"]
+
+    def run_of(algorithm: str):
+        launch = conv_kernels.conv2d_launch(
+            source, packed, scratch, a["strides"], a["dilations"], a["padding"], bias is None,
+            True, code, p0, p1, num_threads=ctx.num_threads, algorithm=algorithm)
+        return lambda: conv_kernels.run_conv2d_launch(launch, source, scratch, bias, None)
+    return {algorithm: run_of(algorithm) for algorithm in candidates}
+
+
+def _drop_winograd(packed, x_shape: tuple) -> None:
+    """After Winograd lost for input ``x_shape``: its launches for that shape,
+    and the transformed filter (4x the direct one's bytes) unless a launch for
+    another shape still runs Winograd."""
+    for key in [k for k, launch in packed.launches.items()
+                if launch.path == "winograd" and k[0] == x_shape]:
+        del packed.launches[key]
+    if not any(launch.path == "winograd" for launch in packed.launches.values()):
+        packed.transformed.pop("winograd", None)
 
 
 def _destination(blocked: tuple, plain_result: bool, out: np.ndarray | None) -> np.ndarray:
@@ -422,18 +465,56 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
 
 # --- how the scheduler treats a conv2d node (jitnn/registry.py) -------------------
 
-def conv2d_algorithm(node: Node, v: Value) -> str:
-    """What runs conv2d ``node`` (with its fused ops) making ``v`` (see
-    ``kernels.conv2d.conv2d_algorithm``): ``"winograd"``, or the packed
-    filter's path."""
+def _tuning(node: Node, v: Value) -> tuple[str | None, tuple, str]:
+    """``(key, candidates, formula)`` of conv2d ``node`` making ``v``: the
+    algorithms worth timing on this host and the key of that decision
+    (jitnn.tuning; key None when there is nothing to choose: one candidate,
+    or the context fixes the algorithm), and what the formula runs
+    (``kernels.conv2d.conv2d_algorithm``: ``"winograd"`` or the filter's path)."""
     a = node.attrs
+    ctx = v._ctx
+    x = a["x"]._shape
+    n, c, h, w = x if a["axes"] == "nchw" else (x[0], x[3], x[1], x[2])
     o, _, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
-    path = conv_kernels.conv2d_path((kh, kw), a["in_channels"], a["groups"], a["first_layer"])
-    n, out_h, out_w = (v._shape[0], v._shape[2], v._shape[3]) if a["axes"] == "nchw" else \
-        v._shape[:3]
-    return conv_kernels.conv2d_algorithm(
-        path, (kh, kw), a["strides"], a["dilations"], a["groups"], a["in_channels"], o, n,
-        out_h, out_w, a["block"], v._ctx.conv_algorithm)
+    out_h, out_w = (v._shape[2], v._shape[3]) if a["axes"] == "nchw" else v._shape[1:3]
+    path = conv_kernels.conv2d_path((kh, kw), c, a["groups"], a["first_layer"])
+    shape = (path, (kh, kw), a["strides"], a["dilations"], a["groups"], c, o, n, out_h, out_w,
+             a["block"])
+    formula = conv_kernels.conv2d_algorithm(*shape, ctx.conv_algorithm)
+    candidates = conv_kernels.plan.conv2d_candidates(*shape)
+    if ctx.conv_algorithm != "auto" or len(candidates) < 2:
+        return None, candidates, formula
+    key = tuning.conv2d_key(a["block"], ctx.num_threads, "float32", n, c, h, w, o, (kh, kw),
+                            a["strides"], a["dilations"], a["padding"], a["groups"])
+    return key, candidates, formula
+
+
+def conv2d_algorithm(node: Node, v: Value) -> str:
+    """What runs conv2d ``node`` (with its fused ops) making ``v``:
+    ``"winograd"`` or the packed filter's path, as measured on this host
+    (jitnn.tuning) or else by the formula (``kernels.conv2d.conv2d_algorithm``)."""
+    key, _, formula = _tuning(node, v)
+    decision = None if key is None else tuning.decided(key)
+    return formula if decision is None else decision.choice
+
+
+def _explain(node: Node, v: Value) -> list[str]:
+    """explain's line under a conv step: its algorithm, and whether it was
+    measured on this host (with the timings) or chosen by the formula."""
+    key, candidates, formula = _tuning(node, v)
+    ctx = v._ctx
+    if ctx.conv_algorithm != "auto":
+        return [f"algorithm: {formula} (Context(conv_algorithm={ctx.conv_algorithm!r}))"]
+    if key is None:
+        return [f"algorithm: {formula} (the only one for this shape)"]
+    if not tuning.enabled():
+        return [f"algorithm: {formula} by formula ({tuning.ENV}=0: not measured)"]
+    decision = tuning.decided(key)
+    if decision is None:
+        return [f"algorithm: {formula} by formula until measured at the first run "
+                f"({' or '.join(candidates)})"]
+    return [f"algorithm: {decision.choice}, measured on this host: {decision.describe()} "
+            f"(formula: {decision.formula})"]
 
 
 def _kernel_layouts(node: Node, v: Value) -> tuple[str, ...]:
@@ -520,7 +601,8 @@ def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
 
 
 register_kind(NodeKind("conv2d", role="anchor", writes_into_buffer=True,
-                       kernel_layouts=_kernel_layouts, inplace_inputs=_inplace_inputs,
+                       kernel_layouts=_kernel_layouts, explain=_explain,
+                       inplace_inputs=_inplace_inputs,
                        fold=_fold, absorb=_absorb, pattern=squeeze_excite.match))
 
 register_op(OpDef(
