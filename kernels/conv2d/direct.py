@@ -11,15 +11,25 @@ block: ``cb`` blocked, ``C`` plain):
 * bias ``(OB * cb,)``; output ``y`` and residual: ``(N, OB, OH, OW, cb)``
 * border patch, per task: ``buf: (CB, KH, KW, P, ci)``, tap ``(kh, kw)`` of
   tile pixel ``p``, zero where the tap falls in the padding
+* regions ``(R, 8)`` int64: output rows ``[r0, r1)``, columns ``[c0, c1)``
+  and the taps ``[kh0, kh1) x [kw0, kw1)`` its pixels run; chunks
+  ``(nchunks, 3)`` int64: a region (-1: border pixels), first and end pixel
 
 A tile is P output pixels x B output blocks (:func:`.geometry.direct_tile_shape`).
-Output pixels are split in two regions. Interior pixels (rows [r0, r1),
-columns [c0, c1) of :class:`.geometry.ConvGeometry`) see every kernel tap
-inside the input; they are numbered row-major over that rectangle, and a
-tile takes P consecutive ones (it may wrap to the next row, so no work is
-lost on row ends) and reads the input directly. Border pixels (the rest:
-rows above and below, then columns left and right) go through the same loop
-on a zero-padded copy of their taps.
+Output pixels are split into regions that read the input in place and
+border pixels. A region is a rectangle of output pixels and the rectangle
+of taps they run; its pixels are numbered row-major over it, and a tile
+takes P consecutive ones (it may wrap to the next row, so no work is lost
+on row ends). Usually there is one region, the interior (rows [r0, r1),
+columns [c0, c1) of :class:`.geometry.ConvGeometry`, whose pixels see every
+kernel tap inside the input), with every tap; border pixels (the rest: rows
+above and below, then columns left and right) go through the same loop on a
+zero-padded copy of their taps. When many taps read only padding (a dilated
+conv with padding about its dilation on a small map: DeepLab's ASPP at
+dilation 12 on 16 x 16, three quarters of its taps), the output is instead
+cut into regions in which every pixel's in-input taps are the same
+rectangle (:func:`.geometry.tap_regions`), each running only those taps,
+and there are no border pixels.
 
 That per-tile copy holds every input block's taps (for 512 channels and
 3x3, 110 KiB per tile: more than L1), so when borders are a large share of
@@ -77,12 +87,14 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
 
 
 @jit(standalone=True)
-def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1,
+def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0, og1,
                 k_start, k_end, interior, groups_outside, epilogue, cb, ci, P, B, plain):
-    """Output pixels ``k_start .. k_end-1`` of image ``n``, of the interior
-    (``interior``) or border region, for output-block groups ``og0 .. og1-1``
-    (group ``og`` is blocks ``og*B .. og*B+B-1``), tile by tile: P pixels x B
-    blocks. ``geom``: a :class:`.geometry.ConvGeometry`; ``epilogue``: an
+    """Output pixels ``k_start .. k_end-1`` of image ``n``, of ``region``
+    (``interior``: a tuple ``(r0, r1, c0, c1, kh0, kh1, kw0, kw1)``, a row of
+    the regions in the module docstring) or of the border pixels, for
+    output-block groups ``og0 .. og1-1`` (group ``og`` is blocks
+    ``og*B .. og*B+B-1``), tile by tile: P pixels x B blocks. ``geom``: a
+    :class:`.geometry.ConvGeometry`; ``epilogue``: an
     :class:`.geometry.Epilogue`; ``buf``: the border patch (module docstring).
 
     ``plain``: the input is plain nchw, its ``ci`` channels a plane apart
@@ -106,6 +118,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                                       geom.pt, geom.pl)
     x_n, x_ib, x_row, x_px, x_lane = geom.x_n, geom.x_ib, geom.x_row, geom.x_px, geom.x_lane
     r0, r1, c0, c1 = geom.r0, geom.r1, geom.c0, geom.c1
+    # the pixels and taps this call runs (border pixels: every tap, on the patch)
+    kh0, kw0 = 0, 0
+    kh1, kw1 = KH, KW
+    if interior:
+        r0, r1, c0, c1, kh0, kh1, kw0, kw1 = region
     has_res, clamp, lo, hi = epilogue.has_res, epilogue.clamp, epilogue.lo, epilogue.hi
     post, act, p0, p1 = epilogue.post, epilogue.act, epilogue.p0, epilogue.p1
     # per pixel of a tile: output offset (block 0), kernel window origin, and
@@ -129,15 +146,23 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
     else:
         src = buf                        # patch of blocks u0 .. u1-1
         s_ib, s_kh, s_kw, s_lane = KH * KW * P * ci, KW * P * ci, P * ci, 1
-    # input offset of each tap (kh, kw) of an input block; of a plain input,
-    # of each of its channels i: entry (kh * KW + kw) * ci + i
-    taps = KH * KW
-    entries = ci if plain else 1
+    # per tap (kh, kw) this call runs, t = (kh - kh0) * (kw1 - kw0) + kw - kw0:
+    # blocked, the pair (its input offset from tap (kh0, kw0) of an input
+    # block, its weights' offset in an input block's packed weights); plain,
+    # the input offset of each input channel i (entry t * ci + i; the
+    # weights walk on, every tap running)
+    taps = (kh1 - kh0) * (kw1 - kw0)
+    entries = ci if plain else 2
     tap_x = np.empty(taps * entries, np.int64)
-    for kh in range(KH):
-        for kw in range(KW):
-            for i in range(entries):
-                tap_x[(kh * KW + kw) * entries + i] = kh * s_kh + kw * s_kw + i * s_lane
+    for kh in range(kh0, kh1):
+        for kw in range(kw0, kw1):
+            t = (kh - kh0) * (kw1 - kw0) + kw - kw0
+            if plain:
+                for i in range(ci):
+                    tap_x[t * ci + i] = kh * s_kh + kw * s_kw + i * s_lane
+            else:
+                tap_x[2 * t] = (kh - kh0) * s_kh + (kw - kw0) * s_kw
+                tap_x[2 * t + 1] = (kh * KW + kw) * ci * cb
 
     ntiles = (k_end - k_start + P - 1) // P
     ngroups = og1 - og0
@@ -183,7 +208,8 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                         oh += 1
             if interior:
                 for p in range(P):
-                    xb[p] = n * x_n + ihs[p] * x_row + iws[p] * x_px
+                    # the pixel's tap (kh0, kw0), inside the input
+                    xb[p] = n * x_n + (ihs[p] + kh0 * dh) * x_row + (iws[p] + kw0 * dw) * x_px
             else:
                 _fill_patch(buf, xf, geom, n, u0, u1, ihs, iws, ci, P)
                 for p in range(P):
@@ -201,11 +227,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             steps = (ib_end[ob0 + last] - ib) * taps
             if last == B - 1:
                 conv_tile(P, B, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
-                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             elif not plain:
                 conv_tile(P, 1, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
-                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ob, bias, ob0 * cb, resf,
+                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             if post:
                 for p in range(p_lo, P):
@@ -232,11 +258,12 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
             # of the packed weights; a single loop level keeps LLVM from
             # spilling the pixel pointers around inner loops (40 % on 1x1)
             ib = ib_begin[ob0]
-            wo = ob0 * w_ob + ib * w_ib
+            wib = ob0 * w_ob + ib * w_ib
             xib = ib * s_ib
             t = 0
             for step in range((ib_end[ob0 + last] - ib) * taps):
-                xd = xib + tap_x[np.uint64(t)]
+                xd = xib + tap_x[np.uint64(2 * t)]
+                wo = wib + tap_x[np.uint64(2 * t + 1)]
                 for i in range(ci):
                     xi = xd + i              # blocked: lanes are adjacent
                     wi = wo + i * cb
@@ -246,11 +273,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0, og1
                             wb = wi + min(b, last) * w_ob
                             for o in range(cb):
                                 acc[(p * B + b) * cb + o] += xv * wf[np.uint64(wb + o)]
-                wo += ci * cb
                 t += 1
                 if t == taps:
                     t = 0
                     xib += s_ib
+                    wib += w_ib
         else:
             # plain input, few lanes (ci = C): the flat loop lets LLVM keep
             # the fully unrolled lane loop's accumulators in memory; nest it
@@ -308,17 +335,13 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
     one entry per (cb, ci, plain)."""
     P, B = direct_tile_shape(cb, plain)
 
-    def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, chunk, og_inner,
-                    group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1):
+    def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, regions, chunks,
+                    og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1):
         geom = ConvGeometry(*geometry)
-        N, CB, OB, OH, OW, KH, KW = (geom.N, geom.CB, geom.OB, geom.OH, geom.OW, geom.KH,
-                                     geom.KW)
-        r0, r1, c0, c1 = geom.r0, geom.r1, geom.c0, geom.c1
+        N, CB, OB, KH, KW = geom.N, geom.CB, geom.OB, geom.KH, geom.KW
+        border_region = (geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW)
         OG = (OB + B - 1) // B
-        inner = (r1 - r0) * (c1 - c0)
-        border = OH * OW - inner
-        inner_chunks = (inner + chunk - 1) // chunk
-        nchunks = inner_chunks + (border + chunk - 1) // chunk
+        nchunks = chunks.shape[0]
         # og_inner (all weights fit in L2): a task takes a chunk of pixels for
         # every output-block group, tile by tile, so the tile's input stays in
         # L1 across the groups; otherwise a task takes one group's chunk and
@@ -329,17 +352,17 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
             n = task // tasks_per_image
             c = task % nchunks
             og0 = ((task // nchunks) % (OG // per_task)) * per_task
-            interior = c < inner_chunks
+            r = chunks[c, 0]
+            interior = r >= 0
+            region = border_region
             if interior:
-                start = c * chunk
-                end = min(inner, start + chunk)
-            else:
-                start = (c - inner_chunks) * chunk
-                end = min(border, start + chunk)
+                region = (regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3],
+                          regions[r, 4], regions[r, 5], regions[r, 6], regions[r, 7])
             buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
             # border tiles fill a patch per tile: keep them tile-major
-            _conv_tiles(xf, wf, bias, resf, yf, buf, geom, ib_begin, ib_end, n, og0,
-                        og0 + per_task, start, end, interior, interior and group_fits_l1,
+            _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0,
+                        og0 + per_task, chunks[c, 1], chunks[c, 2], interior,
+                        interior and group_fits_l1,
                         Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, ci, P, B,
                         plain)
 

@@ -229,3 +229,53 @@ def _border_pixel(j, OH, OW, r0, r1, c0, c1):
     j -= left
     right = OW - c1
     return r0 + j // right, c1 + j % right
+
+
+# --- regions of in-input taps ---------------------------------------------------
+
+def tap_intervals(out: int, size: int, kernel: int, stride: int, dilation: int,
+                  pad: int) -> list[tuple[int, int, int, int]]:
+    """Along one axis, the output positions cut into runs whose taps inside
+    the input are the same: ``(o0, o1, k0, k1)``, positions ``[o0, o1)`` read
+    the input at taps ``[k0, k1)`` only (maybe none: ``k0 == k1``). The taps
+    inside the input of a position are consecutive, and both ends move
+    monotonically with it, so there are at most ``2 * kernel + 1`` runs."""
+    runs: list[tuple[int, int, int, int]] = []
+    for o in range(out):
+        k0, k1 = _clip_range.py_func(o * stride - pad, dilation, kernel, size)
+        if runs and runs[-1][2:] == (k0, k1):
+            runs[-1] = (runs[-1][0], o + 1, k0, k1)
+        else:
+            runs.append((o, o + 1, k0, k1))
+    return runs
+
+
+def tap_regions(geom: ConvGeometry) -> tuple[np.ndarray, float]:
+    """``(regions, share)``: the output of ``geom`` (unpadded input) cut into
+    rectangles whose pixels all read the input at the same rectangle of taps,
+    rows ``(r0, r1, c0, c1, kh0, kh1, kw0, kw1)`` (int64, as the direct
+    driver takes them), and the share of the window's taps that read the
+    input, over all output pixels (1.0: no tap reads padding only).
+    A 3x3 conv at dilation 12 with padding 12 on a 16 x 16 map: 9 regions,
+    share 0.25; with padding 1 at dilation 1 on 56 x 56, share 0.96."""
+    rows = tap_intervals(geom.OH, geom.H, geom.KH, geom.sh, geom.dh, geom.pt)
+    cols = tap_intervals(geom.OW, geom.W, geom.KW, geom.sw, geom.dw, geom.pl)
+    regions = np.array([(r0, r1, c0, c1, kh0, kh1, kw0, kw1)
+                        for r0, r1, kh0, kh1 in rows for c0, c1, kw0, kw1 in cols],
+                       np.int64).reshape(-1, 8)
+    sizes = (regions[:, 1] - regions[:, 0]) * (regions[:, 3] - regions[:, 2])
+    taps = (regions[:, 5] - regions[:, 4]) * (regions[:, 7] - regions[:, 6])
+    share = float(np.sum(sizes * taps)) / (geom.OH * geom.OW * geom.KH * geom.KW)
+    return regions, share
+
+
+def direct_chunks(regions: np.ndarray, border: int, chunk: int) -> np.ndarray:
+    """The direct driver's work per image: ``(region, start, end)`` rows,
+    int64, each region's pixels in runs of ``chunk``, then the ``border``
+    pixels' (region -1)."""
+    rows = [(r, start, min(int(size), start + chunk))
+            for r, size in enumerate((regions[:, 1] - regions[:, 0])
+                                     * (regions[:, 3] - regions[:, 2]))
+            for start in range(0, int(size), chunk)]
+    rows += [(-1, start, min(border, start + chunk)) for start in range(0, border, chunk)]
+    return np.array(rows, np.int64).reshape(-1, 3)

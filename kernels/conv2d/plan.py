@@ -22,7 +22,8 @@ from .conv1x1 import conv1x1_driver
 from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
 from .direct import conv_driver
 from .geometry import (ConvGeometry, DepthwiseGeometry, _clip_range, conv1x1_tile_shape,
-                       conv2d_output_size, depthwise_tile_pixels, direct_tile_shape)
+                       conv2d_output_size, depthwise_tile_pixels, direct_chunks,
+                       direct_tile_shape, tap_regions)
 
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
 #: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
@@ -32,6 +33,10 @@ ALGORITHMS = ("auto", "direct", "winograd")
 # Border pixels at least this share of the output: pad the input once
 # instead (see pad_blocked). At 56x56 (7 % border) the two ways cost the same.
 _PAD_COPY_SHARE = 0.1
+# At most this share of the window's taps reading the input (the rest read
+# only padding): the direct path runs each region of the output on its
+# in-input taps instead (geometry.tap_regions), without padding.
+_TAP_REGION_SHARE = 0.75
 # Depthwise, stride 1: pad the input (on the stack, or once) up to this output width (below).
 _DW_PAD_WIDTH = 28
 
@@ -344,13 +349,22 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
                       (tuple(geom), chunk, kcb, gsets, threads, has_res) + epilogue)
     pad_copy = None
     geom = direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O)
+    # (a plain input's tile walks every tap's weights: no regions)
+    regions, share = tap_regions(geom) if not plain else (None, 1.0)
+    by_regions = share <= _TAP_REGION_SHARE
     border = OH * OW - (geom.r1 - geom.r0) * (geom.c1 - geom.c0)
-    if not plain and border >= _PAD_COPY_SHARE * OH * OW:
+    if by_regions:
+        # many taps read only padding: each region runs its in-input taps
+        border = 0
+    elif not plain and border >= _PAD_COPY_SHARE * OH * OW:
         # many border pixels: pad the (blocked) input once, then every pixel
         # is interior
         pad_copy = (N, geom.CB, H, W, cb, pad)
         geom = direct_geometry(N, C, H + pt + pb, W + pl + pr, cb, False, OB, OH, OW, KH, KW,
                                sh, sw, dh, dw, 0, 0, O)
+        border = 0
+    if not by_regions:               # the interior, every tap, and the border
+        regions = np.array([[geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW]], np.int64)
     og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
     # Pixels per task, whole tiles: about one output row; at least 16 tiles
     # when a task has one group, so it reuses that group's weights (loaded
@@ -363,5 +377,6 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     group_fits_l1 = packed.weights.nbytes // max(1, -(-OB // B)) <= _L1_WEIGHT_BYTES and \
         not plain
     return launch(conv_driver(cb, C if plain else cb, plain),
-                  (tuple(geom), packed.ib_begin, packed.ib_end, chunk, og_inner,
-                   group_fits_l1, has_res) + epilogue, pad_copy)
+                  (tuple(geom), packed.ib_begin, packed.ib_end, regions,
+                   direct_chunks(regions, border, chunk), og_inner, group_fits_l1,
+                   has_res) + epilogue, pad_copy)

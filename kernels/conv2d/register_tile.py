@@ -47,7 +47,7 @@ memory.
 
     conv_tile(P, B, cb, lanes, lanes_apart,
               x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
-              w, w_offset, w_out_stride,
+              w, w_offset, w_block_stride, w_out_stride,
               bias, bias_offset, residual, use_residual,
               y, y_offset, pixel_y, y_block_stride, first_pixel,
               clamp, lo, hi)
@@ -56,14 +56,18 @@ memory.
   when ``use_residual``, the residual at the output position;
 * step ``s`` (``s < steps``) is tap ``t = s % taps`` of input block ``k = s
   // taps``: pixel ``p``'s lane ``i`` (``i < lanes``) is ``x[pixel_x[p] +
-  x_offset + k * x_block_stride + tap_x[t] + i]``; the weights walk on by
-  ``lanes * cb`` per step from ``w_offset`` (the packed filter's order),
-  output block ``b`` ``w_out_stride`` further. ``lanes`` is ``cb`` for a
-  blocked input. A plain input (the first layer: ``lanes`` = its C
-  channels, a plane apart) sets ``lanes_apart``: then every lane has its
-  own entry, lane ``i`` of tap ``t`` at ``tap_x[t * lanes + i]`` (without
-  the ``+ i``), and there is one block (``steps == taps``). ``lanes`` and
-  ``lanes_apart`` are literals;
+  x_offset + k * x_block_stride + tap_x[2 * t] + i]``, and its weights for
+  output block ``b`` the vector at ``w_offset + k * w_block_stride +
+  tap_x[2 * t + 1] + i * cb + b * w_out_stride`` of ``w``: each tap has
+  its own weight offset, so a tile may run any subset of a window's taps
+  (a dilated conv's output pixels whose other taps read only padding).
+  ``lanes`` is ``cb`` for a blocked input. A plain input (the first layer:
+  ``lanes`` = its C channels, a plane apart) sets ``lanes_apart``: then
+  every lane has its own entry, lane ``i`` of tap ``t`` at ``tap_x[t *
+  lanes + i]`` (without the ``+ i``), there is one block (``steps ==
+  taps``) and the weights walk on by ``lanes * cb`` per tap from
+  ``w_offset`` (the packed filter's order). ``lanes`` and ``lanes_apart``
+  are literals;
 * the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``
   for the pixels ``p >= first_pixel``.
 
@@ -192,7 +196,7 @@ class _TileEmitter:
 
     def k_loop(self, acc, steps, x_data, pixel_x, tap_offset, block_start, block_stride,
                taps, w_data, w_offset, w_out_stride, prefetch_ahead=None, lanes=None,
-               lanes_apart=False):
+               lanes_apart=False, tap_weights=None, w_block_stride=None):
         """The hot loop over ``steps`` (input block, tap) steps; returns the sums.
 
         Per step: the input offset is ``block + tap_offset(t)`` (``t`` the tap,
@@ -201,7 +205,10 @@ class _TileEmitter:
         ``lanes_apart``, lane ``i`` is at ``block + tap_offset(t * lanes + i)
         + pixel_x[p]`` instead, and the steps are the taps of one block (a
         plain input: ``steps == taps``). Per lane, B weight vectors and P
-        broadcasts. The weights walk on by ``lanes * cb`` per step."""
+        broadcasts. The weights walk on by ``lanes * cb`` per step, or with
+        ``tap_weights``, tap ``t`` of a block reads them at the block's start
+        plus ``tap_weights(t)``, and the next block starts ``w_block_stride``
+        further (the taps a tile runs need not be consecutive)."""
         builder, const, P, B, cb = self.builder, self.const, self.P, self.B, self.cb
         lanes = cb if lanes is None else lanes
         # Pointers and a count-down as loop variables: with 6 pixel offsets
@@ -211,7 +218,10 @@ class _TileEmitter:
         first_weights = builder.gep(w_data, [w_offset])
 
         def step(values):
-            tap, block, w_at = values[:3]
+            tap, block, w_carried = values[:3]
+            # w_carried: this step's weights (walking), or the block's first
+            w_at = w_carried if tap_weights is None else \
+                builder.gep(w_carried, [tap_weights(tap)])
             new = list(values[3:])
             if lanes_apart:
                 first_entry = self.times(tap, lanes)
@@ -247,9 +257,14 @@ class _TileEmitter:
             if lanes_apart:          # a plain input is one block: no wrap
                 return [next_tap, block, builder.gep(w_at, [const(lanes * cb)])] + new
             wrapped = builder.icmp_signed("==", next_tap, taps)
+            if tap_weights is None:
+                w_next = builder.gep(w_at, [const(lanes * cb)])
+            else:
+                w_next = builder.select(wrapped, builder.gep(w_carried, [w_block_stride]),
+                                        w_carried)
             return [builder.select(wrapped, const(0), next_tap),
                     builder.select(wrapped, builder.gep(block, [block_stride]), block),
-                    builder.gep(w_at, [const(lanes * cb)])] + new
+                    w_next] + new
 
         return _counted_loop(builder, "tile.k", steps,
                              [const(0), first_block, first_weights] + acc, step)[3:]
@@ -344,8 +359,9 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
 
 @intrinsic
 def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, steps,
-              x_offset, x_block_stride, w, w_offset, w_out_stride, bias, bias_offset, residual,
-              use_residual, y, y_offset, pixel_y, y_block_stride, first_pixel, clamp, lo, hi):
+              x_offset, x_block_stride, w, w_offset, w_block_stride, w_out_stride, bias,
+              bias_offset, residual, use_residual, y, y_offset, pixel_y, y_block_stride,
+              first_pixel, clamp, lo, hi):
     """The direct conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, B, cb)
     if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
@@ -358,23 +374,27 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
     index = types.intp
     signature = types.void(P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, index, index,
                            index, index,
-                           w, index, index, bias, index, residual, types.boolean,
+                           w, index, index, index, bias, index, residual, types.boolean,
                            y, index, pixel_y, index, index, types.boolean, types.float32,
                            types.float32)
 
     def codegen(context, builder, sig, args):
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
-         w_arg, w_offset, w_out_stride, bias_arg, bias_offset, residual_arg, use_residual,
-         y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo, hi) = args[5:]
+         w_arg, w_offset, w_block_stride, w_out_stride, bias_arg, bias_offset, residual_arg,
+         use_residual, y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo,
+         hi) = args[5:]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
          pixel_y_data) = (_array_data(context, builder, sig.args[5 + i], args[5 + i])
-                          for i in (0, 1, 2, 7, 10, 12, 14, 16))
+                          for i in (0, 1, 2, 7, 11, 13, 15, 17))
         tile = _TileEmitter(builder, *shape)
         const, add, times = tile.const, tile.add, tile.times
         P, B, cb = shape
 
         def entry(data, i):
             return builder.load(builder.gep(data, [const(i)]), align=8)
+
+        def entry_at(i):                 # tap_x[i], i not a constant
+            return builder.load(builder.gep(tap_x_data, [i]), align=8)
         pixel_x = [entry(pixel_x_data, p) for p in range(P)]
         pixel_y = [entry(pixel_y_data, p) for p in range(P)]
 
@@ -383,10 +403,18 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
 
         acc = [tile.load(bias_data, add(bias_offset, const(b * cb))) for p, b in tile.tiles]
         acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
-        sums = tile.k_loop(acc, steps, x_data, pixel_x,
-                           lambda tap: builder.load(builder.gep(tap_x_data, [tap]), align=8),
-                           x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
-                           lanes=lanes_per_step, lanes_apart=separate_lanes)
+        if separate_lanes:
+            sums = tile.k_loop(acc, steps, x_data, pixel_x, lambda entry: entry_at(entry),
+                               x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
+                               lanes=lanes_per_step, lanes_apart=True)
+        else:
+            # (x offset, weight offset) pairs: one cache line holds both
+            sums = tile.k_loop(acc, steps, x_data, pixel_x,
+                               lambda tap: entry_at(times(tap, 2)),
+                               x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
+                               lanes=lanes_per_step,
+                               tap_weights=lambda tap: entry_at(add(times(tap, 2), const(1))),
+                               w_block_stride=w_block_stride)
         tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
         return context.get_dummy_value()
 

@@ -1,0 +1,140 @@
+"""Dilated and heavily padded direct convolutions (kernels/conv2d/) against the
+float64 reference, and the regions of in-input taps they run by
+(``geometry.tap_regions``): when most of a window's taps read only padding
+(DeepLab's ASPP: dilation 12 with padding 12 on a 16 x 16 map), the output
+is cut into rectangles whose pixels run the same rectangle of taps, read in
+place, instead of a zero-padded copy of the input.
+
+Each case runs ``conv2d_forward`` on blocked input into an output filled with
+NaN and checks every element was written, padding lanes are zero and the
+result is the reference's (with the bias, residual and activation)."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from jitnn.kernels import conv2d as K
+from jitnn.kernels import layout
+from jitnn.kernels.conv2d import geometry, plan as conv_plan
+from jitnn.kernels.epilogue import HARD_SWISH, NONE, RELU
+from tests.helpers import apply_activation, random, reference
+
+
+def _blocked(x: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    out = np.empty((n, -(-c // block), h, w, block), np.float32)
+    layout.nchw_to_blocked(np.ascontiguousarray(x), out)
+    return out
+
+
+def check_conv(n, c, o, h, w, kernel, strides, dilations, padding, block, activation=RELU,
+               residual=False, seed=0):
+    """Run one direct convolution and compare it with the reference; returns the launch."""
+    rng = np.random.default_rng(seed)
+    x = random((n, c, h, w), rng)
+    filters = random((o, c) + kernel, rng)
+    bias = random((o,), rng)
+    packed = K.pack_conv2d_filter(filters, c, 1, block)
+    oh = K.conv2d_output_size(h, kernel[0], strides[0], dilations[0], padding[0], padding[1])
+    ow = K.conv2d_output_size(w, kernel[1], strides[1], dilations[1], padding[2], padding[3])
+    r = random((n, o, oh, ow), rng) if residual else None
+    ob = -(-o // block)
+    bias_phys = np.zeros(ob * block, np.float32)
+    bias_phys[:o] = bias
+    out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
+    launch = K.conv2d_launch(_blocked(x, block), packed, out, strides, dilations, padding,
+                             False, r is None, activation, 0.0, 0.0, algorithm="direct")
+    K.run_conv2d_launch(launch, _blocked(x, block), out, bias_phys,
+                        None if r is None else _blocked(r, block))
+    assert not np.isnan(out).any(), "some output element was not written"
+    lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
+    assert np.all(lanes[:, o:] == 0), "padding lanes must be zero"
+    got = np.empty((n, o, oh, ow), np.float32)
+    layout.blocked_to_nchw(out, got)
+    options = dict(strides=strides, dilations=dilations, padding=padding)
+    expected = reference("conv2d")(x, filters, bias, **options)
+    scale = reference("conv2d")(np.abs(x), np.abs(filters), np.abs(bias), **options)
+    if r is not None:
+        expected, scale = expected + r, scale + np.abs(r)
+    expected = apply_activation(expected, activation)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1.6e-6 * (1.0 + scale.max()))
+    return launch
+
+
+def _regions_of(launch) -> np.ndarray:
+    return launch.tail[3]            # the direct driver's regions (plan._plan_conv2d)
+
+
+# dilation d, padding d, 3x3 on maps of 7, 9, 17, 33: from most taps reading
+# padding (d 18 on 7 x 7: only the centre tap) to few (d 2 on 33 x 33)
+DILATED = list(itertools.product([2, 6, 12, 18], [7, 9, 17, 33], [3, 9, 17]))
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("dilation, size, channels", DILATED,
+                         ids=[f"d{d}_{s}x{s}_c{c}" for d, s, c in DILATED])
+def test_dilated_3x3_padding_equal_to_dilation(block, dilation, size, channels):
+    check_conv(2, channels, channels + 4, size, size, (3, 3), (1, 1), (dilation, dilation),
+               (dilation,) * 4, block, seed=dilation * 100 + size + channels)
+
+
+FORCED = [
+    # (n, c, o, h, w, kernel, strides, dilations, padding)
+    (2, 9, 17, 16, 16, (3, 3), (1, 1), (12, 12), (12, 12, 12, 12)),
+    (1, 17, 9, 11, 13, (3, 3), (2, 2), (3, 3), (4, 2, 1, 5)),     # strides, uneven padding
+    (1, 9, 16, 9, 7, (5, 3), (1, 2), (4, 2), (6, 5, 3, 3)),       # taps differ per axis
+    (2, 16, 8, 6, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),       # dilation 1, a small map
+    (1, 8, 8, 4, 4, (3, 3), (1, 1), (5, 5), (6, 6, 6, 6)),        # pixels with no tap: bias
+    (1, 12, 12, 3, 20, (1, 3), (1, 1), (1, 7), (2, 1, 7, 7)),     # 1 x k, padded rows
+]
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0], ids=["padded", "regions"])
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("case", FORCED, ids=lambda c: f"{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}"
+                         f"_s{c[6][0]}_d{c[7][0]}{c[7][1]}_p{''.join(map(str, c[8]))}")
+def test_regions_and_padding_agree(monkeypatch, share, block, case):
+    """Forced both ways (regions whatever share of taps reads the input, or
+    never): the same results, with a residual and an activation applied
+    after the store."""
+    monkeypatch.setattr(conv_plan, "_TAP_REGION_SHARE", share)
+    n, c, o, h, w, kernel, strides, dilations, padding = case
+    launch = check_conv(n, c, o, h, w, kernel, strides, dilations, padding, block,
+                        activation=HARD_SWISH, residual=True, seed=c + o)
+    assert (len(_regions_of(launch)) > 1) == (share == 1.0)
+
+
+def test_aspp_shape_runs_by_regions_without_a_padded_copy():
+    launch = check_conv(1, 24, 16, 16, 16, (3, 3), (1, 1), (12, 12), (12,) * 4, 8)
+    regions = _regions_of(launch)
+    assert launch.pad_copy is None and len(regions) == 9
+    # the centre 8 x 8 reads the centre tap only
+    assert [4, 12, 4, 12, 1, 2, 1, 2] in regions.tolist()
+    # a 3x3 with padding 1 on 56 x 56 keeps the interior and its border tiles
+    launch = check_conv(1, 8, 8, 56, 56, (3, 3), (1, 1), (1, 1), (1,) * 4, 8, activation=NONE)
+    assert _regions_of(launch).tolist() == [[1, 55, 1, 55, 0, 3, 0, 3]]
+
+
+@pytest.mark.parametrize("out, size, kernel, stride, dilation, pad", [
+    (16, 16, 3, 1, 12, 12), (7, 9, 3, 2, 3, 4), (9, 4, 3, 1, 5, 6), (5, 5, 5, 1, 1, 2),
+    (12, 3, 1, 1, 1, 5)])
+def test_tap_intervals_are_the_taps_inside_the_input(out, size, kernel, stride, dilation, pad):
+    runs = geometry.tap_intervals(out, size, kernel, stride, dilation, pad)
+    assert runs[0][0] == 0 and runs[-1][1] == out
+    assert all(a[1] == b[0] and a[2:] != b[2:] for a, b in zip(runs, runs[1:]))
+    for o0, o1, k0, k1 in runs:
+        for o in range(o0, o1):
+            inside = [k for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size]
+            assert inside == list(range(k0, k1))
+
+
+def test_tap_regions_cover_the_output_once():
+    geom = conv_plan.direct_geometry(1, 8, 16, 16, 8, False, 1, 16, 16, 3, 3, 1, 1, 12, 12,
+                                     12, 12, 8)
+    regions, share = geometry.tap_regions(geom)
+    covered = np.zeros((16, 16), int)
+    for r0, r1, c0, c1, *_ in regions:
+        covered[r0:r1, c0:c1] += 1
+    assert np.all(covered == 1)
+    assert share == pytest.approx(0.25)    # (4 * 2 + 8 + 4 * 2) / 48, per axis
