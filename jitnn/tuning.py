@@ -21,7 +21,10 @@ conv's shape and options (:func:`conv2d_key`). A candidate within
 :data:`MARGIN` of the formula's choice does not overturn it (timings on a
 shared host move by a few per cent), and a faster one overturns it only when
 a second set of rounds, judged alone, agrees (another process's burst can
-make one set lie; the decision records the medians over both sets).
+make one set lie; the decision records the medians over both sets). When
+a candidate's runs spread widely (its median over :data:`NOISE` times its
+fastest: other processes were busy on the cores) the formula stands for this
+process and nothing is saved.
 ``JITNN_TUNE=0`` turns measuring off (the formula decides; decisions already
 in the file are not used either).
 ``jitnn.explain`` shows for each conv whether its algorithm was measured and
@@ -60,6 +63,10 @@ MAX_ROUNDS = 9
 #: the formula's choice stands unless another candidate's median is this
 #: much faster (a shared host's timings move by a few per cent)
 MARGIN = 0.03
+#: a candidate whose median run took this many times its fastest says the
+#: host was busy (other processes on the cores): then the formula stands, for
+#: this process only (a later one measures again)
+NOISE = 1.3
 #: decisions kept in memory and in the file (the oldest go first)
 MAX_DECISIONS = 4096
 
@@ -101,6 +108,9 @@ class Decision:
     seconds: Mapping[str, float]
     formula: str
     cpu: str
+    #: False: the timings spread too widely to trust (see NOISE); the
+    #: formula's choice stands and the decision is not saved
+    settled: bool = True
 
     def describe(self) -> str:
         """``direct 0.612 ms, winograd 0.421 ms``."""
@@ -175,7 +185,8 @@ class Tuner:
         (a whole new file, renamed over the old: a reader never sees half)."""
         if not self.writable:
             return
-        merged = {**self._read(), **self._decisions}
+        merged = {**self._read(), **{key: d for key, d in self._decisions.items()
+                                     if d.settled}}
         items = list(merged.items())[-MAX_DECISIONS:]
         data = {"format": FORMAT, "decisions": {key: d.as_json() for key, d in items}}
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -221,14 +232,19 @@ class Tuner:
                 break
             choice = fastest
         seconds = {name: statistics.median(values) for name, values in times.items()}
-        decision = Decision(choice, seconds, formula, _config.TARGET_CPU)
+        spread = max(statistics.median(values) / max(min(values), 1e-12)
+                     for values in times.values())
+        settled = spread <= NOISE
+        decision = Decision(choice if settled else formula, seconds, formula,
+                            _config.TARGET_CPU, settled)
         with self._lock:
             decisions = self._loaded()
             decisions.pop(key, None)
             decisions[key] = decision
             while len(decisions) > MAX_DECISIONS:
                 del decisions[next(iter(decisions))]
-            self._save()
+            if settled:
+                self._save()
             self.measuring_s += time.perf_counter() - started
         return decision
 

@@ -141,6 +141,23 @@ def test_a_second_set_of_rounds_must_agree_to_overturn_the_formula(tune):
     assert tuner.measure("other key", runs, "winograd").choice == "direct"
 
 
+def test_widely_spread_timings_keep_the_formula_for_this_process_only(tune, tmp_path):
+    tuner = tune(direct=1e-3, winograd=2e-3)
+    clock = tuner.clock
+
+    def busy(name, run):                # every other direct run 3x slower
+        seconds = clock(name, run)
+        return seconds * (3 if name == "direct" and clock.calls["direct"] % 2 else 1)
+    tuner.clock = busy
+    ctx = jitnn.Context(num_threads=1)
+    y, want = _conv_relu_residual(ctx)
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    decision = tuner.lookup(_key(ctx))
+    assert decision.choice == "winograd" and not decision.settled
+    assert "the host was too busy to measure" in jitnn.explain(y)
+    assert not (tmp_path / "tuning.json").exists()
+
+
 def test_the_file_is_read_back_by_a_new_tuner_and_a_new_process(tune, tmp_path,
                                                                launched_paths):
     path = tmp_path / "tuning.json"

@@ -513,6 +513,9 @@ def _explain(node: Node, v: Value) -> list[str]:
     if decision is None:
         return [f"algorithm: {formula} by formula until measured at the first run "
                 f"({' or '.join(candidates)})"]
+    if not decision.settled:
+        return [f"algorithm: {decision.choice} by formula: the host was too busy to measure "
+                f"({decision.describe()}, spread too wide; measured again in a new process)"]
     return [f"algorithm: {decision.choice}, measured on this host: {decision.describe()} "
             f"(formula: {decision.formula})"]
 
