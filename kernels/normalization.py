@@ -1,11 +1,14 @@
-"""Layer and instance normalization: statistics in float64, then
-``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` in float32.
+"""Layer, RMS and instance normalization: statistics in float64, then
+``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` (RMS: ``y = x /
+sqrt(mean(x^2) + epsilon) * scale``) in float32.
 
 Buffers (float32, C-contiguous):
 
 * :func:`layer_norm_rows`: ``x, out: (M, D)``, each row normalized over its
   ``D`` values (a transformer's ``(N, S, D)`` over D is ``(N * S, D)``);
   ``scale, bias: (D,)``.
+* :func:`rms_norm_rows`: ``x, out: (M, D)``, each row scaled by the inverse
+  root mean square of its ``D`` values (Llama's RMSNorm); ``scale: (D,)``.
 * :func:`layer_norm_groups`: ``x, out: (A, K, P, L)``, normalized for each
   ``(a, p)`` over its ``K * L`` values ``x[a, :, p, :]``, of which the first
   ``channels`` count (the others are padding lanes, zero); ``scale, bias:
@@ -130,6 +133,24 @@ def _rows_parallel(xf, outf, D, scale, bias, eps, rows, groups):
         # int64: a prange index is unsigned in the parallel compile
         first, last = np.int64(g) * rows // groups, (np.int64(g) + 1) * rows // groups
         _rows(xf, outf, D, scale, bias, eps, first, last)
+
+
+@jit(standalone=True)
+def _rms_rows(xf, outf, D, scale, eps, first, last):
+    # the sum of squares is _row_m2 about 0: one read for the statistic, one
+    # for the scaling, while the row is in L1
+    for row in range(first, last):
+        base = row * D
+        r = np.float32(_rstd(_row_m2(xf, base, D, 0.0), D, eps))
+        for d in range(D):
+            outf[np.uint64(base + d)] = xf[np.uint64(base + d)] * r * scale[d]
+
+
+@jit(parallel=True)
+def _rms_rows_parallel(xf, outf, D, scale, eps, rows, groups):
+    for g in prange(groups):
+        first, last = np.int64(g) * rows // groups, (np.int64(g) + 1) * rows // groups
+        _rms_rows(xf, outf, D, scale, eps, first, last)
 
 
 # --- groups (channels of a blocked tensor per pixel) -----------------------------
@@ -304,6 +325,27 @@ def layer_norm_rows(x, scale, bias, epsilon, out):
         _rows(xf, outf, D, scale, bias, eps, 0, M)
     else:
         _rows_parallel(xf, outf, D, scale, bias, eps, M, groups)
+    return out
+
+
+def rms_norm_rows(x, scale, epsilon, out):
+    """``out[m] = x[m] / sqrt(mean(x[m]^2) + epsilon) * scale``, the mean over
+    row ``x[m]``. ``x, out: (M, D)``; ``scale: (D,)`` float32. ``out`` may be
+    ``x`` (in place). Returns ``out``."""
+    _check_io(x, out, 2)
+    M, D = x.shape
+    _check("scale", scale, 1)
+    if scale.shape != (D,):
+        raise ValueError(f"normalization: scale must have shape ({D},), got {scale.shape}")
+    eps = _epsilon(epsilon)
+    if x.size == 0:
+        return out
+    groups = _groups_of(M, x.size)
+    xf, outf = x.reshape(-1), out.reshape(-1)
+    if groups == 1:
+        _rms_rows(xf, outf, D, scale, eps, 0, M)
+    else:
+        _rms_rows_parallel(xf, outf, D, scale, eps, M, groups)
     return out
 
 

@@ -1,6 +1,6 @@
 """The ONNX frontend's transformer patterns (jitnn/onnx/_patterns.py):
 attention, the erf GELU, MatMul + bias + activation and the decomposed layer
-norm, written with onnx.helper as ``torch.onnx.export`` (opset 17,
+and RMS norms, written with onnx.helper as ``torch.onnx.export`` (opset 17,
 TorchScript) writes them. Each model is checked against a float64 run of
 the same model (onnx's reference evaluator on a float64 copy) and for the
 fused op in its plan (``jitnn.explain``) or its launch count; the patterns
@@ -621,18 +621,75 @@ def test_decomposed_layer_norm_trailing_axes_opset18_and_not_trailing():
     assert "layer_normalization" not in labels and "reduce_mean" in labels, labels
 
 
-def test_rms_norm_runs_as_its_chain_without_reorders():
-    """Llama's RMSNorm: no jitnn op does better; it runs plain, no reorder."""
-    net = Net()
-    feed = {"x": random((2, 6, 16))}
-    x = net.input("x", (2, 6, 16))
-    ms = net("ReduceMean", net("Pow", x, net.const(2.0)), axes=[-1])
-    y = net("Div", x, net("Sqrt", net("Add", ms, net.const(1e-6))))
-    y = net("Mul", net.const(net.rng.uniform(0.5, 1.5, 16)), y)
-    model = net.model([y])
-    check(model, feed)
+def rms_norm_net(square: str = "pow", divide: str = "one_div", scale: str = "after",
+                 cast: bool = False, axes=(-1,), shape=(2, 6, 16), opset: int = 17,
+                 two: float = 2.0, one: float = 1.0):
+    """x * rsqrt(mean(x^2) + eps) * w as the exporters write it (Llama's
+    LlamaRMSNorm: Pow, ReduceMean, Add, Sqrt, Div(1, .), Mul by x, Cast, Mul by
+    the weight); x is also read by a residual Add, as in a decoder layer."""
+    net = Net(4)
+    feed = {"x": random(shape, 4, scale=2.0) + 0.5}
+    x = net.input("x", shape)
+    sq = net("Pow", x, net.const(two)) if square == "pow" else net("Mul", x, x)
+    ms = net("ReduceMean", sq, net.const(list(axes), np.int64)) if opset >= 18 else \
+        net("ReduceMean", sq, axes=list(axes))
+    std = net("Sqrt", net("Add", ms, net.const(1e-6)))
+    if divide == "div_x":
+        y = net("Div", x, std)
+    elif divide == "reciprocal":
+        y = net("Mul", net("Reciprocal", std), x)
+    else:
+        y = net("Mul", x, net("Div", net.const(one), std))
+    if cast:
+        y = net("Cast", y, to=TensorProto.FLOAT)
+    ax = [a % len(shape) for a in axes]
+    dims = [shape[i] for i in range(min(ax), len(shape))]
+    weight = net.const(net.rng.uniform(0.5, 1.5, dims))
+    if scale == "after":
+        y = net("Mul", y, weight)
+    elif scale == "before":
+        y = net("Mul", weight, y)
+    return net.model([y, net("Add", x, y)], opset), feed
+
+
+@pytest.mark.parametrize("square,divide,scale,cast,opset", [
+    ("pow", "one_div", "before", True, 17),      # Llama's export
+    ("mul", "one_div", "after", False, 17),
+    ("pow", "div_x", "after", False, 18),
+    ("pow", "reciprocal", "none", True, 17),
+    ("mul", "reciprocal", "after", False, 18)])
+def test_decomposed_rms_norm_is_one_op(square, divide, scale, cast, opset):
+    model, feed = rms_norm_net(square, divide, scale, cast, opset=opset)
+    labels = check(model, feed)
+    assert labels.count("rms_normalization") == 1, labels
+    assert not {"pow", "reduce_mean", "sqrt", "div"} & set(" ".join(labels).split()), labels
     _, plan = run(model, feed)
     assert "0 reorder(s) planned" in plan, plan
+
+
+@pytest.mark.parametrize("case", ["two_axes", "middle_axis", "fourth_power", "one_is_two"])
+def test_rms_norm_other_axes_and_constants(case):
+    """Two trailing axes fuse; a middle axis, x^4 or 2 / sqrt(...) are no RMS
+    norm and run as their ops, with the right numbers."""
+    options = {"two_axes": {"axes": (-2, -1)}, "middle_axis": {"axes": (1,)},
+               "fourth_power": {"two": 4.0}, "one_is_two": {"one": 2.0}}[case]
+    model, feed = rms_norm_net(scale="none" if case == "middle_axis" else "after", **options)
+    labels = check(model, feed)
+    assert ("rms_normalization" in labels) == (case == "two_axes"), labels
+
+
+def test_rms_normalization_op_of_opset_23():
+    net = Net(5)
+    feed = {"x": random((2, 3, 5, 8), 5)}
+    y = net("RMSNormalization", net.input("x", (2, 3, 5, 8)),
+            net.const(net.rng.uniform(0.5, 1.5, (5, 8))), axis=-2, epsilon=1e-3)
+    model = net.model([y], opset=23)
+    got, plan = run(model, feed)
+    x = feed["x"].astype(np.float64)
+    want = x / np.sqrt((x * x).mean(axis=(2, 3), keepdims=True) + 1e-3) * \
+        numpy_helper.to_array(model.graph.initializer[0])
+    np.testing.assert_allclose(got[y], want, rtol=2e-6, atol=2e-6)
+    assert steps(plan) == ["rms_normalization"], plan
 
 
 def test_a_bigger_block_context():

@@ -1,4 +1,4 @@
-"""layer_normalization, instance_normalization, and WebNN's options of
+"""layer_normalization, rms_normalization, instance_normalization, and WebNN's options of
 batch_normalization and softmax: values against the float64 references on
 plain and blocked inputs (blocks 4, 8, 16; C = 1, 3, 7, 9, 17; odd H, W;
 N > 1), every axes case of layer normalization (last axes, a middle run, a
@@ -179,6 +179,58 @@ def test_layer_norm_errors():
         jitnn.layer_normalization(x, jitnn.tensor(np.ones((3, 4), np.int64)))
 
 
+# --- rms_normalization ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["plain", "nChw8c"])
+@pytest.mark.parametrize("shape,axes", AXES_CASES)
+def test_rms_norm_axes(shape, axes, kind):
+    x = random(shape, 74) * 2 - 0.5
+    t = make(x, kind) if len(shape) == 4 else jitnn.tensor(x)
+    dims = tuple(shape[a] for a in (range(1, len(shape)) if axes is None else axes))
+    scale = random(dims, 75) + 0.5
+    for options in ({}, {"scale": scale}, {"scale": scale, "epsilon": 0.1}):
+        got = jitnn.rms_normalization(t, axes=axes, **options)
+        want = reference("rms_normalization")(x, axes=axes, **options)
+        assert got.shape == x.shape
+        assert_close(got.numpy(), want, tol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 512), (2, 7, 13), (3, 1, 1), (0, 4, 8)])
+def test_rms_norm_rows_of_a_transformer(shape):
+    """Llama's RMSNorm over the last axis (rows of odd lengths too, one
+    element, none): one pass of the rows kernel, scale in the order of the axes."""
+    x = random(shape, 76) * 3 + 1
+    scale = random(shape[-1:], 77) + 0.5
+    got = jitnn.rms_normalization(x, scale, axes=[-1], epsilon=1e-6)
+    assert got.layout == "ncw"
+    want = reference("rms_normalization")(x, scale, axes=[-1], epsilon=1e-6)
+    assert_close(got.numpy(), want, tol=4 * EPS32)
+    if x.size:
+        np.testing.assert_allclose(want / scale, x / np.sqrt(
+            (x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6), rtol=1e-12)
+
+
+def test_rms_norm_graph_operands_and_errors():
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 5, 8))
+    y = b.rms_normalization(x, scale=b.input("s", (8,)), axes=[2], epsilon=1e-3)
+    graph = b.build({"y": y})
+    data, scale = random((2, 5, 8), 78), random((8,), 79)
+    out = np.zeros((2, 5, 8), np.float32)
+    ctx.compute(graph, {"x": data, "s": scale}, {"y": out})
+    want = reference("rms_normalization")(data, scale, axes=[2], epsilon=1e-3)
+    assert_close(out, want, tol=2e-6)
+    t = jitnn.tensor(data)
+    op = "rms_normalization"
+    with pytest.raises(jitnn.JitnnValueError, match=rf"{op}: scale must have shape \(5, 8\)"):
+        jitnn.rms_normalization(t, np.ones(8, np.float32))
+    with pytest.raises(jitnn.JitnnValueError, match=rf"{op}: epsilon must be a number >= 0"):
+        jitnn.rms_normalization(t, epsilon=-1.0)
+    with pytest.raises(jitnn.JitnnValueError, match=rf"{op}: axes must be in"):
+        jitnn.rms_normalization(t, axes=[3])
+
+
 # --- instance_normalization ----------------------------------------------------------
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -251,6 +303,10 @@ def test_kernels_serial_and_parallel_runs_agree(threads):
     norm_kernels.layer_norm_rows(x, s, b, 1e-5, out)
     norm_kernels._rows(x.reshape(-1), single.reshape(-1), 512, s, b, 1e-5, 0, 96)
     np.testing.assert_array_equal(out, single)
+    norm_kernels.rms_norm_rows(x, s, 1e-5, out)
+    norm_kernels._rms_rows(x.reshape(-1), single.reshape(-1), 512, s, 1e-5, 0, 96)
+    np.testing.assert_array_equal(out, single)
+    assert_close(out, reference("rms_normalization")(x, s, axes=[1]), tol=4 * EPS32)
 
     g = random((2, 3, 3000, 8), 70)
     gs, gb = _affine((24,), 71)
@@ -276,6 +332,8 @@ def test_kernel_checks():
     with pytest.raises(ValueError, match=r"scale must have shape \(8,\)"):
         norm_kernels.layer_norm_rows(x, np.ones(7, np.float32), np.ones(8, np.float32), 1e-5,
                                      np.empty_like(x))
+    with pytest.raises(ValueError, match=r"scale must have shape \(8,\)"):
+        norm_kernels.rms_norm_rows(x, np.ones(9, np.float32), 1e-5, np.empty_like(x))
     with pytest.raises(ValueError, match=r"channels must be in \(8, 16\]"):
         norm_kernels.layer_norm_groups(np.zeros((1, 2, 3, 8), np.float32),
                                        np.ones(16, np.float32), np.ones(16, np.float32), 1e-5,

@@ -277,6 +277,17 @@ def op_layer_normalization(cv: Converter, inputs, attrs, outputs=1):
     return results
 
 
+def op_rms_normalization(cv: Converter, inputs, attrs):
+    """RMSNormalization (opset 23): jitnn's rms_normalization over the axes
+    from ``axis`` on (the statistic is float64 whatever ``stash_type`` says)."""
+    x = cv.float_operand(inputs[0])
+    rank = len(x.shape)
+    axis = int(attrs.get("axis", -1)) % max(rank, 1)
+    dims = tuple(x.shape[axis:])
+    return [cv.op("rms_normalization", x, _normalized_parameter(cv, inputs[1], dims),
+                  axes=list(range(axis, rank)), epsilon=float(attrs.get("epsilon", 1e-5)))]
+
+
 def op_instance_normalization(cv: Converter, inputs, attrs):
     """jitnn's instance normalization is 4-D: (N, C, L) runs as (N, C, 1, L),
     (N, C, D1, ..., Dk) as (N, C, D1 * ... * Dk-1, Dk)."""
@@ -423,6 +434,7 @@ OPS: dict[str, Callable] = {
     "ArgMax": _arg_reduction("arg_max"), "ArgMin": _arg_reduction("arg_min"),
     "LogSoftmax": op_log_softmax, "LayerNormalization": op_layer_normalization,
     "InstanceNormalization": op_instance_normalization,
+    "RMSNormalization": op_rms_normalization,
     "CumSum": op_cum_sum, "Trilu": op_trilu, "GatherElements": op_gather_elements,
     "GatherND": op_gather_nd, "ScatterElements": _scatter("scatter_elements"),
     "ScatterND": _scatter("scatter_nd"), "OneHot": op_one_hot,

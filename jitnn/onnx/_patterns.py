@@ -33,10 +33,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   K)`` view of ``x``, so that the GEMM's epilogue takes the bias and the
   activation (a 3-D ``x`` takes the batched product, which fuses neither);
   GELU runs as its own pass after it (see ``GELU_IN_EPILOGUE``).
-* **layer normalization** of older exports: ``ReduceMean, Sub, Pow 2 (or Mul
-  by itself), ReduceMean, Add eps, Sqrt, Div (or Reciprocal, Mul)``, optional
-  ``Mul`` by a constant scale and ``Add`` of a constant bias over trailing
-  axes: ``layer_normalization``.
+* **layer normalization** of older exports and **RMS normalization**
+  (Llama's RMSNorm): ``layer_normalization``, ``rms_normalization``; their
+  matchers are in :mod:`._norm_patterns`.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -53,7 +52,7 @@ False`` turns every fusion off.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import numpy as np
@@ -61,7 +60,12 @@ import numpy as np
 from ..graph import Operand
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
-from ._fold import FOLD, SHAPE_ONLY
+from ._norm_patterns import _match_layer_norm, _match_rms_norm
+from ._pattern_graph import _ELEMENTWISE, _UNARY, Pattern, _const_operand, _Graph, _other
+
+#: ONNX activations the linear pattern takes into the GEMM's epilogue
+_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
+                "HardSwish": "hard_swish", "LeakyRelu": "leaky_relu", "Gelu": "gelu"}
 
 #: convert the patterns (False: every node converts on its own)
 ENABLED = True
@@ -73,118 +77,7 @@ ENABLED = True
 #: fused launch took 47 ms, the GEMM 26 ms and the gelu pass 2 ms more
 GELU_IN_EPILOGUE = False
 
-#: the op types whose output shape :func:`_infer_shape` knows (elementwise: broadcast)
-_ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
-_UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", *("Relu", "Sigmoid", "Tanh",
-                                                               "HardSwish", "LeakyRelu", "Gelu")}
-_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape", "Unsqueeze", "Expand"}
-#: ONNX activations the linear pattern takes into the GEMM's epilogue
-_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-                "HardSwish": "hard_swish", "LeakyRelu": "leaky_relu", "Gelu": "gelu"}
-
-
-class _Graph:
-    """Who writes and who reads each value of an ONNX graph, and which values
-    are known at load time (the node loop's own rule: initializers, inputs
-    given as constants, and what ``FOLD`` computes from those alone)."""
-
-    def __init__(self, graph, order: list[int], values: dict):
-        self.nodes = graph.node
-        self.outputs = {o.name for o in graph.output}
-        self.writer: dict[str, int] = {}
-        self.readers: dict[str, list[int]] = {}
-        self.const = {name for name, v in values.items() if isinstance(v, Const)}
-        for index in order:
-            node = self.nodes[index]
-            for name in node.output:
-                if name:
-                    self.writer[name] = index
-            for name in dict.fromkeys(n for n in node.input if n):
-                self.readers.setdefault(name, []).append(index)
-            present = [n for n in node.input if n]
-            if node.op_type in FOLD and node.domain in ("", "ai.onnx") and (
-                    all(n in self.const for n in present) or node.op_type in SHAPE_ONLY):
-                self.const.update(n for n in node.output if n)
-        self.taken: set[int] = set()
-
-    def node(self, name: str, *types: str):
-        """The index of the node writing ``name`` if its type is one of
-        ``types``, it runs at run time and no pattern took it; else None."""
-        index = self.writer.get(name)
-        if index is None or index in self.taken or name in self.const:
-            return None
-        node = self.nodes[index]
-        if node.op_type not in types or node.domain not in ("", "ai.onnx"):
-            return None
-        return index
-
-    def users(self, name: str) -> list[int]:
-        """The nodes reading ``name``'s data (not ``Shape``/``Size``, which read its shape)."""
-        return [r for r in self.readers.get(name, ())
-                if self.nodes[r].op_type not in SHAPE_ONLY]
-
-    def only_reader(self, name: str, *types: str):
-        """The index of the one node reading ``name``'s data (a value that is
-        not a graph output), if of one of ``types`` and free; else None."""
-        readers = self.users(name)
-        if len(readers) != 1 or name in self.outputs:
-            return None
-        index = readers[0]
-        node = self.nodes[index]
-        if index in self.taken or node.op_type not in types:
-            return None
-        return index
-
-    def private(self, index: int, covered: set[int]) -> bool:
-        """Whether every output of node ``index`` is read only by ``covered``
-        nodes, or by ``Shape``/``Size`` (which read its shape, :func:`walk`
-        gives them a placeholder of that shape when the node's type is one
-        whose shape it infers), and is not a graph output."""
-        shaped = self.nodes[index].op_type in _SHAPED
-        return all(name not in self.outputs and all(
-            r in covered or shaped and self.nodes[r].op_type in SHAPE_ONLY
-            for r in self.readers.get(name, ())) for name in self.nodes[index].output if name)
-
-    def shape_readers(self, index: int, covered: set[int]) -> bool:
-        """Whether ``Shape``/``Size`` nodes outside ``covered`` read node ``index``."""
-        return any(r not in covered for name in self.nodes[index].output if name
-                   for r in self.readers.get(name, ()))
-
-    def attr(self, index: int, name: str, default=None):
-        for a in self.nodes[index].attribute:
-            if a.name == name:
-                from onnx import helper
-                return helper.get_attribute_value(a)
-        return default
-
-
-class Pattern:
-    """One matched pattern: the nodes it covers (``anchor``, the last, writes
-    its result) and ``convert(cv, values) -> value or None`` (None: a constant
-    is not what the pattern needs; the nodes then convert as they are)."""
-
-    def __init__(self, kind: str, nodes: set[int], anchor: int, convert: Callable,
-                 data: dict | None = None):
-        self.kind, self.nodes, self.anchor, self.convert = kind, nodes, anchor, convert
-        self.data = data or {}
-        self.shaped: set[int] = set()       # held-back nodes that Shape/Size read
-
-
 # --- matching ------------------------------------------------------------------
-
-def _other(g: _Graph, index: int, name: str) -> str | None:
-    """The other input of the two-input node ``index`` when one is ``name``."""
-    inputs = list(g.nodes[index].input)
-    if len(inputs) != 2 or inputs.count(name) != 1:
-        return None
-    return inputs[1] if inputs[0] == name else inputs[0]
-
-
-def _const_operand(g: _Graph, index: int, name: str) -> str | None:
-    """The other input of node ``index``, when it is a load-time constant."""
-    other = _other(g, index, name)
-    return other if other is not None and other in g.const else None
-
 
 def _scales(g: _Graph, name: str) -> tuple[str, list[tuple[int, str, bool]]]:
     """Walk up from ``name`` through ``Mul``/``Div`` by constants, each read
@@ -548,64 +441,6 @@ def _match_gelu_tanh(g: _Graph, tanh: int) -> Pattern | None:
                    {"x": x, "consts": consts, "approximate": "tanh", "terms": terms})
 
 
-def _match_layer_norm(g: _Graph, mean: int) -> Pattern | None:
-    x = g.nodes[mean].input[0]
-    sub = g.only_reader(g.nodes[mean].output[0], "Sub")
-    if sub is None or list(g.nodes[sub].input) != [x, g.nodes[mean].output[0]]:
-        return None
-    centered = g.nodes[sub].output[0]
-    readers = g.users(centered)
-    if len(readers) != 2 or centered in g.outputs:
-        return None
-    square = next((r for r in readers if g.nodes[r].op_type in ("Pow", "Mul")
-                   and g.nodes[r].input[0] == centered), None)
-    if square is None or square in g.taken:
-        return None
-    sq = g.nodes[square]
-    if sq.op_type == "Mul" and list(sq.input) != [centered, centered]:
-        return None
-    two = sq.input[1] if sq.op_type == "Pow" else None
-    if two is not None and two not in g.const:
-        return None
-    var = g.only_reader(sq.output[0], "ReduceMean")
-    add = None if var is None else g.only_reader(g.nodes[var].output[0], "Add")
-    eps = None if add is None else _const_operand(g, add, g.nodes[var].output[0])
-    root = None if eps is None else g.only_reader(g.nodes[add].output[0], "Sqrt")
-    if root is None:
-        return None
-    covered = {mean, sub, square, var, add, root}
-    std = g.nodes[root].output[0]
-    divide = g.only_reader(std, "Div", "Reciprocal")
-    if divide is None:
-        return None
-    if g.nodes[divide].op_type == "Div":
-        if list(g.nodes[divide].input) != [centered, std]:
-            return None
-        last = divide
-    else:
-        last = g.only_reader(g.nodes[divide].output[0], "Mul")
-        if last is None or _other(g, last, g.nodes[divide].output[0]) != centered:
-            return None
-        covered.add(divide)
-    covered.add(last)
-    if set(readers) - covered:
-        return None
-    scale = bias = None
-    step = g.only_reader(g.nodes[last].output[0], "Mul")
-    if step is not None and _const_operand(g, step, g.nodes[last].output[0]) is not None:
-        scale, last = _const_operand(g, step, g.nodes[last].output[0]), step
-        covered.add(step)
-    step = g.only_reader(g.nodes[last].output[0], "Add")
-    if step is not None and _const_operand(g, step, g.nodes[last].output[0]) is not None:
-        bias, last = _const_operand(g, step, g.nodes[last].output[0]), step
-        covered.add(step)
-    if any(not g.private(i, covered) for i in covered - {last}):
-        return None
-    plan = {"x": x, "means": (mean, var), "two": two, "eps": eps, "scale": scale, "bias": bias}
-    return Pattern("layer_norm", covered, last,
-                   lambda cv, values: _layer_norm(cv, values, g, plan))
-
-
 def _match_linear(g: _Graph, matmul: int, gelus: dict[str, Pattern]) -> Pattern | None:
     x, w = g.nodes[matmul].input
     if w not in g.const or x in g.const:
@@ -671,9 +506,10 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
             gelus = {x: p for x, p in gelus.items() if not p.nodes & linear.nodes}
     for pattern in gelus.values():
         take(pattern)
-    for index in by_type.get("ReduceMean", []):
-        if index not in g.taken:
-            take(_match_layer_norm(g, index))
+    for matcher in (_match_layer_norm, _match_rms_norm):
+        for index in by_type.get("ReduceMean", []):
+            if index not in g.taken:
+                take(matcher(g, index))
     return found
 
 
@@ -800,69 +636,6 @@ def _gelu(cv, values, x: str, consts, approximate: str, terms=None) -> Operand |
     if not _float_tensor(value) or not _gelu_constants(values, consts, terms):
         return None
     return cv.op("gelu", value, approximate=approximate)
-
-
-def _reduce_axes(values, g: _Graph, index: int, rank: int) -> tuple[int, ...] | None:
-    """The axes of ReduceMean node ``index`` (attribute, or input from opset
-    18), sorted and non-negative; None for keepdims=0 or no axes given."""
-    if not g.attr(index, "keepdims", 1):
-        return None
-    node = g.nodes[index]
-    if len(node.input) > 1 and node.input[1]:
-        given = values[node.input[1]]
-        if not isinstance(given, Const):
-            return None
-        axes = [int(a) for a in given.array.reshape(-1)]
-    else:
-        axes = g.attr(index, "axes", None)
-        if axes is None:
-            return None
-    return tuple(sorted(int(a) % rank for a in axes))
-
-
-def _norm_parameter(value, shape: tuple[int, ...], axes: tuple[int, ...]):
-    """A constant scale or bias as an array of the normalized axes' sizes, or
-    None when it varies along another axis (it is not a layer norm's then)."""
-    if not isinstance(value, Const) or value.array.dtype.kind not in "fiu":
-        return None
-    array = value.array
-    if array.ndim > len(shape):
-        return None
-    full = (1,) * (len(shape) - array.ndim) + array.shape
-    for i, size in enumerate(full):
-        if size not in (1, shape[i]) or (i not in axes and size != 1):
-            return None
-    dims = tuple(shape[a] for a in axes)
-    return np.broadcast_to(array.reshape(full), tuple(
-        shape[i] if i in axes else 1 for i in range(len(shape)))).reshape(dims).astype(np.float32)
-
-
-def _layer_norm(cv, values, g: _Graph, plan) -> Operand | None:
-    x = values[plan["x"]]
-    if not _float_tensor(x):
-        return None
-    rank = len(x.shape)
-    axes = [_reduce_axes(values, g, i, rank) for i in plan["means"]]
-    if axes[0] is None or axes[0] != axes[1] or not axes[0] \
-            or axes[0] != tuple(range(rank - len(axes[0]), rank)):
-        return None
-    axes = axes[0]
-    if plan["two"] is not None and _scalar(values[plan["two"]]) != 2.0:
-        return None
-    eps = _scalar(values[plan["eps"]])
-    if eps is None or not (eps >= 0.0) or not math.isfinite(eps):
-        return None
-    operands = []
-    for name in (plan["scale"], plan["bias"]):
-        if name is None:
-            operands.append(None)
-            continue
-        array = _norm_parameter(values[name], x.shape, axes)
-        if array is None:
-            return None
-        operands.append(cv.float_operand(Const(array)))
-    return cv.op("layer_normalization", x, operands[0], operands[1], axes=list(axes),
-                 epsilon=eps)
 
 
 def _linear(cv, values, plan) -> Operand | None:

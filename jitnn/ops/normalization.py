@@ -1,5 +1,6 @@
 """The normalizations (WebNN): batch_normalization (inference),
-layer_normalization, instance_normalization; and softmax.
+layer_normalization, instance_normalization; rms_normalization (ONNX's
+RMSNormalization, Llama's RMSNorm); and softmax.
 
 batch_normalization folds ``mean``, ``variance``, ``scale``, ``bias`` and
 ``epsilon`` into one per-channel ``x * a + b`` (float64 fold, then float32) and
@@ -20,6 +21,8 @@ kernels/normalization.py (statistics in float64):
   input normalized over other axes after it is read back (one reorder).
   ``scale`` and ``bias`` have the shape of the normalized axes in the order
   ``axes`` lists them (WebNN).
+* rms_normalization runs on plain data, one pass per row over the last axes
+  (other axis sets are transposed last, as above).
 * instance_normalization of a blocked input in its own layout reads and
   writes the blocked buffer; plain NCHW and NHWC are read in place.
 
@@ -98,6 +101,20 @@ def layer_normalization_reference(x, scale=None, bias=None, *, axes=None,
         out = out * broadcast(scale)
     if bias is not None:
         out = out + broadcast(bias)
+    return out
+
+
+def rms_normalization_reference(x, scale=None, *, axes=None,
+                                epsilon: float = 1e-5) -> np.ndarray:
+    """``x / sqrt(mean(x^2) + epsilon) * scale``, the mean over ``axes`` (None:
+    all but the first), float64; ``scale`` as in layer_normalization."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(1, x.ndim)) if axes is None else tuple(int(a) % x.ndim for a in axes)
+    square = (x * x).mean(axis=axes, keepdims=True) if axes else x * x
+    out = x / np.sqrt(square + epsilon)
+    if scale is not None:
+        shape = [x.shape[i] if i in axes else 1 for i in range(x.ndim)]
+        out = out * np.asarray(scale, np.float64).transpose(np.argsort(axes)).reshape(shape)
     return out
 
 
@@ -316,6 +333,46 @@ def layer_normalization(x, scale=None, bias=None, *, axes=None,
                   axes=axes_tag, inputs=inputs, op=op)
 
 
+def rms_normalization(x, scale=None, *, axes=None, epsilon: float = 1e-5) -> Tensor:
+    """``x / sqrt(mean(x^2) + epsilon) * scale``, the mean over ``axes`` (None:
+    every axis but the first, as layer_normalization; negative axes count from
+    the end); ``scale`` (default 1) has the sizes of those axes in the order
+    ``axes`` gives them. One pass per row when the axes are the last ones
+    (a transformer's ``(N, S, D)`` over D); plain in, plain out."""
+    op = "rms_normalization"
+    ctx = context_of(op, x, scale)
+    x = as_tensor(ctx, x, op, "input")
+    axes = tuple(range(1, x.ndim)) if axes is None else axes_arg(op, axes, x.ndim)
+    dims = tuple(x.shape[a] for a in axes)
+    scale, _ = _scale_bias(ctx, op, scale, None, dims,
+                           f"the sizes of axes {list(axes)} of input {x.shape}")
+    epsilon = _epsilon(op, epsilon)
+    order = tuple(int(i) for i in np.argsort(axes))         # axes order -> sorted axes
+    size = int(np.prod(dims, dtype=np.int64))
+    ranked = sorted(axes)
+    # the axes last: as they are when they are the trailing ones, else by a transpose
+    perm = None if ranked == list(range(x.ndim - len(ranked), x.ndim)) else \
+        tuple(i for i in range(x.ndim) if i not in axes) + tuple(ranked)
+    xv, sv = value_of(x), value_of(scale)
+
+    def produce_plain() -> np.ndarray:
+        data = plain_buffer(xv)
+        if perm is not None:
+            data = np.ascontiguousarray(data.transpose(perm))
+        out = aligned_empty(data.shape)
+        if out.size:
+            rows = data.reshape(-1, size)
+            ctx.launcher.launch(norm_kernels.rms_norm_rows, rows, _flat(sv, 1.0, order, size, size),
+                                epsilon, out.reshape(rows.shape))
+        if perm is not None:
+            out = np.ascontiguousarray(out.transpose(np.argsort(perm)))
+        return out
+
+    axes_tag = x._axes if x.ndim == 4 else "nchw"
+    return Tensor(ctx, x.shape, plain_layout(x.ndim, axes_tag), producer=produce_plain,
+                  axes=axes_tag, inputs=(x,) + ((scale,) if scale is not None else ()), op=op)
+
+
 def instance_normalization(x, scale=None, bias=None, *, epsilon: float = 1e-5,
                            layout: str = "nchw") -> Tensor:
     """WebNN instanceNormalization: each ``(n, c)`` plane of a 4-D ``x``
@@ -371,6 +428,8 @@ register_op(OpDef("softmax", softmax, softmax_reference, webnn="softmax", onnx=(
 register_op(OpDef("layer_normalization", layer_normalization, layer_normalization_reference,
                   webnn="layerNormalization",
                   layouts="blocked or plain (blocked in and out over C; else plain)"))
+register_op(OpDef("rms_normalization", rms_normalization, rms_normalization_reference,
+                  onnx=("RMSNormalization",), layouts="plain"))
 register_op(OpDef("instance_normalization", instance_normalization,
                   instance_normalization_reference, webnn="instanceNormalization",
                   layouts="blocked or plain, as its input"))
