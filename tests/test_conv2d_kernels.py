@@ -266,6 +266,38 @@ def test_epilogue_depthwise_and_first_layer(block, activation):
              bias=True, residual=True, plain=True, seed=block)
 
 
+# The depthwise kernel applies a post-store activation once over each task's
+# rows, the 1x1 kernel once per run of 8 tiles: images of many rows and
+# tiles, channel counts that leave padding lanes (sigmoid(0) = 0.5 must not
+# reach them), several images, residuals in place.
+SPAN_ACTIVATIONS = [(SILU, 0.0, 0.0), (SIGMOID, 0.0, 0.0), (GELU, 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
+def test_activation_spans_depthwise(block, activation):
+    for n, c, h, w, kernel, strides, padding in [
+            (2, 17, 23, 30, (3, 3), (1, 1), (1, 1, 1, 1)),   # row chunks, border pixels
+            (1, 1, 9, 13, (5, 5), (2, 2), (2, 2, 2, 2)),
+            (3, 7, 7, 7, (5, 5), (1, 1), (2, 2, 2, 2)),      # padded on the stack
+            (1, 9, 40, 20, (3, 3), (2, 2), (1, 1, 1, 1)),
+            (1, 3, 5, 5, (3, 3), (1, 1), (0, 0, 0, 0))]:     # narrower than a tile
+        run_case(n, c, c, h, w, kernel, strides, (1, 1), padding, c, block, activation,
+                 residual=True, residual_in_place=n == 3, seed=c + h)
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
+def test_activation_spans_1x1(block, activation):
+    for n, c, o, h, w, s in [(2, 9, 17, 20, 11, 1),       # 220 pixels: 8-tile runs and a rest
+                             (1, 24, 40, 14, 14, 1),
+                             (3, 3, 7, 9, 13, 2),         # strided: copied tiles
+                             (1, 300, 20, 13, 7, 1),      # K-blocks: the last one activates
+                             (2, 16, 1, 1, 3, 1)]:        # shorter than a tile
+        run_case(n, c, o, h, w, (1, 1), (s, s), block=block, activation=activation,
+                 residual=True, residual_in_place=n == 3, seed=o + h)
+
+
 # --- block sizes 4 and 16 on a spread of geometry --------------------------
 
 BLOCK_GEOMETRY = [

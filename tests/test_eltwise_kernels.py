@@ -17,7 +17,7 @@ import pytest
 from jitnn import layouts
 from jitnn.kernels import eltwise as E
 from jitnn.kernels._config import jit
-from jitnn.kernels.epilogue import ACTIVATIONS, vector_exp
+from jitnn.kernels.epilogue import ACTIVATIONS, SILU, activate_span, vector_exp
 from jitnn.kernels.vmath import MATH_OPS
 from tests.assembly import needs_packed_fma
 from tests.helpers import apply_activation, reference, uniform
@@ -436,6 +436,22 @@ def test_sigmoid_and_tanh_within_a_few_ulp(activation, exact, max_ulp):
     assert _ulp_error(out, want).max() <= max_ulp
     if activation == "tanh":
         assert np.signbit(out[_SWEEP == 0]).tolist() == np.signbit(_SWEEP[_SWEEP == 0]).tolist()
+
+
+def test_silu_epilogue_within_3_ulp_and_zero_far_below():
+    # SiLU is a fused epilogue only (kernels/epilogue.py's _silu): its exp
+    # serves arguments down to -87, below which x * sigmoid(x) is ~0
+    out = _SWEEP.copy()
+    activate_span(out, 0, out.size, SILU, np.float32(0), np.float32(0))
+    x = _SWEEP.astype(np.float64)
+    want = x * np.exp(np.minimum(x, 0)) / (1 + np.exp(-np.abs(x)))
+    normal = _SWEEP >= -87
+    assert _ulp_error(out[normal], want[normal]).max() <= 3
+    assert np.abs(out[~normal]).max() <= 1e-35
+    specials = np.float32([np.nan, np.inf, -np.inf, -0.0, -3e38])
+    activate_span(specials, 0, 5, SILU, np.float32(0), np.float32(0))
+    assert np.isnan(specials[0]) and specials[1] == np.inf and np.isnan(specials[2])
+    assert specials[3] == 0 and np.signbit(specials[3]) and specials[4] == 0
 
 
 # --- math steps (kernels/vmath.py) ---------------------------------------------------
