@@ -30,7 +30,8 @@ in the file are not used either).
 ``jitnn.explain`` shows for each conv whether its algorithm was measured and
 the timings, ``jitnn info`` the file. A scouted run (kernels skipped, see
 ``jitnn.compile_pool.scout``) runs each candidate once, so that both are
-compiled ahead, and decides nothing.
+compiled ahead, and decides nothing; a candidate the formula would not run
+is timed only once its kernels are compiled (:func:`choose`).
 """
 
 from __future__ import annotations
@@ -306,8 +307,13 @@ def choose(key: str, candidates: Callable[[], Mapping[str, Callable[[], None]]],
            formula: str) -> Decision | None:
     """The decision for ``key``: the one made before, or measured now over
     ``candidates()`` (name -> a run on the real buffers; made only when
-    measuring). None when measuring is off, or in a scouted run (which runs
-    each candidate once instead, so that all get compiled ahead)."""
+    measuring). None (the formula decides) when measuring is off; in a
+    scouted run, which runs each candidate once instead, so that all get
+    compiled ahead; and while a candidate other than the formula's has no
+    compiled code, in this process or in the kernel cache: compiling it here
+    would add seconds to this run for a kernel it may not use (a compile
+    ahead, ``jitnn warmup`` or another conv that runs it puts it there, and
+    a later run measures)."""
     if not enabled():
         return None
     if compile_pool.scouting():
@@ -318,7 +324,10 @@ def choose(key: str, candidates: Callable[[], Mapping[str, Callable[[], None]]],
     if found is not None:
         return found
     runs = candidates()
-    return tuner().measure(key, runs, formula) if len(runs) > 1 else None
+    if len(runs) < 2 or any(compile_pool.scout(run) for name, run in runs.items()
+                            if name != formula):
+        return None
+    return tuner().measure(key, runs, formula)
 
 
 def status() -> str:

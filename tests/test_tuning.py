@@ -48,6 +48,10 @@ def tune(monkeypatch, tmp_path):
         tuning.use(made[-1])
         return made[-1]
     previous = tuning.use(None)
+    # both candidates compiled first (a candidate the formula would not run
+    # is timed only once it is compiled)
+    for algorithm in ("direct", "winograd"):
+        _conv_relu_residual(jitnn.Context(num_threads=1, conv_algorithm=algorithm))[0].numpy()
     yield install
     tuning.use(previous)
 
@@ -233,9 +237,26 @@ def test_a_scouted_run_runs_both_candidates_and_decides_nothing(tune):
     ctx = jitnn.Context(num_threads=1)
     y, _ = _conv_relu_residual(ctx)
     pending = jitnn.explain(y)
-    assert "winograd by formula until measured at the first run (direct or winograd)" in pending
+    assert "winograd by formula, not measured yet (direct or winograd: timed at a first run " \
+        "that has both compiled)" in pending
     compile_pool.scout(y.numpy)
     assert tuner.summary()[0] == 0 and tuner.clock.calls == {}
+
+
+def test_a_candidate_without_compiled_code_is_not_timed(tune, monkeypatch, tmp_path):
+    tuner = tune(direct=1e-3, winograd=2e-3)
+    scouted = []
+
+    def uncompiled(run):                # as if direct had no code yet
+        scouted.append(run)
+        return ["a kernel to compile"]
+    monkeypatch.setattr(compile_pool, "scout", uncompiled)
+    ctx = jitnn.Context(num_threads=1)
+    y, want = _conv_relu_residual(ctx)
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert len(scouted) == 1 and tuner.clock.calls == {} and tuner.summary()[0] == 0
+    assert "winograd by formula, not measured yet" in jitnn.explain(y)
+    assert not (tmp_path / "tuning.json").exists()
 
 
 def test_single_candidate_shapes_say_so(tune):

@@ -357,8 +357,8 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
             ctx, a, source, packed, blocked, bias_array, candidates), formula)
         if decision is not None:
             algorithm = decision.choice
-            if algorithm != "winograd":
-                _drop_winograd(packed, source.shape)
+        if (formula if decision is None else decision.choice) != "winograd":
+            _drop_winograd(packed, source.shape)
     launch = conv_kernels.conv2d_launch(
         source, packed, dest, a["strides"], a["dilations"], a["padding"], bias_array is None,
         a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads,
@@ -381,10 +381,16 @@ def _candidate_runs(ctx, a: dict, source: np.ndarray, packed, blocked: tuple,
     code, p0, p1 = a["activation"]
 
     def run_of(algorithm: str):
-        launch = conv_kernels.conv2d_launch(
-            source, packed, scratch, a["strides"], a["dilations"], a["padding"], bias is None,
-            True, code, p0, p1, num_threads=ctx.num_threads, algorithm=algorithm)
-        return lambda: conv_kernels.run_conv2d_launch(launch, source, scratch, bias, None)
+        planned = []                     # at the first run (a transformed filter)
+
+        def run() -> None:
+            if not planned:
+                planned.append(conv_kernels.conv2d_launch(
+                    source, packed, scratch, a["strides"], a["dilations"], a["padding"],
+                    bias is None, True, code, p0, p1, num_threads=ctx.num_threads,
+                    algorithm=algorithm))
+            conv_kernels.run_conv2d_launch(planned[0], source, scratch, bias, None)
+        return run
     return {algorithm: run_of(algorithm) for algorithm in candidates}
 
 
@@ -511,8 +517,8 @@ def _explain(node: Node, v: Value) -> list[str]:
         return [f"algorithm: {formula} by formula ({tuning.ENV}=0: not measured)"]
     decision = tuning.decided(key)
     if decision is None:
-        return [f"algorithm: {formula} by formula until measured at the first run "
-                f"({' or '.join(candidates)})"]
+        return [f"algorithm: {formula} by formula, not measured yet ({' or '.join(candidates)}: "
+                f"timed at a first run that has both compiled)"]
     if not decision.settled:
         return [f"algorithm: {decision.choice} by formula: the host was too busy to measure "
                 f"({decision.describe()}, spread too wide; measured again in a new process)"]
