@@ -29,7 +29,7 @@ import numpy as np
 from numba import prange
 
 from ._config import jit, parallel_kernel
-from .epilogue import activate
+from .epilogue import activate_span
 from .stack import stack_empty
 
 _ZERO = np.float32(0.0)
@@ -39,24 +39,43 @@ _MAX_LANES = 64
 
 @jit()
 def _plane_mean(xf, means, plane, pixels, cb):
-    """``means[plane * cb + lane]``: the mean of one ``pixels`` x ``cb`` plane."""
-    acc = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    """``means[plane * cb + lane]``: the mean of one ``pixels`` x ``cb`` plane.
+    With a literal ``cb`` (:func:`_planes`) the lanes unroll into vector
+    registers; four pixels at a time, in four sums, so that the additions do
+    not wait on one another."""
+    a0 = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    a1 = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    a2 = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    a3 = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
     for lane in range(cb):
-        acc[lane] = _ZERO
+        a0[lane] = _ZERO
+        a1[lane] = _ZERO
+        a2[lane] = _ZERO
+        a3[lane] = _ZERO
     base = plane * pixels * cb
-    for p in range(pixels):
+    quads = pixels // 4
+    for q in range(quads):
+        row = np.uint64(base + 4 * q * cb)
+        for lane in range(cb):
+            a0[lane] += xf[row + np.uint64(lane)]
+            a1[lane] += xf[row + np.uint64(cb + lane)]
+            a2[lane] += xf[row + np.uint64(2 * cb + lane)]
+            a3[lane] += xf[row + np.uint64(3 * cb + lane)]
+    for p in range(4 * quads, pixels):
         row = np.uint64(base + p * cb)
         for lane in range(cb):
-            acc[lane] += xf[row + np.uint64(lane)]
+            a0[lane] += xf[row + np.uint64(lane)]
     scale = np.float32(1.0) / np.float32(pixels)
     for lane in range(cb):
-        means[plane * cb + lane] = acc[lane] * scale
+        means[plane * cb + lane] = ((a0[lane] + a1[lane]) + (a2[lane] + a3[lane])) * scale
 
 
 @jit()
 def _gate(means, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
           hidden, gate, n, channels):
-    """Sample ``n``'s gate (``gate[n]``, C_phys values) from its means."""
+    """Sample ``n``'s gate (``gate[n]``, C_phys values) from its means. The
+    activations as spans (one vectorized loop per activation code: a loop
+    over a runtime code ran the gate's sigmoid one float at a time)."""
     lanes = gate.shape[1]
     reduced = squeeze.shape[1]
     h = hidden[n]
@@ -67,8 +86,7 @@ def _gate(means, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
         mean = means[row + c]
         for r in range(reduced):
             h[r] += mean * squeeze[c, r]
-    for r in range(reduced):
-        h[r] = activate(h[r], act1, a1p0, a1p1)
+    activate_span(h, 0, reduced, act1, a1p0, a1p1)
     g = gate[n]
     for c in range(lanes):
         g[c] = b2[c]
@@ -76,8 +94,7 @@ def _gate(means, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
         value = h[r]
         for c in range(lanes):
             g[c] += value * excite[r, c]
-    for c in range(channels):
-        g[c] = activate(g[c], act2, a2p0, a2p1)
+    activate_span(g, 0, channels, act2, a2p0, a2p1)
     for c in range(channels, lanes):
         g[c] = _ZERO
 
@@ -94,22 +111,60 @@ def _scale_plane(xf, outf, gate, plane, blocks, pixels, cb):
             outf[k] = xf[k] * g[lane]
 
 
+@jit()
+def _planes(xf, outf, means, gate, plane, blocks, pixels, cb, scale):
+    """:func:`_plane_mean` (``scale`` False) or :func:`_scale_plane` of one
+    plane, with ``cb`` a literal for the common blocks: an inner loop of a
+    runtime count of 8 lanes ran them one at a time (the remainder of a
+    16-wide vector loop)."""
+    if cb == 8:
+        if scale:
+            _scale_plane(xf, outf, gate, plane, blocks, pixels, 8)
+        else:
+            _plane_mean(xf, means, plane, pixels, 8)
+    elif cb == 16:
+        if scale:
+            _scale_plane(xf, outf, gate, plane, blocks, pixels, 16)
+        else:
+            _plane_mean(xf, means, plane, pixels, 16)
+    elif cb == 4:
+        if scale:
+            _scale_plane(xf, outf, gate, plane, blocks, pixels, 4)
+        else:
+            _plane_mean(xf, means, plane, pixels, 4)
+    elif scale:
+        _scale_plane(xf, outf, gate, plane, blocks, pixels, cb)
+    else:
+        _plane_mean(xf, means, plane, pixels, cb)
+
+
 @parallel_kernel
 def _squeeze_excite(xf, outf, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
                     means, hidden, gate, batch, blocks, pixels, cb, channels):
     planes = batch * blocks
     for plane in prange(planes):
-        _plane_mean(xf, means, plane, pixels, cb)
+        _planes(xf, outf, means, gate, plane, blocks, pixels, cb, False)
     for n in range(batch):
         _gate(means, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
               hidden, gate, n, channels)
     for plane in prange(planes):
-        _scale_plane(xf, outf, gate, plane, blocks, pixels, cb)
+        _planes(xf, outf, means, gate, plane, blocks, pixels, cb, True)
 
 
 def squeeze_excite(x, squeeze, b1, activation1, excite, b2, activation2, channels, out):
     """``out = x * gate(x)`` (see the module docstring for the buffers);
     ``activation1``/``activation2``: ``(code, param0, param1)``. Returns ``out``."""
+    kernel, args = bind_squeeze_excite(x, squeeze, b1, activation1, excite, b2, activation2,
+                                       channels, out)
+    kernel(*args)
+    return out
+
+
+def bind_squeeze_excite(x, squeeze, b1, activation1, excite, b2, activation2, channels, out):
+    """``(kernel, args)``: ``kernel(*args)`` computes :func:`squeeze_excite`
+    on these arrays, checked here once, with scratch arrays of its own; for a
+    caller that runs the block on the same arrays again and again (one call
+    at a time: the scratch is shared by the calls)."""
     if x.ndim != 5 or x.dtype != np.float32 or not x.flags.c_contiguous:
         raise ValueError(f"squeeze_excite: x must be a C-contiguous float32 (N, C/cb, H, W, cb) "
                          f"array, got {x.dtype} {x.shape}")
@@ -131,8 +186,7 @@ def squeeze_excite(x, squeeze, b1, activation1, excite, b2, activation2, channel
     hidden = np.empty((batch, reduced), np.float32)
     gate = np.empty((batch, lanes), np.float32)
     (code1, p10, p11), (code2, p20, p21) = activation1, activation2
-    _squeeze_excite(x.reshape(-1), out.reshape(-1), squeeze, b1, np.int64(code1),
-                    np.float32(p10), np.float32(p11), excite, b2, np.int64(code2),
-                    np.float32(p20), np.float32(p21), means, hidden, gate,
-                    batch, blocks, height * width, cb, channels)
-    return out
+    return _squeeze_excite, (x.reshape(-1), out.reshape(-1), squeeze, b1, np.int64(code1),
+                             np.float32(p10), np.float32(p11), excite, b2, np.int64(code2),
+                             np.float32(p20), np.float32(p21), means, hidden, gate,
+                             batch, blocks, height * width, cb, channels)

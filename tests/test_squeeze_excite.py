@@ -90,10 +90,11 @@ def test_the_block_stays_apart_where_its_inner_values_are_read():
     assert "squeeze_excite" not in jitnn.explain(z)
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", [4, 8, 16, 2])        # 2: no literal-block path
 @pytest.mark.parametrize("in_place", [False, True])
-def test_kernel_matches_numpy(block, in_place):
-    n, c, r, h, w = 2, 11, 3, 3, 5
+@pytest.mark.parametrize("n, c, r, h, w", [(2, 11, 3, 3, 5), (1, 1, 1, 1, 1), (1, 17, 5, 7, 9),
+                                           (3, 9, 4, 2, 3), (1, 3, 2, 4, 4)])
+def test_kernel_matches_numpy(block, in_place, n, c, r, h, w):
     x = random((n, c, h, w), 13)
     w1, b1 = random((r, c), 14), random((r,), 15)
     w2, b2 = random((c, r), 16), random((c,), 17)
@@ -113,6 +114,53 @@ def test_kernel_matches_numpy(block, in_place):
     full = out.transpose(0, 1, 4, 2, 3).reshape(n, lanes, h, w)
     np.testing.assert_allclose(full[:, :c], x * gate[:, :, None, None], rtol=1e-5, atol=1e-6)
     assert np.all(full[:, c:] == 0), "padding lanes are not zero"
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_kernel_gates_with_sigmoid_after_silu(block):
+    # the activations run as spans of the hidden and gate vectors
+    n, c, r, h, w = 2, 37, 19, 6, 7
+    x = random((n, c, h, w), 21)
+    w1, b1 = random((r, c), 22), random((r,), 23)
+    w2, b2 = random((c, r), 24), random((c,), 25)
+    lanes = layouts.padded_channels(c, block)
+    excite = np.zeros((r, lanes), np.float32)
+    excite[:, :c] = w2.T
+    bias2 = np.zeros(lanes, np.float32)
+    bias2[:c] = b2
+    xb = layouts.reference_nchw_to_blocked(x, block)
+    out = np.full_like(xb, np.nan)
+    squeeze_excite(xb, np.ascontiguousarray(w1.T), b1, (epilogue.SILU, 0.0, 0.0), excite,
+                   bias2, (epilogue.SIGMOID, 0.0, 0.0), c, out)
+    hidden = x.astype(np.float64).mean((2, 3)) @ w1.T + b1
+    gate = _sigmoid((hidden * _sigmoid(hidden)) @ w2.T + b2)
+    full = out.transpose(0, 1, 4, 2, 3).reshape(n, lanes, h, w)
+    np.testing.assert_allclose(full[:, :c], x * gate[:, :, None, None], rtol=1e-5, atol=1e-6)
+    assert np.all(full[:, c:] == 0), "padding lanes are not zero"
+
+
+def test_a_replayed_block_is_one_bound_call():
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    c, r = 19, 5
+    w0 = random((c, 4, 1, 1), 31)
+    w1, b1 = random((r, c, 1, 1), 32, 0.5), random((r,), 33)
+    w2 = random((c, r, 1, 1), 34, 0.5)
+    x = b.relu(b.conv2d(b.input("x", (2, 4, 5, 6)), b.constant(w0)))
+    hidden = b.relu(b.conv2d(b.global_average_pool2d(x), b.constant(w1), b.constant(b1)))
+    gate = b.sigmoid(b.conv2d(hidden, b.constant(w2)))
+    graph = b.build({"y": b.relu(b.mul(x, gate))})
+    y = np.empty((2, c, 5, 6), np.float32)
+    for seed in range(4):
+        x_np = random((2, 4, 5, 6), 40 + seed)
+        ctx.compute(graph, {"x": x_np}, {"y": y})
+        x_ref = np.maximum(conv2d_reference(x_np.astype(np.float64), w0), 0)
+        want = _reference(x_ref, w1, b1, w2, None, lambda h: np.maximum(h, 0), _sigmoid)
+        np.testing.assert_allclose(y, np.maximum(want, 0), rtol=2e-4, atol=2e-5)
+    (program,) = graph._programs
+    kinds = [(c.node.kind, bool(bound)) for c, bound in
+             zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
+    assert ("squeeze_excite", True) in kinds
 
 
 def test_kernel_refuses_bad_buffers():

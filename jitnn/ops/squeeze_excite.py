@@ -30,7 +30,7 @@ from ..kernels import squeeze_excite as se_kernels
 from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, register_kind
 from ..tensor import Node, Value
-from ._common import blocked_buffer, plain_buffer
+from ._common import Binding, blocked_buffer, plain_buffer
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -96,14 +96,16 @@ def _matrix(w: Value, layout: str) -> np.ndarray:
     return oihw.reshape(oihw.shape[0], oihw.shape[1])
 
 
-def _weights(conv: dict, lanes: int, transpose_to: str) -> tuple[np.ndarray, np.ndarray]:
+def _weights(conv: dict, lanes: int, transpose_to: str,
+             derived: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's form of one conv's filter and bias (see the kernel's
-    buffers), made once per filter and bias Value."""
+    buffers), made once per filter and bias Value; ``derived`` gets the
+    ``(value, key, form)`` of each (what a :class:`Binding` checks)."""
     w, bias = conv["w"], conv["bias"]
     layout = conv["filter_layout"]
     if transpose_to == "squeeze":            # (C, R): the mean of channel c times row c
-        matrix = w._derive(("se_squeeze", layout),
-                           lambda: np.ascontiguousarray(_matrix(w, layout).T, np.float32))
+        key: tuple = ("se_squeeze", layout)
+        matrix = w._derive(key, lambda: np.ascontiguousarray(_matrix(w, layout).T, np.float32))
         width = matrix.shape[1]
     else:                                    # (R, C_phys), zero past C
         def make() -> np.ndarray:
@@ -111,8 +113,11 @@ def _weights(conv: dict, lanes: int, transpose_to: str) -> tuple[np.ndarray, np.
             padded = np.zeros((m.shape[1], lanes), np.float32)
             padded[:, :m.shape[0]] = m.T
             return padded
-        matrix = w._derive(("se_excite", layout, lanes), make)
+        key = ("se_excite", layout, lanes)
+        matrix = w._derive(key, make)
         width = lanes
+    if derived is not None:
+        derived.append((w, key, matrix))
     if bias is None:
         return matrix, np.zeros(width, np.float32)
     values = plain_buffer(bias)
@@ -121,7 +126,10 @@ def _weights(conv: dict, lanes: int, transpose_to: str) -> tuple[np.ndarray, np.
         out = np.zeros(width, np.float32)
         out[:values.shape[0]] = values
         return out
-    return matrix, bias._derive(("se_bias", width), padded_bias)
+    padded = bias._derive(("se_bias", width), padded_bias)
+    if derived is not None:
+        derived.append((bias, ("se_bias", width), padded))
+    return matrix, padded
 
 
 def run_squeeze_excite(ctx: "Context", node: Node, value: Value,
@@ -137,6 +145,29 @@ def run_squeeze_excite(ctx: "Context", node: Node, value: Value,
     ctx.launcher.launch(se_kernels.squeeze_excite, x, squeeze, b1, a["squeeze"]["activation"],
                         excite, b2, a["excite"]["activation"], a["channels"], out)
     return out
+
+
+def bind_squeeze_excite(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_squeeze_excite` just made for ``node``
+    (which returned ``result``), bound to its arrays (a replayed program runs
+    it as one call: jitnn/executor.py); None when ``x`` was reordered for it
+    (a blocked copy made at every run)."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None or layouts.block_of(x._layout) != a["block"] or x._axes != "nchw":
+        return None
+    lanes = x._data.shape[1] * x._data.shape[4]
+    derived: list = []
+    squeeze, b1 = _weights(a["squeeze"], lanes, "squeeze", derived)
+    excite, b2 = _weights(a["excite"], lanes, "excite", derived)
+    kernel, args = se_kernels.bind_squeeze_excite(
+        x._data, squeeze, b1, a["squeeze"]["activation"], excite, b2,
+        a["excite"]["activation"], a["channels"], result)
+    return Binding(kernel, args, ((x, x._data),), tuple(derived), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_squeeze_excite.bind = bind_squeeze_excite
 
 
 def _inplace_inputs(v: Value, node: Node) -> list[Value]:
