@@ -99,6 +99,7 @@ def test_regions_and_padding_agree(monkeypatch, share, block, case):
     never): the same results, with a residual and an activation applied
     after the store."""
     monkeypatch.setattr(conv_plan, "_TAP_REGION_SHARE", share)
+    monkeypatch.setattr(conv_plan, "_TINY_REGION_SHARE", share)
     n, c, o, h, w, kernel, strides, dilations, padding = case
     launch = check_conv(n, c, o, h, w, kernel, strides, dilations, padding, block,
                         activation=HARD_SWISH, residual=True, seed=c + o)
@@ -116,6 +117,21 @@ def test_aspp_shape_runs_by_regions_without_a_padded_copy():
     assert _regions_of(launch).tolist() == [[1, 55, 1, 55, 0, 3, 0, 3]]
 
 
+@pytest.mark.parametrize("size, dilation, by_regions", [
+    (16, 12, True),      # a quarter of the taps read the input
+    (9, 2, True),        # 73 %, 20 % of the output in 2 x 2 corners
+    (33, 6, True),       # 77 %
+    (14, 1, False),      # 91 %
+    (7, 1, False),       # 82 %
+    (4, 1, False),       # 69 %, but every region smaller than a tile
+])
+def test_regions_where_most_taps_read_padding_and_regions_hold_whole_tiles(size, dilation,
+                                                                          by_regions):
+    launch = check_conv(1, 16, 16, size, size, (3, 3), (1, 1), (dilation, dilation),
+                        (dilation,) * 4, 8)
+    assert (len(_regions_of(launch)) > 1) == by_regions
+
+
 @pytest.mark.parametrize("out, size, kernel, stride, dilation, pad", [
     (16, 16, 3, 1, 12, 12), (7, 9, 3, 2, 3, 4), (9, 4, 3, 1, 5, 6), (5, 5, 5, 1, 1, 2),
     (12, 3, 1, 1, 1, 5)])
@@ -127,6 +143,13 @@ def test_tap_intervals_are_the_taps_inside_the_input(out, size, kernel, stride, 
         for o in range(o0, o1):
             inside = [k for k in range(kernel) if 0 <= o * stride - pad + k * dilation < size]
             assert inside == list(range(k0, k1))
+
+
+def test_tiny_region_share():
+    regions = np.array([[0, 1, 0, 1, 0, 2, 0, 2], [0, 1, 1, 7, 0, 2, 0, 3],
+                        [1, 3, 0, 7, 0, 3, 0, 3]], np.int64)
+    assert geometry.tiny_region_share(regions, 6) == pytest.approx(1 / 21)
+    assert geometry.tiny_region_share(regions, 7) == pytest.approx(7 / 21)
 
 
 def test_tap_regions_cover_the_output_once():

@@ -279,3 +279,11 @@ def direct_chunks(regions: np.ndarray, border: int, chunk: int) -> np.ndarray:
             for start in range(0, int(size), chunk)]
     rows += [(-1, start, min(border, start + chunk)) for start in range(0, border, chunk)]
     return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def tiny_region_share(regions: np.ndarray, pixels: int) -> float:
+    """The share of the output in regions of fewer than ``pixels`` pixels
+    (a tile's: they run the partial-tile loop, with its accumulators on the
+    stack)."""
+    sizes = (regions[:, 1] - regions[:, 0]) * (regions[:, 3] - regions[:, 2])
+    return float(np.sum(sizes[sizes < pixels])) / max(1, int(np.sum(sizes)))

@@ -23,7 +23,7 @@ from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
 from .direct import conv_driver
 from .geometry import (ConvGeometry, DepthwiseGeometry, _clip_range, conv1x1_tile_shape,
                        conv2d_output_size, depthwise_tile_pixels, direct_chunks,
-                       direct_tile_shape, tap_regions)
+                       direct_tile_shape, tap_regions, tiny_region_share)
 
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
 #: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
@@ -34,9 +34,16 @@ ALGORITHMS = ("auto", "direct", "winograd")
 # instead (see pad_blocked). At 56x56 (7 % border) the two ways cost the same.
 _PAD_COPY_SHARE = 0.1
 # At most this share of the window's taps reading the input (the rest read
-# only padding): the direct path runs each region of the output on its
-# in-input taps instead (geometry.tap_regions), without padding.
-_TAP_REGION_SHARE = 0.75
+# only padding), and at most _TINY_REGION_SHARE of the output in regions of
+# fewer pixels than a tile (they run the partial-tile loop): the direct path
+# runs each region of the output on its in-input taps instead
+# (geometry.tap_regions), without padding. 1 thread, block 8, Zen 4, against
+# the padded copy: ASPP's dilation 12 on 16 x 16 (share 0.25) 3-6x faster,
+# dilation 6 on 33 x 33 (0.77) 1.17x, dilation 2 on 9 x 9 (0.73, 20 % tiny)
+# 1.14x; padding 1 at dilation 1 on 14 x 14 (0.91) 0.96x, on 7 x 7 (0.82, half
+# the output in regions of 1 and 5 pixels) 0.70x, on 4 x 4 (0.69, all tiny) 0.81x.
+_TAP_REGION_SHARE = 0.8
+_TINY_REGION_SHARE = 0.25
 # Depthwise, stride 1: pad the input (on the stack, or once) up to this output width (below).
 _DW_PAD_WIDTH = 28
 
@@ -349,9 +356,11 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
                       (tuple(geom), chunk, kcb, gsets, threads, has_res) + epilogue)
     pad_copy = None
     geom = direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O)
+    P, B = direct_tile_shape(cb, plain)
     # (a plain input's tile walks every tap's weights: no regions)
     regions, share = tap_regions(geom) if not plain else (None, 1.0)
-    by_regions = share <= _TAP_REGION_SHARE
+    by_regions = share <= _TAP_REGION_SHARE and \
+        tiny_region_share(regions, P) <= _TINY_REGION_SHARE
     border = OH * OW - (geom.r1 - geom.r0) * (geom.c1 - geom.c0)
     if by_regions:
         # many taps read only padding: each region runs its in-input taps
@@ -369,7 +378,6 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     # Pixels per task, whole tiles: about one output row; at least 16 tiles
     # when a task has one group, so it reuses that group's weights (loaded
     # into L2 once) over many tiles.
-    P, B = direct_tile_shape(cb, plain)
     chunk = P * max(-(-OW // P), 1 if og_inner else 16)
     # a first-layer tile has few steps (9 over 3 channels for a 3x3 kernel):
     # setting up its pixels again for every group cost more than keeping a
