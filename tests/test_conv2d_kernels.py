@@ -298,6 +298,20 @@ def test_activation_spans_1x1(block, activation):
                  residual=True, residual_in_place=n == 3, seed=o + h)
 
 
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
+def test_activation_spans_direct(block, activation):
+    # the direct path activates a region's pixels row by row after storing them
+    for n, c, o, h, w, kernel, strides, padding, plain in [
+            (1, 3, 17, 23, 30, (3, 3), (2, 2), (1, 1, 1, 1), True),    # a first layer
+            (2, 3, 9, 9, 13, (3, 3), (1, 1), (1, 0, 2, 1), True),
+            (2, 9, 17, 11, 14, (3, 3), (1, 1), (1, 1, 1, 1), False),
+            (1, 7, 3, 13, 5, (5, 3), (2, 1), (2, 2, 1, 1), False)]:
+        run_case(n, c, o, h, w, kernel, strides, (1, 1), padding, 1, block, activation,
+                 residual=True, residual_in_place=n == 2 and not plain, plain=plain,
+                 seed=o + w)
+
+
 # --- block sizes 4 and 16 on a spread of geometry --------------------------
 
 BLOCK_GEOMETRY = [
@@ -749,6 +763,20 @@ def test_winograd_chunks_hold_a_few_mb_or_twice_the_transformed_filter():
         TH, TW = winograd.tile_counts(size, size)
         G, T_pad = winograd.chunk_rows(N, C // 8, C // 8, TH, TW, 8, P)
         assert (G, T_pad) == (rows, winograd.padded_tiles(rows * TW, P)), (N, C, size)
+
+
+def test_winograd_filter_transform_in_slices_of_output_blocks(monkeypatch):
+    # a few output blocks at a time (bounded float64 temporaries), the same bits as
+    # all at once, and G g Gt of every channel pair
+    OB, CB, cb = 7, 3, 8
+    w = np.random.default_rng(5).standard_normal((OB, CB, 3, 3, cb, cb)).astype(np.float32)
+    whole = winograd.transform_filter(w, K.aligned_empty((36, OB, CB, cb, cb)))
+    monkeypatch.setattr(winograd, "_TRANSFORM_FLOATS", 2 * 36 * CB * cb * cb)  # 2 blocks
+    sliced = winograd.transform_filter(w, K.aligned_empty((36, OB, CB, cb, cb)))
+    np.testing.assert_array_equal(sliced, whole)
+    g = w.astype(np.float64).transpose(0, 1, 4, 5, 2, 3)            # (ob, ib, i, o, kh, kw)
+    u = np.einsum("rk,abiokl,cl->rcabio", winograd.G, g, winograd.G).reshape(whole.shape)
+    np.testing.assert_allclose(sliced, u, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("cb", [1, 4, 8, 16, 32])
