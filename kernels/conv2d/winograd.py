@@ -129,12 +129,24 @@ def transform_filter(packed_direct: np.ndarray, out: np.ndarray) -> np.ndarray:
     # batched (6 x 3) products over (ob, ib): the rows (kh -> r), then the
     # columns (kw -> c); tensordot's transposed copies took 10x as long
     # (330 against 34 ms for 512 x 512 channels: ResNet-50's first run
-    # spent 0.8 s here)
-    g = packed_direct.astype(np.float64).reshape(OB * CB, 3, 3 * ci * co)
-    rows = np.matmul(G, g).reshape(OB * CB * 6, 3, ci * co)    # (ob, ib, r), kw
-    u = np.matmul(G, rows).reshape(OB, CB, 6, 6, ci, co)       # (ob, ib, r, c, i, o)
-    out[...] = u.transpose(2, 3, 0, 1, 4, 5).reshape(out.shape)
+    # spent 0.8 s here). A few output blocks at a time: the float64
+    # temporaries of a whole 512 x 512 filter (g, rows, u: 132 MB) were most
+    # of ResNet-50's peak memory while it packed; each slice's products are
+    # the same, so are the bits.
+    step = max(1, _TRANSFORM_FLOATS // (36 * CB * ci * co))
+    view = out.reshape(6, 6, OB, CB, ci, co)
+    for ob in range(0, OB, step):
+        part = packed_direct[ob:ob + step]
+        n = part.shape[0]
+        g = part.astype(np.float64).reshape(n * CB, 3, 3 * ci * co)
+        rows = np.matmul(G, g).reshape(n * CB * 6, 3, ci * co)    # (ob, ib, r), kw
+        u = np.matmul(G, rows).reshape(n, CB, 6, 6, ci, co)       # (ob, ib, r, c, i, o)
+        view[:, :, ob:ob + n] = u.transpose(2, 3, 0, 1, 4, 5)
     return out
+
+
+#: float64 values of the transformed filter that :func:`transform_filter` makes at once
+_TRANSFORM_FLOATS = 2**19
 
 
 def tile_counts(out_h: int, out_w: int) -> tuple[int, int]:
