@@ -31,7 +31,7 @@ from .context import Context, default_context
 from .errors import JitnnTypeError, JitnnValueError
 from .layouts import plain_tag
 from .limits import shape_arg
-from .tensor import FLOAT32, Node, Tensor, Value, as_array_copy, dtype_arg, host_array
+from .tensor import DTYPES, FLOAT32, Node, Tensor, Value, as_array_copy, dtype_arg, host_array
 
 
 #: the eager ops a builder offers as methods (same names and arguments): every
@@ -154,6 +154,22 @@ class GraphBuilder:
         self._constants[operand._index] = real
         return operand
 
+    def _constant_owned(self, array: np.ndarray) -> Operand:
+        """:meth:`constant` of an array handed over to the graph: its maker
+        (the ONNX frontend, with the initializers it read) never writes it and
+        gives it to no one else, so an aligned, C-contiguous array of a jitnn
+        type is kept as it is instead of copied (a model's weights are then in
+        memory once, not twice, while it loads)."""
+        self._check_open("constant")
+        if not (isinstance(array, np.ndarray) and array.flags.c_contiguous
+                and array.dtype in DTYPES and array.ctypes.data % 64 == 0):
+            return self.constant(array)
+        real = Tensor._holding(self._ctx, array)
+        placeholder = Tensor._holding(self._shape_ctx, array)
+        operand = self._operand(placeholder)
+        self._constants[operand._index] = real
+        return operand
+
     def _add(self, op: str, *args, **kwargs) -> Operand:
         self._check_open(op)
 
@@ -197,6 +213,7 @@ class GraphBuilder:
                     f"GraphBuilder.build: output {name!r} must map a str to an operand of "
                     f"this builder, got {type(operand).__name__}")
         self._built = True
+        _mark_droppable(self._constants, self._ops, outputs)
         graph = Graph(
             self._ctx, inputs={name: op.shape for name, op in self._inputs.items()},
             input_dtypes={name: op.dtype for name, op in self._inputs.items()},
@@ -206,6 +223,45 @@ class GraphBuilder:
             output_dtypes={name: op.dtype for name, op in outputs.items()})
         self._ops, self._constants = [], {}
         return graph
+
+
+#: (op, argument) that reads a constant only to pack it once (jitnn/ops/matmul.py)
+_PACKED_ARGUMENTS = {("matmul", "b", 1), ("gemm", "b", 1)}
+
+
+def _mark_droppable(constants: dict[int, Tensor], ops: list, outputs: Mapping) -> None:
+    """Mark the constants that only a packing argument reads (the weights of
+    matmul and gemm) droppable: once packed, their plain buffer goes
+    (``Value._drop_plain``). A constant read any other way, or an output, stays."""
+    other: set[int] = {operand._index for operand in outputs.values()}
+    packed: set[int] = set()
+    operands: dict[int, Operand] = {}
+
+    def scan(value: Any, as_packed: bool) -> None:
+        if isinstance(value, Operand):
+            (packed if as_packed else other).add(value._index)
+            operands[value._index] = value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                scan(item, False)
+        elif isinstance(value, dict):
+            for item in value.values():
+                scan(item, False)
+    for recorded in ops:
+        for position, arg in enumerate(recorded.args):
+            scan(arg, any(recorded.op == op and position == index
+                          for op, _, index in _PACKED_ARGUMENTS))
+        for name, arg in recorded.kwargs.items():
+            scan(arg, any(recorded.op == op and name == keyword
+                          for op, keyword, _ in _PACKED_ARGUMENTS))
+    for index in packed - other:
+        tensor = constants.get(index)
+        if tensor is not None:
+            tensor._v._droppable = True
+            # the operand's placeholder shared the buffer for shape inference, which is
+            # over: from now on it gives only the shape and type
+            shape_only = operands[index]._placeholder._v
+            shape_only._data = np.broadcast_to(np.zeros((), shape_only._dtype), shape_only._shape)
 
 
 def _builder_method(op: str) -> Callable:

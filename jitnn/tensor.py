@@ -247,7 +247,7 @@ class Value:
 
     __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_node", "_lock",
                  "_derived", "_handle", "_consumers", "_plan", "_released", "_dtype",
-                 "__weakref__")
+                 "_droppable", "_remake", "__weakref__")
 
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
                  data: np.ndarray | None = None, node: Node | None = None,
@@ -277,6 +277,11 @@ class Value:
         self._consumers: list = []                         # weakrefs to consumer Values
         self._plan = None                                  # the plan that computed it
         self._released = False                             # buffer handed back for reuse
+        # A graph constant that only packing ops read (see Graph) is droppable:
+        # once packed, its plain buffer is let go and _remake unpacks it from the
+        # packed form for any later reader (_drop_plain)
+        self._droppable = False
+        self._remake: Callable[[], np.ndarray] | None = None
         if node is not None:
             me = weakref.ref(self)
             for source in node.inputs:
@@ -314,12 +319,24 @@ class Value:
         """The physical buffer, running the pending work it needs first."""
         data = self._data
         if data is not None:
-            return data
+            return data if self._remake is None else self._remake()
         if self._released:
             raise RuntimeError(  # a scheduler bug, never a silently wrong answer
                 f"jitnn internal error: {self!r} was freed by the scheduler but is read")
         self._ctx.flush_values([self])
         return self._data
+
+    def _drop_plain(self, remake: Callable[[], np.ndarray]) -> None:
+        """Let go of a droppable constant's buffer, which ``remake()`` makes
+        again (from a packed form holding the same numbers): a model's
+        weights are then kept once, packed, instead of twice. ``_data`` becomes
+        a read-only view of one zero (no memory; the value stays computed);
+        readers get the numbers through :meth:`_materialize`, which is how
+        the packing ops read their weights."""
+        if not self._droppable or self._remake is not None or self._data is None:
+            return
+        self._remake = remake
+        self._data = np.broadcast_to(np.zeros((), self._dtype), self._shape)
 
     def _derive(self, key: tuple, make: Callable[[], object]) -> object:
         """``make()`` once per key for this value, then the stored result.

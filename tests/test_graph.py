@@ -737,3 +737,32 @@ def test_a_bound_step_calls_the_compiled_kernel_directly():
     for _ in range(3):
         want = np.maximum(conv2d_reference(want, w), 0)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_only_a_matmul_reads_is_kept_packed_only():
+    # once packed, nothing holds the plain copy of w (not the graph, not the
+    # builder's placeholder); every reader still gets w's numbers. s, which an add
+    # reads too, keeps its buffer.
+    import pickle
+    import weakref
+    ctx = jitnn.Context()
+    w, s = random((96, 80), 1), random((96, 96), 2)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (96, 96))
+    w_c, s_c = b.constant(w), b.constant(s)
+    graph = b.build({"y": b.matmul(b.add(b.matmul(x, s_c), s_c), w_c)})
+    kept_w = graph._constants[w_c._index]._v
+    kept_s = graph._constants[s_c._index]._v
+    plain_w = weakref.ref(kept_w._data)
+    x_values = random((96, 96), 3)
+    want = ((x_values.astype(np.float64) @ s + s) @ w)
+    out = {"y": np.empty((96, 80), np.float32)}
+    for _ in range(3):
+        ctx.compute(graph, {"x": x_values}, out)
+        np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-3)
+    assert plain_w() is None and kept_w._data.strides == (0, 0)
+    np.testing.assert_array_equal(kept_w._materialize(), w)          # unpacked, exactly
+    assert kept_s._data.strides != (0, 0) and np.array_equal(kept_s._data, s)
+    again = pickle.loads(pickle.dumps(graph))                         # reads w unpacked
+    got = again.context.dispatch(again, {"x": x_values})["y"].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

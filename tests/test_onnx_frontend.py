@@ -142,6 +142,37 @@ def test_filters_are_packed_once_per_graph():
     assert ctx.stats.filter_packs == packs
 
 
+def test_a_model_file_is_read_with_its_weights_in_memory_once(tmp_path):
+    # the initializers' raw_data goes from the file straight into the arrays that the
+    # graph keeps as its constants: not in the ModelProto, and not copied again
+    from onnx import numpy_helper
+
+    from jitnn.onnx import _model_and_weights, _prepare
+    model, params = _small_model()
+    path = tmp_path / "small.onnx"
+    path.write_bytes(model.SerializeToString())
+    for source in (str(path), path.read_bytes()):
+        proto, _, weights = _model_and_weights(source)
+        read = {t.name: w for t, w in zip(proto.graph.initializer, weights)}
+        for tensor in model.graph.initializer:
+            expected = numpy_helper.to_array(tensor)
+            if expected.nbytes >= 256:
+                assert read[tensor.name] is not None, tensor.name
+            got = read[tensor.name] if read[tensor.name] is not None else numpy_helper.to_array(
+                next(t for t in proto.graph.initializer if t.name == tensor.name))
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), tensor.name
+        assert not any(t.raw_data for t, w in zip(proto.graph.initializer, weights)
+                       if w is not None)
+        ctx = jitnn.Context()
+        graph = _prepare(proto, None, ctx, input_shapes={"x": (2, 3, 9, 9)}, constants=None,
+                         batch=1, weights=weights).graph
+        kept = [t._v._data for t in graph._constants.values()]
+        assert any(data is read["w"] for data in kept)       # the conv filter, not a copy
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    y = jitnn.onnx.run(str(path), {"x": x})["y"]
+    np.testing.assert_allclose(y, _reference(x, params), rtol=1e-4, atol=1e-4)
+
+
 def test_run_and_opset_7():
     model, params = _small_model(opset=7)
     # opset 7 Unsqueeze takes axes as an attribute

@@ -92,6 +92,28 @@ def _model_proto(path_or_model) -> tuple[Any, str | None]:
     return model, source
 
 
+def _model_and_weights(path_or_model) -> tuple[Any, str | None, list | None]:
+    """:func:`_model_proto`, reading a path's or bytes' initializers straight
+    into numpy arrays (jitnn/onnx/_reader.py): ``(model, source, weights)``,
+    ``weights[i]`` the array of initializer ``i`` (None where the proto holds
+    its values; ``weights`` None when the proto holds them all)."""
+    from ._reader import _NotPlain, read_model
+    require_onnx()
+    if isinstance(path_or_model, (bytes, bytearray, str, os.PathLike)):
+        try:
+            model, weights = read_model(path_or_model)
+        except (_NotPlain, OSError):
+            pass                # onnx.load reads it, or says what is wrong with it
+        else:
+            if model.HasField("graph"):
+                source = (f"the given bytes ({len(path_or_model)} bytes)"
+                          if isinstance(path_or_model, (bytes, bytearray))
+                          else repr(os.fspath(path_or_model)))
+                return model, source, weights
+    model, source = _model_proto(path_or_model)
+    return model, source, None
+
+
 def _elem_type(value_info) -> int:
     return value_info.type.tensor_type.elem_type
 
@@ -273,14 +295,17 @@ def prepare(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None =
     opset for what jitnn cannot run, and :class:`~jitnn.JitnnValueError` for
     a broken model (an undefined input, a cycle, a value written twice, ...).
     """
-    model, source = _model_proto(path_or_model)
+    model, source, weights = _model_and_weights(path_or_model)
     return _prepare(model, source, ctx, input_shapes=input_shapes, constants=constants,
-                    batch=batch)
+                    batch=batch, weights=weights)
 
 
 def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] | None,
-             constants: Mapping[str, Any] | None, batch: int) -> OnnxModel:
-    """:func:`prepare` of a parsed model; ``source`` names its file in errors."""
+             constants: Mapping[str, Any] | None, batch: int,
+             weights: list | None = None) -> OnnxModel:
+    """:func:`prepare` of a parsed model; ``source`` names its file in errors;
+    ``weights``: the initializers' arrays read apart from the proto (see
+    :func:`_model_and_weights`)."""
 
     onnx = require_onnx()
     from onnx import numpy_helper
@@ -305,8 +330,10 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     builder = GraphBuilder(ctx)
     cv = Converter(builder, opset)
     values: dict[str, Any] = {}
-    for tensor in graph.initializer:
-        values[tensor.name] = Const(numpy_helper.to_array(tensor), tensor.name)
+    for i, tensor in enumerate(graph.initializer):
+        array = None if weights is None else weights[i]
+        values[tensor.name] = Const(numpy_helper.to_array(tensor) if array is None else array,
+                                    tensor.name)
     input_shapes = dict(input_shapes or {})
     constants = dict(constants or {})
     run_inputs: dict[str, tuple[int, ...]] = {}
@@ -316,7 +343,8 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         if name in values and name not in input_shapes and name not in constants:
             continue                       # an initializer listed as an input (opset < 9 style)
         if name in constants:
-            values[name] = Const(np.asarray(constants[name]), name)
+            # a copy: the graph may keep the array itself (Converter.operand)
+            values[name] = Const(np.array(constants[name]), name)
             continue
         code = _elem_type(info)
         if not code:
@@ -421,8 +449,8 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
                      load_time_inputs=input_names - set(run_inputs), input_dtypes=input_dtypes)
 
 
-def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.ndarray]
-                        ) -> tuple[OnnxModel, frozenset]:
+def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.ndarray],
+                        weights: list | None = None) -> tuple[OnnxModel, frozenset]:
     """:func:`prepare` for these input arrays (``run``, the backend): every input
     runs at run time, except those that the conversion needs at load time (a
     shape, the pads, Resize's scales...), which it names, and which are then
@@ -434,7 +462,8 @@ def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.nd
             converted = _prepare(
                 model, source, ctx,
                 input_shapes={n: np.shape(a) for n, a in feed.items() if n not in folded},
-                constants={n: np.asarray(a) for n, a in feed.items() if n in folded}, batch=1)
+                constants={n: np.asarray(a) for n, a in feed.items() if n in folded}, batch=1,
+                weights=weights)
             return converted, frozenset(folded)
         except LoadTimeValueError as error:
             wanted = set(error.names) & set(feed)
@@ -483,9 +512,9 @@ def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndar
     if not isinstance(inputs, Mapping):
         raise JitnnTypeError(f"onnx.run: inputs must be a dict {{name: array}}, got "
                              f"{type(inputs).__name__}")
-    proto, source = _model_proto(path_or_model)
+    proto, source, weights = _model_and_weights(path_or_model)
     _check_inputs(proto.graph, inputs)
-    model, folded = _prepare_for_values(proto, source, ctx, inputs)
+    model, folded = _prepare_for_values(proto, source, ctx, inputs, weights)
     return model.run({name: value for name, value in inputs.items() if name not in folded})
 
 

@@ -128,11 +128,14 @@ class Converter:
         cached = self._operands.get(key)
         if cached is not None:
             return cached
+        # every Const array is the converter's own (initializers, folds of them, copies
+        # of the caller's constants): the graph keeps it without a copy where it can
         if array.dtype == np.bool_ and target == np.uint8:
-            operand = self.b.constant(array.astype(np.uint8))
+            operand = self.b._constant_owned(array.astype(np.uint8))
             self._bools[id(operand)] = operand
         else:
-            operand = self.b.constant(array.astype(target))
+            operand = self.b._constant_owned(array if array.dtype == target
+                                             else array.astype(target))
         self._operands[key] = operand
         self._keep.append(value)
         return operand

@@ -51,6 +51,10 @@ def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
     """``b`` packed once into the kernel's panels: one matrix (its last two
     dimensions; leading dimensions of size 1, as in ``(1, 1, K, N)``, and a
     1-D column vector are viewed away), the packing kept on ``b``."""
+    key = ("matmul_b", transpose)
+    packed = b._derived.get(key)
+    if packed is not None:
+        return packed
     values = plain_buffer(b)     # outside b's lock (see Value._derive)
     if values.ndim == 1:                     # numpy's 1-D right operand: (K,) is (K, 1)
         values = values.reshape(-1, 1)
@@ -64,7 +68,27 @@ def _packed_b(ctx, b: Tensor, transpose: bool) -> "mm.PackedB":
             lambda: mm.pack_b(values, b_transpose=transpose, threads=ctx.num_threads))
         ctx.launcher.count(filter_packs=1, filter_pack_bytes=packed.nbytes)
         return packed
-    return b._derive(("matmul_b", transpose), pack)
+    packed = b._derive(key, pack)
+    # a graph's weight that nothing else reads is kept packed only (BERT-base:
+    # 324 MB less); a reader other than this packing gets it unpacked
+    b._drop_plain(lambda: unpacked_b(packed, transpose).reshape(b.shape))
+    return packed
+
+
+def unpacked_b(packed: "mm.PackedB", transpose: bool) -> np.ndarray:
+    """The matrix that :func:`mm.pack_b` packed into ``packed`` (one matrix):
+    ``(K, N)``, or ``(N, K)`` when it was packed with ``b_transpose``. The
+    panels (kernels/matmul/__init__.py): K-block ``[k0, k0 + kcb)`` starts at
+    ``k0 * N_pad`` and holds ``N_pad / NR`` panels of ``kcb x NR`` floats."""
+    k, n, kc = packed.k, packed.n, packed.kc
+    n_pad = -(-n // mm.NR) * mm.NR
+    data = packed.data[0]
+    out = np.empty((k, n), np.float32)
+    for k0 in range(0, k, kc):
+        kcb = min(kc, k - k0)
+        panels = data[k0 * n_pad:(k0 + kcb) * n_pad].reshape(n_pad // mm.NR, kcb, mm.NR)
+        out[k0:k0 + kcb] = panels.transpose(1, 0, 2).reshape(kcb, n_pad)[:, :n]
+    return np.ascontiguousarray(out.T) if transpose else out
 
 
 def _worth_packing(m: int, n: int, k: int) -> bool:
