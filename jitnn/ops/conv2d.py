@@ -13,6 +13,7 @@ every later call (pass the same Tensor).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import NamedTuple
 
@@ -479,19 +480,30 @@ def _tuning(node: Node, v: Value) -> tuple[str | None, tuple, str]:
     (``kernels.conv2d.conv2d_algorithm``: ``"winograd"`` or the filter's path)."""
     a = node.attrs
     ctx = v._ctx
-    x = a["x"]._shape
-    n, c, h, w = x if a["axes"] == "nchw" else (x[0], x[3], x[1], x[2])
-    o, _, kh, kw = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
-    out_h, out_w = (v._shape[2], v._shape[3]) if a["axes"] == "nchw" else v._shape[1:3]
-    path = conv_kernels.conv2d_path((kh, kw), c, a["groups"], a["first_layer"])
-    shape = (path, (kh, kw), a["strides"], a["dilations"], a["groups"], c, o, n, out_h, out_w,
-             a["block"])
-    formula = conv_kernels.conv2d_algorithm(*shape, ctx.conv_algorithm)
+    return _tuning_of(a["x"]._shape, a["axes"], a["w"]._shape, a["filter_layout"],
+                      v._shape, a["strides"], a["dilations"], a["padding"], a["groups"],
+                      a["first_layer"], a["block"], ctx.conv_algorithm, ctx.num_threads)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tuning_of(x_shape: tuple, axes: str, w_shape: tuple, filter_layout: str, y_shape: tuple,
+               strides: tuple, dilations: tuple, padding: tuple, groups: int,
+               first_layer: bool, block: int, conv_algorithm: str,
+               threads: int) -> tuple[str | None, tuple, str]:
+    """:func:`_tuning` of one conv's shapes and options (asked at every
+    scheduling and eager call: cached, 20 us of Python each)."""
+    n, c, h, w = x_shape if axes == "nchw" else (x_shape[0], x_shape[3], x_shape[1],
+                                                   x_shape[2])
+    o, _, kh, kw = layouts.filter_oihw_shape(w_shape, filter_layout)
+    out_h, out_w = (y_shape[2], y_shape[3]) if axes == "nchw" else y_shape[1:3]
+    path = conv_kernels.conv2d_path((kh, kw), c, groups, first_layer)
+    shape = (path, (kh, kw), strides, dilations, groups, c, o, n, out_h, out_w, block)
+    formula = conv_kernels.conv2d_algorithm(*shape, conv_algorithm)
     candidates = conv_kernels.plan.conv2d_candidates(*shape)
-    if ctx.conv_algorithm != "auto" or len(candidates) < 2:
+    if conv_algorithm != "auto" or len(candidates) < 2:
         return None, candidates, formula
-    key = tuning.conv2d_key(a["block"], ctx.num_threads, "float32", n, c, h, w, o, (kh, kw),
-                            a["strides"], a["dilations"], a["padding"], a["groups"])
+    key = tuning.conv2d_key(block, threads, "float32", n, c, h, w, o, (kh, kw), strides,
+                            dilations, padding, groups)
     return key, candidates, formula
 
 
