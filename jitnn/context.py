@@ -69,13 +69,13 @@ class Context:
       to plain NCHW, as a framework that needs standard layout between ops.
 
     ``conv_algorithm`` says how 3x3 convolutions with stride 1 run:
-    ``"auto"`` (default) uses Winograd F(4x4, 3x3) where it pays (8 or more
-    input and output channels: 1.5-3x faster than the direct kernel, with
-    ~10x the rounding error, relative ~1e-5; a NaN or inf input pixel turns
-    most of the 4 x 4 output tiles around it NaN), ``"direct"`` never,
-    ``"winograd"`` wherever it applies (see
+    ``"auto"`` (default) uses Winograd F(4x4, 3x3) where it pays, as timed
+    on the host at a shape's first run (jitnn/tuning.py), else by formula
+    (~10x the direct kernel's rounding error, relative ~1e-5; a NaN or inf
+    input pixel turns most of the 4 x 4 output tiles around it NaN),
+    ``"direct"`` never, ``"winograd"`` wherever it applies (see
     :func:`jitnn.kernels.conv2d.conv2d_algorithm`); ``jitnn.explain`` shows
-    which ran.
+    which ran, and whether it was measured.
 
     Pending work is bounded: past ``max_pending_ops`` recorded ops or
     ``max_pending_bytes`` of pending results, everything the caller still
