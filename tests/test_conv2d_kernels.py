@@ -181,6 +181,11 @@ DEPTHWISE = [
     (2, 24, 1, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),       # padded copy, one tile a row
     (1, 17, 1, 14, 14, (3, 3), (2, 2), (1, 1), (0, 1, 0, 1)),     # stride 2, padded copy
     (1, 16, 1, 5, 40, (3, 3), (3, 3), (1, 1), (1, 1, 1, 1)),      # stride 3: generic loop
+    # 5x5, dilation 1: the sliding tile (each input column loaded once per row)
+    (2, 17, 1, 19, 33, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),     # tiles + border pixels
+    (1, 9, 1, 23, 37, (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),
+    (3, 24, 1, 14, 14, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),     # padded on the stack
+    (1, 7, 1, 9, 9, (5, 5), (2, 2), (1, 1), (1, 2, 2, 1)),
 ]
 
 # Padded depthwise convs whose tasks pad their own input rows on the stack
@@ -216,6 +221,13 @@ def test_depthwise_block8(case):
                       block=8, activation=(CLAMP, -1.0, 1.0), residual=True, seed=c + m)
     assert packed.path == "depthwise"
     assert packed.multiplier == m
+
+
+@pytest.mark.parametrize("block", [4, 16])
+def test_depthwise_5x5_blocks_4_16(block):
+    for n, c, m, h, w, kernel, strides, dilations, padding in DEPTHWISE[-4:]:
+        run_case(n, c, c * m, h, w, kernel, strides, dilations, padding, groups=c,
+                 block=block, activation=(HARD_SWISH, 0.0, 0.0), residual=True, seed=c + h)
 
 
 FIRST_LAYER = [

@@ -190,12 +190,20 @@ def _dw_rows(xf, x_plane, wf, bias, resf, yf, buf, lane_off, geometry, n, ob, oh
                     # the common 3x3: each input column loaded once per row
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, 3, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
+                elif sw == 1 and dw == 1 and KW == 5:
+                    # 5x5 (EfficientNet, MnasNet, MobileNetV3) as well: 11
+                    # loads per row of 35 FMAs instead of 40
+                    depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, 5, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 1:
                     depthwise_tile(P, cb, cb, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 2 and dw == 1 and KW == 3:
                     # stride 2: each input column loaded once per row as well
                     depthwise_tile(P, cb, cb2, src, x0, s_kh, s_kw, kh1 - kh0, 3, wf, w0,
+                                   bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
+                elif sw == 2 and dw == 1 and KW == 5:
+                    depthwise_tile(P, cb, cb2, src, x0, s_kh, s_kw, kh1 - kh0, 5, wf, w0,
                                    bias, bo, resf, has_res, yf, ypix, p_lo, clamp, lo, hi)
                 elif sw == 2:
                     depthwise_tile(P, cb, cb2, src, x0, s_kh, s_kw, kh1 - kh0, KW, wf, w0,
