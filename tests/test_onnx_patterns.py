@@ -390,6 +390,35 @@ def test_attention_bhsd_operands_and_k_already_transposed():
         assert "scaled_dot_product_attention" in labels and "softmax" not in labels, labels
 
 
+@pytest.mark.parametrize("window_mask", ["constant", "run_time"])
+def test_attention_with_a_window_mask_on_a_view_of_the_scores(window_mask):
+    """Swin's shifted windows: scores + a relative position bias (1, H, N, N),
+    viewed as (images, windows, H, N, N) for the per-window mask (1, windows,
+    1, N, N), viewed back, softmax: one attention with the two masks as one
+    constant (the view's mask on the scores' own shape). A mask from an input
+    on the view is left to the op-by-op conversion."""
+    images, windows, h, n, d = 2, 4, 3, 5, 4
+    b = images * windows
+    net = Net(6)
+    q, k, v = (net.input(name, (b, h, n, d)) for name in "qkv")
+    feed = {name: random((b, h, n, d), seed) for seed, name in enumerate("qkv")}
+    scores = net("MatMul", net("Mul", q, net.const(0.5)), net("Transpose", k, perm=[0, 1, 3, 2]))
+    scores = net("Add", scores, net.const(net.rng.standard_normal((1, h, n, n))))
+    view = net("Reshape", scores, net.const([-1, windows, h, n, n], np.int64))
+    mask = np.where(net.rng.random((1, windows, 1, n, n)) > 0.3, 0.0, -100.0)
+    if window_mask == "constant":
+        view = net("Add", view, net.const(mask))
+    else:
+        view = net("Add", net.input("mask", mask.shape), view)
+        feed["mask"] = mask.astype(np.float32)
+    scores = net("Reshape", view, net.const([-1, h, n, n], np.int64))
+    out = net("MatMul", net("Softmax", scores, axis=-1), v)
+    labels = check(net.model([out]), feed)
+    fused = window_mask == "constant"
+    assert ("scaled_dot_product_attention" in labels) == fused, labels
+    assert ("softmax" in labels) != fused, labels
+
+
 def test_attention_3d_heads_from_onnx_models():
     """tests/onnx_models.py's BERT-style block: (N, S, D) attention, a
     (1, 1, S) additive mask built from the int64 mask input."""

@@ -122,7 +122,24 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
     sq, sk = scores[-2:]
     # masks: (shape, make the operand, additive: a float mask added to the scores)
     masks, causal, nan_free = [], False, True
+    view = scores                   # the scores' shape where the next step reads them
     for kind, _, operands in plan["steps"]:
+        if kind == "reshape":
+            target = values[operands[0]]
+            view = None if not isinstance(target, Const) else \
+                _reshaped(view, target.array.reshape(-1), operands[1])
+            if view is None:
+                return None
+            continue
+        if view != scores:
+            # a mask added to a view of the scores (Swin's per-window shift mask
+            # on (B, windows, H, N, N)): a constant, as the mask of the scores
+            array = _view_mask(values[operands[0]], view, scores) if kind == "add" else None
+            if array is None:
+                return None
+            nan_free &= bool(np.isfinite(array).all())
+            masks.append((array.shape, lambda a=array: cv.float_operand(Const(a)), True))
+            continue
         if kind == "add":
             mask = values[operands[0]]
             if isinstance(mask, Const) and mask.array.dtype.kind == "f":
@@ -165,6 +182,8 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                               _run_time_mask(cv, c, k, i), infinite))
             else:
                 return None
+    if view != scores:
+        return None                      # the reshapes do not give the scores back
     if len(masks) > 1 and not all(additive for _, _, additive in masks):
         return None                      # a boolean mask and another: not one jitnn mask
     for shape, _, _ in masks:
@@ -178,6 +197,26 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
     for _, make, _ in masks:
         mask = make() if mask is None else cv.op("add", mask, make())
     return mask, causal, nan_free
+
+
+def _view_mask(mask, view: tuple[int, ...], scores: tuple[int, ...]) -> np.ndarray | None:
+    """The constant float ``mask`` added to the scores viewed as ``view``, as
+    a float32 mask of the scores' shape (the view's elements are the scores'
+    in the same order), without the leading axes it does not vary along (Swin's
+    per-window mask is ``(B * windows, 1, N, N)``, not one per head); None
+    when it is no constant float that broadcasts to ``view``."""
+    if not isinstance(mask, Const) or mask.array.dtype.kind != "f" \
+            or len(mask.array.shape) > len(view):
+        return None
+    try:
+        full = np.broadcast_to(mask.array.astype(np.float32), view).reshape(scores)
+    except ValueError:
+        return None
+    for axis in range(len(scores) - 2):
+        first = np.take(full, [0], axis=axis)
+        if (full == first).all():
+            full = first
+    return np.ascontiguousarray(full)
 
 
 def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Operand:

@@ -21,7 +21,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   that varies by row is repeated for them, a causal one becomes a constant;
   so does multi-query attention (Falcon: one K and V head that the MatMuls
   broadcast). Two ``Add`` masks (a relative position bias and the padding
-  mask) add up into one.
+  mask) add up into one. A constant mask added to a ``Reshape`` view of the
+  scores that a second ``Reshape`` undoes (Swin's shifted windows: ``(images,
+  windows, H, N, N)`` + a per-window mask) is that mask on the scores.
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
   ``Mul`` by ``x`` and by 0.5 in any order: ``gelu(x)``. The tanh
   approximation (GPT-2's ``gelu_new``, BLOOM's): ``Tanh`` of ``√(2/π) (x +
@@ -115,7 +117,7 @@ def _score_chain(g: _Graph, name: str, depth: int = 0):
     index), or None. Each value on the way is read by the next node only."""
     if depth > 6 or name in g.outputs or len(g.users(name)) != 1:
         return None
-    index = g.node(name, "MatMul", "Mul", "Div", "Add", "Where")
+    index = g.node(name, "MatMul", "Mul", "Div", "Add", "Where", "Reshape")
     if index is None:
         return None
     node = g.nodes[index]
@@ -123,6 +125,11 @@ def _score_chain(g: _Graph, name: str, depth: int = 0):
     if op == "MatMul":
         return [], index
     candidates = []
+    if op == "Reshape" and node.input[1] in g.const:
+        # Swin's shifted windows: scores viewed as (B, windows, H, N, N) for the
+        # per-window mask, then back (checked where the masks convert)
+        candidates.append((node.input[0], ("reshape", index,
+                                           (node.input[1], bool(g.attr(index, "allowzero", 0))))))
     if op in ("Mul", "Div"):
         if node.input[1] in g.const and node.input[0] not in g.const:
             candidates.append((node.input[0], ("scale", index, (node.input[1], op == "Div"))))
@@ -177,7 +184,8 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
     # scales next to the product, then at most two Add masks (they add up) and one Where
     masks = [k for k in kinds if k != "scale"]
     if kinds != sorted(kinds, key=lambda k: k != "scale") or masks.count("add") > 2 \
-            or masks.count("where") > 1 or first in g.taken:
+            or masks.count("where") > 1 or masks.count("reshape") not in (0, 2) \
+            or first in g.taken:
         return None
     covered |= {first} | {s[1] for s in steps}
     scales = [(s[2][0], s[2][1]) for s in steps if s[0] == "scale"]
