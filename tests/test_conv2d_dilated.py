@@ -66,6 +66,13 @@ def _regions_of(launch) -> np.ndarray:
     return launch.tail[3]            # the direct driver's regions (plan._plan_conv2d)
 
 
+def test_aspp_960_channels_runs_tap_by_tap():
+    """A group's weights past L2 (960 input channels, 2 output blocks of 8:
+    540 KiB): tap by tap, each tap's weights read once per group."""
+    launch = check_conv(1, 960, 16, 16, 16, (3, 3), (1, 1), (12, 12), (12,) * 4, 8)
+    assert len(launch.tail[5]) == 11
+
+
 # dilation d, padding d, 3x3 on maps of 7, 9, 17, 33: from most taps reading
 # padding (d 18 on 7 x 7: only the centre tap) to few (d 2 on 33 x 33)
 DILATED = list(itertools.product([2, 6, 12, 18], [7, 9, 17, 33], [3, 9, 17]))
@@ -90,20 +97,25 @@ FORCED = [
 ]
 
 
-@pytest.mark.parametrize("share", [0.0, 1.0], ids=["padded", "regions"])
+@pytest.mark.parametrize("way", ["padded", "regions", "tap_passes"])
 @pytest.mark.parametrize("block", [4, 8, 16])
 @pytest.mark.parametrize("case", FORCED, ids=lambda c: f"{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}"
                          f"_s{c[6][0]}_d{c[7][0]}{c[7][1]}_p{''.join(map(str, c[8]))}")
-def test_regions_and_padding_agree(monkeypatch, share, block, case):
-    """Forced both ways (regions whatever share of taps reads the input, or
-    never): the same results, with a residual and an activation applied
-    after the store."""
+def test_regions_tap_passes_and_padding_agree(monkeypatch, way, block, case):
+    """Forced each way (regions whatever share of taps reads the input, tap
+    by tap whatever the weights' size, or never): the same results, with a
+    residual and an activation applied after the store."""
+    share = 0.0 if way == "padded" else 1.0
     monkeypatch.setattr(conv_plan, "_TAP_REGION_SHARE", share)
     monkeypatch.setattr(conv_plan, "_TINY_REGION_SHARE", share)
+    monkeypatch.setattr(conv_plan, "_TAP_PASS_GROUP_BYTES",
+                        0 if way == "tap_passes" else 1 << 40)
     n, c, o, h, w, kernel, strides, dilations, padding = case
     launch = check_conv(n, c, o, h, w, kernel, strides, dilations, padding, block,
                         activation=HARD_SWISH, residual=True, seed=c + o)
-    assert (len(_regions_of(launch)) > 1) == (share == 1.0)
+    assert (len(_regions_of(launch)) > 1) == (way != "padded")
+    passes = launch.tail[5]
+    assert (len(passes) > 1) == (way == "tap_passes")
 
 
 def test_aspp_shape_runs_by_regions_without_a_padded_copy():
@@ -150,6 +162,23 @@ def test_tiny_region_share():
                         [1, 3, 0, 7, 0, 3, 0, 3]], np.int64)
     assert geometry.tiny_region_share(regions, 6) == pytest.approx(1 / 21)
     assert geometry.tiny_region_share(regions, 7) == pytest.approx(7 / 21)
+
+
+def test_tap_passes_run_each_tap_over_its_pixels_once():
+    geom = conv_plan.direct_geometry(1, 8, 16, 16, 8, False, 1, 16, 16, 3, 3, 1, 1, 12, 12,
+                                     12, 12, 8)
+    regions, chunks, passes = geometry.tap_passes(geom, 12)
+    assert passes[:, 2].tolist() == [geometry.PASS_INIT] + [geometry.PASS_ADD] * 9 + \
+        [geometry.PASS_LAST]
+    assert regions[0].tolist() == regions[-1].tolist() == [0, 16, 0, 16, 0, 0, 0, 0]
+    # tap (0, 1) reads the input from output rows 12 to 15, every column
+    assert [12, 16, 0, 16, 0, 1, 1, 2] in regions.tolist()
+    for first, end, _ in passes:     # a pass's chunks cover its region once
+        r = chunks[first, 0]
+        r0, r1, c0, c1 = regions[r, :4]
+        assert all(chunks[first:end, 0] == r)
+        assert chunks[first:end, 1:].tolist() == [[s, min(s + 12, (r1 - r0) * (c1 - c0))]
+                                                 for s in range(0, (r1 - r0) * (c1 - c0), 12)]
 
 
 def test_tap_regions_cover_the_output_once():

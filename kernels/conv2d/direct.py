@@ -13,7 +13,9 @@ block: ``cb`` blocked, ``C`` plain):
   tile pixel ``p``, zero where the tap falls in the padding
 * regions ``(R, 8)`` int64: output rows ``[r0, r1)``, columns ``[c0, c1)``
   and the taps ``[kh0, kh1) x [kw0, kw1)`` its pixels run; chunks
-  ``(nchunks, 3)`` int64: a region (-1: border pixels), first and end pixel
+  ``(nchunks, 3)`` int64: a region (-1: border pixels), first and end pixel;
+  passes ``(npasses, 3)`` int64: chunks ``[first, end)`` run in parallel,
+  one pass after the other, and what the pass does (``geometry.PASS_*``)
 
 A tile is P output pixels x B output blocks (:func:`.geometry.direct_tile_shape`).
 Output pixels are split into regions that read the input in place and
@@ -29,7 +31,10 @@ conv with padding about its dilation on a small map: DeepLab's ASPP at
 dilation 12 on 16 x 16, three quarters of its taps), the output is instead
 cut into regions in which every pixel's in-input taps are the same
 rectangle (:func:`.geometry.tap_regions`), each running only those taps,
-and there are no border pixels.
+and there are no border pixels. When one output-block group's weights are
+past L2 besides, the regions run tap by tap instead
+(:func:`.geometry.tap_passes`): a pass per tap adds it over the pixels it
+reads the input for, so each tap's weights are read once per group.
 
 That per-tile copy holds every input block's taps (for 512 channels and
 3x3, 110 KiB per tile: more than L1), so when borders are a large share of
@@ -49,8 +54,9 @@ from .._config import jit, parallel_kernel
 from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import stack_empty
-from .geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, _ZERO, ConvGeometry, Epilogue,
-                       _border_pixel, direct_tile_shape)
+from .geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, _ZERO, PASS_INIT, PASS_LAST,
+                       PASS_WHOLE, ConvGeometry, Epilogue, _border_pixel,
+                       direct_tile_shape)
 from .register_tile import conv_tile
 
 
@@ -353,35 +359,45 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
     P, B = direct_tile_shape(cb, plain)
 
     def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, regions, chunks,
-                    og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0, p1):
+                    passes, og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0,
+                    p1):
         geom = ConvGeometry(*geometry)
         N, CB, OB, KH, KW = geom.N, geom.CB, geom.OB, geom.KH, geom.KW
         border_region = (geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW)
         OG = (OB + B - 1) // B
-        nchunks = chunks.shape[0]
+        zeros = np.zeros(bias.shape[0], np.float32)
         # og_inner (all weights fit in L2): a task takes a chunk of pixels for
         # every output-block group, tile by tile, so the tile's input stays in
         # L1 across the groups; otherwise a task takes one group's chunk and
         # consecutive tasks share that group's weights.
         per_task = OG if og_inner else 1
-        tasks_per_image = (OG // per_task) * nchunks
-        for task in prange(N * tasks_per_image):
-            n = task // tasks_per_image
-            c = task % nchunks
-            og0 = ((task // nchunks) % (OG // per_task)) * per_task
-            r = chunks[c, 0]
-            interior = r >= 0
-            region = border_region
-            if interior:
-                region = (regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3],
-                          regions[r, 4], regions[r, 5], regions[r, 6], regions[r, 7])
-            buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
-            # border tiles fill a patch per tile: keep them tile-major
-            _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0,
-                        og0 + per_task, chunks[c, 1], chunks[c, 2], interior,
-                        interior and group_fits_l1,
-                        Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, ci, P, B,
-                        plain)
+        # passes one after the other (each a parallel loop over its chunks):
+        # one (PASS_WHOLE) or, tap by tap, PASS_INIT, PASS_ADD..., PASS_LAST
+        for ps in range(passes.shape[0]):
+            c_lo, mode = passes[ps, 0], passes[ps, 2]
+            nchunks = passes[ps, 1] - c_lo
+            starts = mode == PASS_WHOLE or mode == PASS_INIT
+            ends = mode == PASS_WHOLE or mode == PASS_LAST
+            epilogue = Epilogue(has_res or not starts, clamp and ends, lo, hi, post and ends,
+                                act, p0, p1)
+            bias_p = bias if starts else zeros
+            res_p = resf if starts else yf          # later passes add to the sums so far
+            tasks_per_image = (OG // per_task) * nchunks
+            for task in prange(N * tasks_per_image):
+                n = task // tasks_per_image
+                c = c_lo + task % nchunks
+                og0 = ((task // nchunks) % (OG // per_task)) * per_task
+                r = chunks[c, 0]
+                interior = r >= 0
+                region = border_region
+                if interior:
+                    region = (regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3],
+                              regions[r, 4], regions[r, 5], regions[r, 6], regions[r, 7])
+                buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
+                # border tiles fill a patch per tile: keep them tile-major
+                _conv_tiles(xf, wf, bias_p, res_p, yf, buf, geom, region, ib_begin, ib_end,
+                            n, og0, og0 + per_task, chunks[c, 1], chunks[c, 2], interior,
+                            interior and group_fits_l1, epilogue, cb, ci, P, B, plain)
 
     conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
     return parallel_kernel(conv_driver)

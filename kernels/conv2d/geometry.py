@@ -44,6 +44,12 @@ _DEPTHWISE_TILE_ELEMENTS = 96
 _MAX_LANES = 32
 _MAX_TILE_PIXELS = 16
 
+#: the direct driver's passes (rows ``(first chunk, end chunk, mode)``): one
+#: pass computes the whole result (bias, residual, the sum, activation); tap
+#: by tap, the first stores the bias (and residual), each next one adds its
+#: chunks' taps to what is stored, and the last activates
+PASS_WHOLE, PASS_INIT, PASS_ADD, PASS_LAST = 0, 1, 2, 3
+
 
 class ConvGeometry(NamedTuple):
     """A convolution as the direct, 1x1 and first-layer drivers see it.
@@ -287,3 +293,40 @@ def tiny_region_share(regions: np.ndarray, pixels: int) -> float:
     stack)."""
     sizes = (regions[:, 1] - regions[:, 0]) * (regions[:, 3] - regions[:, 2])
     return float(np.sum(sizes[sizes < pixels])) / max(1, int(np.sum(sizes)))
+
+
+def tap_passes(geom: ConvGeometry, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(regions, chunks, passes)`` of the direct driver running ``geom``
+    tap by tap: a pass storing the bias over the whole output, then one per
+    tap over the rectangle of output pixels where it reads the input (so
+    each tap's weights are read once per output-block group, not once per
+    region of :func:`tap_regions` that runs it), then one activating the whole
+    output. Chunks of ``chunk`` pixels."""
+    rows = tap_intervals(geom.OH, geom.H, geom.KH, geom.sh, geom.dh, geom.pt)
+    cols = tap_intervals(geom.OW, geom.W, geom.KW, geom.sw, geom.dw, geom.pl)
+
+    def span(runs, k):               # the positions whose taps include k
+        inside = [(o0, o1) for o0, o1, k0, k1 in runs if k0 <= k < k1]
+        return (inside[0][0], inside[-1][1]) if inside else (0, 0)
+
+    whole = (0, geom.OH, 0, geom.OW, 0, 0, 0, 0)
+    regions = [whole]
+    modes = [PASS_INIT]
+    for kh in range(geom.KH):
+        r0, r1 = span(rows, kh)
+        for kw in range(geom.KW):
+            c0, c1 = span(cols, kw)
+            if r1 > r0 and c1 > c0:
+                regions.append((r0, r1, c0, c1, kh, kh + 1, kw, kw + 1))
+                modes.append(PASS_ADD)
+    regions.append(whole)
+    modes.append(PASS_LAST)
+    regions_array = np.array(regions, np.int64)
+    chunks, passes = [], []
+    for r, mode in enumerate(modes):
+        one = direct_chunks(regions_array[r:r + 1], 0, chunk)
+        one[:, 0] = r
+        passes.append((len(chunks), len(chunks) + len(one), mode))
+        chunks.extend(one.tolist())
+    return (regions_array, np.array(chunks, np.int64).reshape(-1, 3),
+            np.array(passes, np.int64).reshape(-1, 3))
