@@ -14,7 +14,7 @@ import numpy as np
 
 from .._config import jit
 from ..epilogue import CLAMP, LEAKY_RELU, NONE, RELU, activate
-from ..stack import prefetch_write, stack_empty
+from ..stack import prefetch, prefetch_write, stack_empty
 from .blocking import (MR, NR, SMALL_K, VEC, _DIRECT_BLOCK, _DIRECT_W, _GEMV_TILE, _ONE,
                        _ROW_TILE, _TILE, _ZERO, _span, _span1)
 
@@ -99,6 +99,12 @@ def _has_epilogue(alpha, beta, c, bias, residual, act):
 
 # --- the packed path ------------------------------------------------------------
 
+#: floats in a cache line (64 bytes)
+_LINE = 16
+#: the tiles of a B panel that prefetch the next one: a row of NR floats spans
+#: NR / _LINE lines (2 on AVX-512, 1 on AVX2), one per tile and k-step
+_PREFETCH_TILES = max(1, NR // _LINE)
+
 @jit()
 def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
                   accumulate, finish, alpha, beta, c, bias, residual, act, param0,
@@ -119,6 +125,11 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
 
     All the tile loops live in this one function: a call per tile, with its
     arguments and numba's reference counting, cost ~10 % at kc = 256.
+
+    The first ``_PREFETCH_TILES`` tiles of a B panel prefetch the next panel
+    of the block, a cache line per k-step: a model's weights are read once
+    per run and come from DRAM, and without it each panel's first tile
+    waited for its B (GEMMs on 16 cold weights, 1 thread: 2-6 % faster).
     """
     M, N = out.shape
     acc = numba.carray(stack_empty(_TILE, np.float32), (MR, NR))
@@ -140,11 +151,26 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
             for i in range(MR):
                 prefetch_write(out, (i0 + i, j0))
                 prefetch_write(out, (i0 + i, j0 + NR - 1))
-            for p in range(kc):
-                for i in range(MR):
-                    a_ip = apanel[p * MR + i]
-                    for j in range(NR):
-                        acc[i, j] += a_ip * bpanel[p * NR + j]
+            if ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
+                # the next B panel, from memory (weights are read once per
+                # run, so they come cold from DRAM): its first tiles fetch it
+                # a line per k-step, _PREFETCH_TILES lines per row of NR
+                # floats, so that it is in cache when its own first tile runs
+                # and not fetched at that tile's loads
+                ahead = _span1(b_block, (jp + 1) * kc * NR + (ip - ip_begin) * _LINE,
+                               kc * NR - (ip - ip_begin) * _LINE)
+                for p in range(kc):
+                    prefetch(ahead, (p * NR,))
+                    for i in range(MR):
+                        a_ip = apanel[p * MR + i]
+                        for j in range(NR):
+                            acc[i, j] += a_ip * bpanel[p * NR + j]
+            else:
+                for p in range(kc):
+                    for i in range(MR):
+                        a_ip = apanel[p * MR + i]
+                        for j in range(NR):
+                            acc[i, j] += a_ip * bpanel[p * NR + j]
             if m < MR or n < NR:
                 # edge tile: through a second stack tile, so that acc is only
                 # ever indexed by constants (any runtime index would keep all
