@@ -223,13 +223,6 @@ def test_depthwise_block8(case):
     assert packed.multiplier == m
 
 
-@pytest.mark.parametrize("block", [4, 16])
-def test_depthwise_5x5_blocks_4_16(block):
-    for n, c, m, h, w, kernel, strides, dilations, padding in DEPTHWISE[-4:]:
-        run_case(n, c, c * m, h, w, kernel, strides, dilations, padding, groups=c,
-                 block=block, activation=(HARD_SWISH, 0.0, 0.0), residual=True, seed=c + h)
-
-
 FIRST_LAYER = [
     # (n, c, o, h, w, kernel, strides, dilations, padding, groups)
     (1, 3, 64, 31, 29, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),  # ResNet stem, small
@@ -278,50 +271,33 @@ def test_epilogue_depthwise_and_first_layer(block, activation):
              bias=True, residual=True, plain=True, seed=block)
 
 
-# The depthwise kernel applies a post-store activation once over each task's
-# rows, the 1x1 kernel once per run of 8 tiles: images of many rows and
-# tiles, channel counts that leave padding lanes (sigmoid(0) = 0.5 must not
-# reach them), several images, residuals in place.
-SPAN_ACTIVATIONS = [(SILU, 0.0, 0.0), (SIGMOID, 0.0, 0.0), (GELU, 0.0, 0.0)]
+# Post-store activations run over a depthwise task's rows, 8-tile runs (1x1) and a
+# direct region's rows: padding lanes (sigmoid(0) = 0.5 must not reach them).
+# (n, c, o, h, w, kernel, strides, padding, groups, plain, in place)
+SPAN_CASES = [
+    (2, 17, 17, 23, 30, (3, 3), (1, 1), (1, 1, 1, 1), 17, False, False),  # border pixels
+    (1, 1, 1, 9, 13, (5, 5), (2, 2), (2, 2, 2, 2), 1, False, False),
+    (2, 17, 17, 19, 33, (5, 5), (1, 1), (2, 2, 2, 2), 17, False, False),  # 5x5 sliding
+    (3, 7, 7, 7, 7, (5, 5), (1, 1), (2, 2, 2, 2), 7, False, True),        # stack-padded
+    (1, 9, 9, 40, 20, (3, 3), (2, 2), (1, 1, 1, 1), 9, False, False),
+    (1, 3, 3, 5, 5, (3, 3), (1, 1), (0, 0, 0, 0), 3, False, False),       # < one tile
+    (2, 9, 17, 20, 11, (1, 1), (1, 1), (0, 0, 0, 0), 1, False, False),    # 1x1, 37 tiles
+    (3, 3, 7, 9, 13, (1, 1), (2, 2), (0, 0, 0, 0), 1, False, True),       # copied tiles
+    (1, 300, 20, 13, 7, (1, 1), (1, 1), (0, 0, 0, 0), 1, False, False),   # K-blocks
+    (2, 16, 1, 1, 3, (1, 1), (1, 1), (0, 0, 0, 0), 1, False, False),
+    (1, 3, 17, 23, 30, (3, 3), (2, 2), (1, 1, 1, 1), 1, True, False),     # first layer
+    (2, 3, 9, 9, 13, (3, 3), (1, 1), (1, 0, 2, 1), 1, True, False),
+    (2, 9, 17, 11, 14, (3, 3), (1, 1), (1, 1, 1, 1), 1, False, True),     # direct
+    (1, 7, 3, 13, 5, (5, 3), (2, 1), (2, 2, 1, 1), 1, False, False)]
 
 
 @pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
-def test_activation_spans_depthwise(block, activation):
-    for n, c, h, w, kernel, strides, padding in [
-            (2, 17, 23, 30, (3, 3), (1, 1), (1, 1, 1, 1)),   # row chunks, border pixels
-            (1, 1, 9, 13, (5, 5), (2, 2), (2, 2, 2, 2)),
-            (3, 7, 7, 7, (5, 5), (1, 1), (2, 2, 2, 2)),      # padded on the stack
-            (1, 9, 40, 20, (3, 3), (2, 2), (1, 1, 1, 1)),
-            (1, 3, 5, 5, (3, 3), (1, 1), (0, 0, 0, 0))]:     # narrower than a tile
-        run_case(n, c, c, h, w, kernel, strides, (1, 1), padding, c, block, activation,
-                 residual=True, residual_in_place=n == 3, seed=c + h)
-
-
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
-def test_activation_spans_1x1(block, activation):
-    for n, c, o, h, w, s in [(2, 9, 17, 20, 11, 1),       # 220 pixels: 8-tile runs and a rest
-                             (1, 24, 40, 14, 14, 1),
-                             (3, 3, 7, 9, 13, 2),         # strided: copied tiles
-                             (1, 300, 20, 13, 7, 1),      # K-blocks: the last one activates
-                             (2, 16, 1, 1, 3, 1)]:        # shorter than a tile
-        run_case(n, c, o, h, w, (1, 1), (s, s), block=block, activation=activation,
-                 residual=True, residual_in_place=n == 3, seed=o + h)
-
-
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("activation", SPAN_ACTIVATIONS, ids=lambda a: f"act{a[0]}")
-def test_activation_spans_direct(block, activation):
-    # the direct path activates a region's pixels row by row after storing them
-    for n, c, o, h, w, kernel, strides, padding, plain in [
-            (1, 3, 17, 23, 30, (3, 3), (2, 2), (1, 1, 1, 1), True),    # a first layer
-            (2, 3, 9, 9, 13, (3, 3), (1, 1), (1, 0, 2, 1), True),
-            (2, 9, 17, 11, 14, (3, 3), (1, 1), (1, 1, 1, 1), False),
-            (1, 7, 3, 13, 5, (5, 3), (2, 1), (2, 2, 1, 1), False)]:
-        run_case(n, c, o, h, w, kernel, strides, (1, 1), padding, 1, block, activation,
-                 residual=True, residual_in_place=n == 2 and not plain, plain=plain,
-                 seed=o + w)
+@pytest.mark.parametrize("activation", [(SILU, 0.0, 0.0), (SIGMOID, 0.0, 0.0), (GELU, 0.0, 0.0)],
+                         ids=lambda a: f"act{a[0]}")
+def test_activation_spans(block, activation):
+    for n, c, o, h, w, kernel, strides, padding, groups, plain, in_place in SPAN_CASES:
+        run_case(n, c, o, h, w, kernel, strides, (1, 1), padding, groups, block, activation,
+                 residual=True, residual_in_place=in_place, plain=plain, seed=o + h)
 
 
 # --- block sizes 4 and 16 on a spread of geometry --------------------------
