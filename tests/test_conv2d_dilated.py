@@ -68,9 +68,13 @@ def _regions_of(launch) -> np.ndarray:
 
 def test_aspp_960_channels_runs_tap_by_tap():
     """A group's weights past L2 (960 input channels, 2 output blocks of 8:
-    540 KiB): tap by tap, each tap's weights read once per group."""
-    launch = check_conv(1, 960, 16, 16, 16, (3, 3), (1, 1), (12, 12), (12,) * 4, 8)
+    540 KiB): tap by tap, each tap's weights read once per group; with one
+    group only (16 output channels), by regions (one task could not use the
+    threads)."""
+    launch = check_conv(1, 960, 64, 16, 16, (3, 3), (1, 1), (12, 12), (12,) * 4, 8)
     assert len(launch.tail[5]) == 11
+    launch = check_conv(1, 960, 16, 16, 16, (3, 3), (1, 1), (12, 12), (12,) * 4, 8)
+    assert len(launch.tail[5]) == 1 and len(_regions_of(launch)) == 9
 
 
 # dilation d, padding d, 3x3 on maps of 7, 9, 17, 33: from most taps reading
@@ -110,6 +114,7 @@ def test_regions_tap_passes_and_padding_agree(monkeypatch, way, block, case):
     monkeypatch.setattr(conv_plan, "_TINY_REGION_SHARE", share)
     monkeypatch.setattr(conv_plan, "_TAP_PASS_GROUP_BYTES",
                         0 if way == "tap_passes" else 1 << 40)
+    monkeypatch.setattr(conv_plan, "_TAP_PASS_MIN_TASKS", 0)
     n, c, o, h, w, kernel, strides, dilations, padding = case
     launch = check_conv(n, c, o, h, w, kernel, strides, dilations, padding, block,
                         activation=HARD_SWISH, residual=True, seed=c + o)

@@ -14,8 +14,9 @@ block: ``cb`` blocked, ``C`` plain):
 * regions ``(R, 8)`` int64: output rows ``[r0, r1)``, columns ``[c0, c1)``
   and the taps ``[kh0, kh1) x [kw0, kw1)`` its pixels run; chunks
   ``(nchunks, 3)`` int64: a region (-1: border pixels), first and end pixel;
-  passes ``(npasses, 3)`` int64: chunks ``[first, end)`` run in parallel,
-  one pass after the other, and what the pass does (``geometry.PASS_*``)
+  passes ``(npasses, 3)`` int64: chunks ``[first, end)`` and what the pass
+  does (``geometry.PASS_*``); several (tap by tap) run one after the other
+  in each output-block group's task
 
 A tile is P output pixels x B output blocks (:func:`.geometry.direct_tile_shape`).
 Output pixels are split into regions that read the input in place and
@@ -55,8 +56,7 @@ from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import stack_empty
 from .geometry import (_MAX_TILE_PIXELS, _TILE_ELEMENTS, _ZERO, PASS_INIT, PASS_LAST,
-                       PASS_WHOLE, ConvGeometry, Epilogue, _border_pixel,
-                       direct_tile_shape)
+                       ConvGeometry, Epilogue, _border_pixel, direct_tile_shape)
 from .register_tile import conv_tile
 
 
@@ -351,6 +351,30 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             k = end
 
 
+@jit(standalone=True)
+def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_end, n, og0,
+               og1, group_fits_l1, epilogue, cb, ci, P, B, plain):
+    """Chunk ``c`` (a row of ``chunks``: a region's or the border's pixels) of
+    image ``n`` for output-block groups ``og0 .. og1-1``: :func:`_conv_tiles`."""
+    literally(cb)
+    literally(ci)
+    literally(P)
+    literally(B)
+    literally(plain)
+    KH, KW = geom.KH, geom.KW
+    r = chunks[c, 0]
+    interior = r >= 0
+    region = (geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW)     # border pixels
+    if interior:
+        region = (regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3],
+                  regions[r, 4], regions[r, 5], regions[r, 6], regions[r, 7])
+    buf = np.empty(0 if interior else geom.CB * KH * KW * P * ci, np.float32)
+    # border tiles fill a patch per tile: keep them tile-major
+    _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0, og1,
+                chunks[c, 1], chunks[c, 2], interior, interior and group_fits_l1, epilogue,
+                cb, ci, P, B, plain)
+
+
 def _make_conv_driver(cb: int, ci: int, plain: bool):
     """The parallel driver for block ``cb`` reading ``ci`` lanes per input
     block (cb, or C for a ``plain`` input). cb, ci, P, B and plain are
@@ -362,42 +386,41 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
                     passes, og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0,
                     p1):
         geom = ConvGeometry(*geometry)
-        N, CB, OB, KH, KW = geom.N, geom.CB, geom.OB, geom.KH, geom.KW
-        border_region = (geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW)
+        N, OB = geom.N, geom.OB
         OG = (OB + B - 1) // B
-        zeros = np.zeros(bias.shape[0], np.float32)
         # og_inner (all weights fit in L2): a task takes a chunk of pixels for
         # every output-block group, tile by tile, so the tile's input stays in
         # L1 across the groups; otherwise a task takes one group's chunk and
         # consecutive tasks share that group's weights.
         per_task = OG if og_inner else 1
-        # passes one after the other (each a parallel loop over its chunks):
-        # one (PASS_WHOLE) or, tap by tap, PASS_INIT, PASS_ADD..., PASS_LAST
-        for ps in range(passes.shape[0]):
-            c_lo, mode = passes[ps, 0], passes[ps, 2]
-            nchunks = passes[ps, 1] - c_lo
-            starts = mode == PASS_WHOLE or mode == PASS_INIT
-            ends = mode == PASS_WHOLE or mode == PASS_LAST
-            epilogue = Epilogue(has_res or not starts, clamp and ends, lo, hi, post and ends,
-                                act, p0, p1)
-            bias_p = bias if starts else zeros
-            res_p = resf if starts else yf          # later passes add to the sums so far
-            tasks_per_image = (OG // per_task) * nchunks
+        if passes.shape[0] == 1:         # one pass: every chunk of every group
+            tasks_per_image = (OG // per_task) * chunks.shape[0]
             for task in prange(N * tasks_per_image):
                 n = task // tasks_per_image
-                c = c_lo + task % nchunks
-                og0 = ((task // nchunks) % (OG // per_task)) * per_task
-                r = chunks[c, 0]
-                interior = r >= 0
-                region = border_region
-                if interior:
-                    region = (regions[r, 0], regions[r, 1], regions[r, 2], regions[r, 3],
-                              regions[r, 4], regions[r, 5], regions[r, 6], regions[r, 7])
-                buf = np.empty(0 if interior else CB * KH * KW * P * ci, np.float32)
-                # border tiles fill a patch per tile: keep them tile-major
-                _conv_tiles(xf, wf, bias_p, res_p, yf, buf, geom, region, ib_begin, ib_end,
-                            n, og0, og0 + per_task, chunks[c, 1], chunks[c, 2], interior,
-                            interior and group_fits_l1, epilogue, cb, ci, P, B, plain)
+                c = task % chunks.shape[0]
+                og0 = ((task // chunks.shape[0]) % (OG // per_task)) * per_task
+                _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_end,
+                           n, og0, og0 + per_task, group_fits_l1,
+                           Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, ci, P, B,
+                           plain)
+        else:
+            # tap by tap: a group's passes one after the other in its task (the
+            # groups write apart: no barrier between the passes)
+            zeros = np.zeros(bias.shape[0], np.float32)
+            for task in prange(N * OG):
+                n = task // OG
+                og0 = task % OG
+                for ps in range(passes.shape[0]):
+                    mode = passes[ps, 2]
+                    starts = mode == PASS_INIT
+                    ends = mode == PASS_LAST
+                    epilogue = Epilogue(has_res or not starts, clamp and ends, lo, hi,
+                                        post and ends, act, p0, p1)
+                    for c in range(passes[ps, 0], passes[ps, 1]):
+                        # later passes add to the sums so far (an in-place residual)
+                        _run_chunk(xf, wf, bias if starts else zeros, resf if starts else yf, yf,
+                                   geom, regions, chunks, c, ib_begin, ib_end, n, og0, og0 + 1,
+                                   group_fits_l1, epilogue, cb, ci, P, B, plain)
 
     conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
     return parallel_kernel(conv_driver)

@@ -46,8 +46,9 @@ _MAX_TILE_PIXELS = 16
 
 #: the direct driver's passes (rows ``(first chunk, end chunk, mode)``): one
 #: pass computes the whole result (bias, residual, the sum, activation); tap
-#: by tap, the first stores the bias (and residual), each next one adds its
-#: chunks' taps to what is stored, and the last activates
+#: by tap, a task per output-block group runs them in order: the first
+#: stores the bias (and residual), each next one adds its chunks' taps to
+#: what is stored, and the last activates
 PASS_WHOLE, PASS_INIT, PASS_ADD, PASS_LAST = 0, 1, 2, 3
 
 

@@ -51,6 +51,9 @@ _TINY_REGION_SHARE = 0.25
 # dilation 12 on 16 x 16). ASPP's 960 -> 256 channels (550 KiB a group):
 # 8.6 -> 6.0 ms; 256 -> 256 (150 KiB): the same either way.
 _TAP_PASS_GROUP_BYTES = 256 * 1024
+# Tap by tap, a task runs one group of one image: at least this many of them
+# (for the threads), else by regions
+_TAP_PASS_MIN_TASKS = 4
 # Depthwise, stride 1: pad the input (on the stack, or once) up to this output width (below).
 _DW_PAD_WIDTH = 28
 
@@ -394,7 +397,8 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     chunks = direct_chunks(regions, border, chunk)
     passes = np.array([[0, len(chunks), PASS_WHOLE]], np.int64)
     group_bytes = packed.weights.nbytes // max(1, -(-OB // B))
-    if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES:
+    if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES and \
+            N * -(-OB // B) >= _TAP_PASS_MIN_TASKS:
         regions, chunks, passes = tap_passes(geom, chunk)
     return launch(conv_driver(cb, C if plain else cb, plain),
                   (tuple(geom), packed.ib_begin, packed.ib_end, regions, chunks, passes,
