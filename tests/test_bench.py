@@ -2,8 +2,11 @@
 JSON holds what it promises. No timing assertions: only that things run."""
 
 import json
+import os
 import pathlib
 import runpy
+import subprocess
+import sys
 import time
 
 import pytest
@@ -176,6 +179,34 @@ def test_a_thread_count_runs_in_its_own_process():
     assert run["in_process"] is False and result["threads"] == 1
     assert result["note"] is None                 # OPENBLAS_NUM_THREADS was set before numpy
     assert result["rows"] and result["peers"] == []
+
+
+_PARENT = """
+import subprocess, sys
+from jitnn.bench import harness
+subprocess.run([sys.executable, "-c",
+                "import os, time; print(os.getpid(), flush=True); time.sleep(120)"],
+               preexec_fn=harness._end_with_parent())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+def test_a_killed_bench_takes_its_per_thread_child_with_it():
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    child = int(parent.stdout.readline())
+    parent.kill()                                 # no Python cleanup runs: SIGKILL
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the child outlived its killed parent")
 
 
 def test_every_suite_defines_the_registry_api():

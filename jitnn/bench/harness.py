@@ -296,6 +296,28 @@ def _child_command(code: str) -> list[str]:
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); {code}"]
 
 
+def _end_with_parent():
+    """A ``preexec_fn`` that makes the child end when this process does (Linux's
+    parent-death signal), or None elsewhere. Without it a benchmark stopped by
+    a signal leaves its per-thread-count child running, timing on cores that
+    the next run then shares with it; ``subprocess.run`` ends the child itself
+    on an exception such as KeyboardInterrupt."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_parent_death_signal() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    return set_parent_death_signal
+
+
 def measure_in_child(suite_name: str, threads: int, quick: bool, peers: list[str],
                      options: dict | None = None) -> dict:
     """Run one suite at one thread count in a fresh process with every
@@ -308,7 +330,7 @@ def measure_in_child(suite_name: str, threads: int, quick: bool, peers: list[str
         "from jitnn.bench.harness import _child_main; sys.argv[1:] = [" + repr(args) + "]; "
         "_child_main()")
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True,
-                          cwd=tempfile.gettempdir())
+                          cwd=tempfile.gettempdir(), preexec_fn=_end_with_parent())
     lines = [line for line in done.stdout.splitlines() if line.startswith(_RESULT_MARK)]
     if done.returncode != 0 or not lines:
         sys.stderr.write(done.stdout)
