@@ -225,13 +225,14 @@ class GraphBuilder:
         return graph
 
 
-#: (op, argument) that reads a constant only to pack it once (jitnn/ops/matmul.py)
-_PACKED_ARGUMENTS = {("matmul", "b", 1), ("gemm", "b", 1)}
+#: (op, argument, position) that reads a constant only to pack it once
+#: (jitnn/ops/matmul.py, jitnn/ops/conv2d.py)
+_PACKED_ARGUMENTS = {("matmul", "b", 1), ("gemm", "b", 1), ("conv2d", "w", 1)}
 
 
 def _mark_droppable(constants: dict[int, Tensor], ops: list, outputs: Mapping) -> None:
     """Mark the constants that only a packing argument reads (the weights of
-    matmul and gemm) droppable: once packed, their plain buffer goes
+    matmul, gemm and conv2d) droppable: once packed, their plain buffer goes
     (``Value._drop_plain``). A constant read any other way, or an output, stays."""
     other: set[int] = {operand._index for operand in outputs.values()}
     packed: set[int] = set()

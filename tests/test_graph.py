@@ -766,3 +766,28 @@ def test_a_weight_only_a_matmul_reads_is_kept_packed_only():
     again = pickle.loads(pickle.dumps(graph))                         # reads w unpacked
     got = again.context.dispatch(again, {"x": x_values})["y"].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("groups, first_layer", [(1, False), (1, True), (4, False), (8, False)])
+def test_a_filter_only_convs_read_is_kept_packed_only(groups, first_layer):
+    # direct, first-layer, grouped and depthwise packings: the plain filter goes once
+    # packed, and comes back unpacked, exactly, for a reader (a second conv with
+    # another padding packs it again from there)
+    import weakref
+    ctx = jitnn.Context()
+    c = 3 if first_layer else 8
+    w = random((8, c // groups, 3, 3), 1, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, c, 9, 9))
+    w_c = b.constant(w)
+    graph = b.build({"y": b.conv2d(x, w_c, padding=1, groups=groups)})
+    kept = graph._constants[w_c._index]._v
+    plain = weakref.ref(kept._data)
+    x_values = random((1, c, 9, 9), 2)
+    want = conv2d_reference(x_values, w, padding=1, groups=groups)
+    out = {"y": np.empty((1, 8, 9, 9), np.float32)}
+    for _ in range(2):
+        ctx.compute(graph, {"x": x_values}, out)
+        _close(out["y"], want)
+    assert plain() is None and kept._data.strides == (0,) * 4
+    np.testing.assert_array_equal(kept._materialize(), w)
