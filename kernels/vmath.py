@@ -344,8 +344,9 @@ _INV_SQRT2_LOW = _F(1.2101617485882343e-08)
 
 @_inline
 def gelu(x):
-    """``0.5 x (1 + erf(x / sqrt 2))``, the element-wise chain's gelu (conv2d
-    and matmul epilogues keep ``epilogue.activate``'s, with libm's erf). For
+    """``0.5 x (1 + erf(x / sqrt 2))``, the element-wise chain's gelu and the
+    matmul epilogue's (conv2d epilogues keep ``epilogue.activate``'s, with
+    libm's erf). For
     ``z = x / sqrt 2 <= -1``, ``1 + erf(z)`` is ``erfc(-z)`` itself, not a
     difference that cancels, and ``z`` carries its rounding error along
     (erfc magnifies it 2 z^2 times); 0 below ``z = -4`` (|gelu| < 4e-8 there)."""

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from jitnn.kernels import matmul as mm
+from jitnn.kernels import vmath
 from jitnn.kernels.matmul import blocking, drivers as matmul_drivers, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
@@ -214,6 +215,33 @@ def test_every_activation(path, act, p0, p1):
                 threads=path)
         _check(out, *_reference(a, b, bias=bias, act=act, p0=p0, p1=p1),
                f"{M}x{N}x{K} activation {act}")
+
+
+def test_gelu_epilogue_is_the_elementwise_gelu(path):
+    """The GEMM's GELU is the element-wise pass's (vmath.gelu): a fused GELU
+    gives the bits of the GEMM followed by the separate pass, in full tiles,
+    edge tiles (rows and columns past a tile, K past a K-block) and the
+    one-row kernel, batch > 1 too."""
+    rng = np.random.default_rng(6)
+    for G, M, N, K in ((1, 1, 70, 300), (1, 37, 45, 300), (2, 30, 97, 600), (3, 5, 7, 9)):
+        a, b = random((G, M, K), rng) * 2, random((K, N), rng)
+        bias = random((N,), rng)
+        fused, plain = (np.empty((G, M, N), np.float32) for _ in range(2))
+        mm.batched_matmul(a, b[None], fused, bias=bias, activation=GELU, threads=path)
+        mm.batched_matmul(a, b[None], plain, bias=bias, threads=path)
+        np.testing.assert_array_equal(fused, _vmath_gelu(plain), f"{G}x{M}x{N}x{K}")
+
+
+@jit()
+def _vmath_gelu_kernel(x, out):
+    for i in range(x.size):
+        out[i] = vmath.gelu(x[i])
+
+
+def _vmath_gelu(x):
+    out = np.empty_like(x)
+    _vmath_gelu_kernel(x.reshape(-1), out.reshape(-1))
+    return out
 
 
 def test_activation_by_name():
