@@ -173,6 +173,41 @@ def test_a_model_file_is_read_with_its_weights_in_memory_once(tmp_path):
     np.testing.assert_allclose(y, _reference(x, params), rtol=1e-4, atol=1e-4)
 
 
+def test_a_loaded_models_weights_are_kept_packed_only_once_run(tmp_path):
+    # a Conv's filter and a MatMul's weight, read from the file into the graph's
+    # arrays, let the plain copy go once packed; their numbers come back unpacked
+    from onnx import numpy_helper
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    m = rng.standard_normal((96, 80)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["a", "m"], ["z"])]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes, "packed", [info("x", TensorProto.FLOAT, [1, 8, 9, 9]),
+                          info("a", TensorProto.FLOAT, [70, 96])],
+        [info("y", TensorProto.FLOAT, [1, 16, 9, 9]), info("z", TensorProto.FLOAT, [70, 80])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(m, "m")])
+    path = tmp_path / "packed.onnx"
+    path.write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    ctx = jitnn.Context()
+    loaded = jitnn.onnx.load(str(path), ctx)
+    feed = {"x": rng.standard_normal((1, 8, 9, 9)).astype(np.float32),
+            "a": rng.standard_normal((70, 96)).astype(np.float32)}
+    out = {"y": np.empty((1, 16, 9, 9), np.float32), "z": np.empty((70, 80), np.float32)}
+    for _ in range(2):
+        ctx.compute(loaded, feed, out)
+    from jitnn.ops.conv2d import conv2d_reference
+    np.testing.assert_allclose(out["y"], conv2d_reference(feed["x"], w, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["z"], feed["a"].astype(np.float64) @ m, rtol=1e-4, atol=1e-3)
+    for name, values in (("w", w), ("m", m)):
+        kept = next(t._v for t in loaded._constants.values() if t.shape == values.shape)
+        assert kept._data.strides == (0,) * kept.ndim, name
+        np.testing.assert_array_equal(kept._materialize(), values)
+
+
 def test_run_and_opset_7():
     model, params = _small_model(opset=7)
     # opset 7 Unsqueeze takes axes as an attribute

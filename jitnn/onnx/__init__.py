@@ -491,7 +491,9 @@ def load(path_or_model, ctx=None, *, input_shapes: Mapping[str, Any] | None = No
     """The jitnn :class:`~jitnn.Graph` of an ONNX model (see :func:`prepare`
     for the options). Its inputs and outputs keep the ONNX names; run it with
     ``ctx.dispatch(graph, {name: array})`` or ``ctx.compute``. Initializers are
-    the graph's constants (packed once, reused by every dispatch). Outputs
+    the graph's constants, read from a file straight into their arrays (packed
+    once, reused by every dispatch; a weight only a conv or matmul reads is then
+    kept packed only). Outputs
     that the model computes from constants alone are not in the graph (use
     :func:`prepare`, whose ``constant_outputs`` holds them)."""
     model = prepare(path_or_model, ctx, input_shapes=input_shapes, constants=constants,
