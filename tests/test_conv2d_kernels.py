@@ -195,6 +195,7 @@ DEPTHWISE = [
 DEPTHWISE_STACK_PADDED = [
     # (n, c, h, w, kernel, strides, dilations, padding, rows padded in the task)
     (1, 8, 40, 20, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
+    (1, 8, 12, 56, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # 56 wide: padded too
     (2, 9, 30, 16, (5, 5), (1, 1), (2, 2), (4, 4, 4, 4), True),
     (1, 17, 60, 12, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
     (1, 8, 20, 28, (7, 7), (1, 1), (2, 2), (6, 6, 6, 6), False),
