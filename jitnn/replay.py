@@ -35,8 +35,9 @@ call bound to them at the run before (:class:`jitnn.executor.Bindings`):
 a convolution then costs one numba call instead of ~9 us of Python for its
 op's checks and planning. Every binding is checked against the step's
 Values before it is used; a step whose arrays are new at every run (it
-reads a graph input, its filter is one, or its kernel pads the input first)
-goes through its op as before.
+reads a graph input, or its filter is one) goes through its op as before. A
+conv that pads its input first or takes scratch memory is bound as well: those
+come from the thread's scratch buffers (kernels.conv2d.padding.BoundScratchRun).
 
 A program serves one call at a time: a call takes an idle program from its
 graph, or records a new one if none is idle (two threads computing the same

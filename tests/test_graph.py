@@ -689,11 +689,53 @@ def test_a_bound_conv_call_is_checked_like_a_run():
     padded = conv_kernels.pack_conv2d_filter(random((8, 8, 3, 3), 0), 8, 1, 8)
     pads = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1),
                                       algorithm="direct")
-    assert conv_kernels.bind_conv2d_launch(pads, x, out) is None     # pads per run
-    # Winograd needs scratch memory, this thread's at every run
+    # pads per run, and Winograd needs scratch memory: both this thread's at
+    # every run, bound as well, giving the bits of an unbound run
     winograd = conv_kernels.conv2d_launch(x, padded, out, padding=(1, 1, 1, 1))
-    assert winograd.path == "winograd"
-    assert conv_kernels.bind_conv2d_launch(winograd, x, out) is None
+    assert pads.pad_copy is not None and winograd.path == "winograd"
+    for launch in (pads, winograd):
+        driver, args = conv_kernels.bind_conv2d_launch(launch, x, out)
+        assert isinstance(driver, conv_kernels.BoundScratchRun)
+        out[...] = np.nan
+        driver(*args)
+        want = out.copy()
+        out[...] = np.nan
+        conv_kernels.run_conv2d_launch(launch, x, out)
+        np.testing.assert_array_equal(out, want)
+        _close(out[0].transpose(0, 3, 1, 2).reshape(8, 4, 4),
+               conv2d_reference(x[0].transpose(0, 3, 1, 2).reshape(1, 8, 4, 4),
+                                random((8, 8, 3, 3), 0), padding=1)[0], atol=1e-4)
+
+
+def test_a_replayed_grouped_conv_that_pads_its_input_is_bound():
+    """A grouped 3x3 on 7 x 7 (RegNet's) pads its input first, into this
+    thread's scratch buffer: replayed, it is still one bound call, and the
+    answers match the float64 reference on new inputs."""
+    from jitnn.kernels import conv2d as conv_kernels
+    ctx = jitnn.Context(block=8)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, 32, 7, 7))
+    w1, w2 = random((32, 32, 1, 1), 1, 0.3), random((32, 8, 3, 3), 2, 0.3)
+    w3 = random((32, 32, 1, 1), 3, 0.3)
+    # (between two convs: it reads and writes the program's own buffers)
+    h = b.conv2d(x, b.constant(w1))
+    h = b.relu(b.conv2d(h, b.constant(w2), padding=(1, 1, 1, 1), groups=4))
+    graph = b.build({"y": b.conv2d(h, b.constant(w3))})
+    for seed in range(4):
+        xs = random((1, 32, 7, 7), seed)
+        outs = {"y": np.full((1, 32, 7, 7), np.nan, np.float32)}
+        ctx.compute(graph, {"x": xs}, outs)
+        want = conv2d_reference(np.maximum(conv2d_reference(conv2d_reference(xs, w1), w2,
+                                                            padding=1, groups=4), 0), w3)
+        _close(outs["y"], want, atol=1e-4)
+    (program,) = graph._programs
+    grouped = [(c.node.memo.launch(), bound) for c, bound in
+               zip(program.steps, program.bindings.steps)
+               if c.step.kind == "op" and c.node.attrs.get("groups") == 4]
+    assert len(grouped) == 1
+    launch, bound = grouped[0]
+    assert launch.pad_copy is not None
+    assert bound and isinstance(bound.kernel, conv_kernels.BoundScratchRun)
 
 
 def test_a_conv_launch_rejects_arrays_of_other_shapes():

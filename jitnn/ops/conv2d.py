@@ -282,7 +282,8 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
     """The kernel call :func:`run_conv2d` just made for ``node`` (which
     returned ``result``), bound to its arrays (see :class:`Binding`); None when
     a run does more than that call (a result converted to plain layout, an
-    input reordered or padded first) or nothing is memoized."""
+    input reordered first) or nothing is memoized. (An input padded first, into
+    the thread's scratch buffer, is bound: ``BoundScratchRun``.)"""
     memo = node.memo
     a = node.attrs
     # (a folded batch normalization is never bound: a graph input's statistics

@@ -122,11 +122,12 @@ from ..epilogue import NONE
 from ..filter_packing import group_input_block_ranges, pack_filter
 from . import plan, winograd
 from .geometry import BLOCK_SIZES, conv1x1_tile_shape, conv2d_output_size, conv_tile_shape
-from .padding import _pad_input, _scratch_buffer, pad_blocked
+from .padding import BoundScratchRun, _pad_input, _scratch_buffer, pad_blocked
 from .plan import (ALGORITHMS, PATHS, _blocks, _check_buffer, _Conv2dLaunch, _plan_conv2d,
                    conv2d_algorithm, conv2d_path)
 
-__all__ = ["ALGORITHMS", "BLOCK_SIZES", "PATHS", "PackedConv2dFilter", "aligned_empty",
+__all__ = ["ALGORITHMS", "BLOCK_SIZES", "PATHS", "BoundScratchRun", "PackedConv2dFilter",
+           "aligned_empty",
            "bind_conv2d_launch", "conv1x1_tile_shape", "conv2d_algorithm", "conv2d_flops",
            "conv2d_forward", "conv2d_launch", "conv2d_output_size", "conv2d_path",
            "conv_tile_shape", "pack_conv2d_filter", "pad_blocked", "plan",
@@ -307,12 +308,14 @@ def bind_conv2d_launch(launch: _Conv2dLaunch, x, out, bias=None, residual=None):
     """``(driver, args)``: ``driver(*args)`` runs ``run_conv2d_launch(launch,
     x, out, bias, residual)`` again, for a caller that runs one convolution on
     the same arrays again and again (they are checked here, once; their shapes,
-    dtypes and addresses cannot change while the caller holds them). None
-    when the launch pads the input first or needs scratch memory (Winograd):
-    both come from a per-thread buffer at every run."""
+    dtypes and addresses cannot change while the caller holds them). A launch
+    that pads the input first or needs scratch memory (Winograd) binds a
+    :class:`.padding.BoundScratchRun`: both come from this thread's scratch
+    buffers at every run, as in :func:`run_conv2d_launch`."""
+    args = _checked_args(launch, x, out, bias, residual)
     if launch.pad_copy is not None or launch.scratch:
-        return None
-    return launch.driver, _checked_args(launch, x, out, bias, residual)
+        return BoundScratchRun(launch.driver, launch.pad_copy, launch.scratch), args
+    return launch.driver, args
 
 
 def _checked_args(launch: _Conv2dLaunch, x, out, bias, residual) -> tuple:

@@ -1,5 +1,6 @@
 """The zero-padded input copy, and the per-thread scratch buffers it and
-Winograd run in.
+Winograd run in, and :class:`BoundScratchRun`, a bound conv call that pads
+or takes scratch memory first.
 
 Buffers (flat float32, C-contiguous):
 
@@ -21,7 +22,7 @@ import threading
 import numpy as np
 from numba import prange
 
-from .._config import parallel_kernel
+from .._config import numba_threads, parallel_kernel
 from ..buffers import aligned_empty
 from .geometry import _ZERO
 
@@ -80,3 +81,55 @@ def _pad_input(xf, N: int, CB: int, H: int, W: int, cb: int, pad):
     padded = _scratch_buffer("padded", N * CB * Hp * Wp * cb)
     pad_blocked(xf, padded, N, CB, H, W, cb, pt, pl, Hp, Wp)
     return padded, Hp, Wp
+
+
+def _entry(kernel, args: tuple):
+    """The compiled entry point of numba kernel ``kernel`` (a
+    :class:`.._config.ThreadCountKernel`: its compile for this thread's count)
+    for ``args``' types, or the kernel itself if that compile is not found:
+    the dispatcher types every argument at every call (2-5 us for a conv
+    driver's 18 arguments)."""
+    if hasattr(kernel, "on_threads"):
+        kernel = kernel.on_threads(numba_threads())
+    try:
+        compiled = kernel.overloads.get(tuple(kernel.typeof_pyval(a) for a in args))
+    except (AttributeError, TypeError, ValueError):
+        return kernel
+    return kernel if compiled is None else compiled.entry_point
+
+
+class BoundScratchRun:
+    """``run(xf, *rest)`` does what ``conv2d.run_conv2d_launch`` does for a
+    launch that pads its input first (``pad``: ``(N, CB, H, W, cb, (pt, pb,
+    pl, pr))``) and/or takes a scratch argument of ``scratch`` floats
+    (Winograd): both from this thread's scratch buffers at every call, as
+    there, then ``driver(xp, *rest[, scratch])``. A replay binds this object
+    like a driver (jitnn/executor.py), so such a conv also runs without its
+    op's per-call checks and planning (a grouped 3x3 on 7 x 7 or 14 x 14,
+    RegNet's). The compiled entries are looked up once per thread count."""
+
+    __slots__ = ("driver", "pad", "scratch", "_entries")
+
+    def __init__(self, driver, pad: tuple | None, scratch: int):
+        self.driver, self.pad, self.scratch = driver, pad, scratch
+        self._entries: dict[int, tuple] = {}
+
+    def __call__(self, xf, *rest) -> None:
+        threads = numba_threads()
+        entries = self._entries.get(threads)
+        if self.pad is not None:
+            N, CB, H, W, cb, (pt, pb, pl, pr) = self.pad
+            Hp, Wp = H + pt + pb, W + pl + pr
+            padded = _scratch_buffer("padded", N * CB * Hp * Wp * cb)
+            pad_args = (xf, padded, N, CB, H, W, cb, pt, pl, Hp, Wp)
+            xf = padded
+        args = (xf,) + rest
+        if self.scratch:
+            args += (_scratch_buffer("winograd", self.scratch),)
+        if entries is None:
+            entries = self._entries[threads] = (
+                _entry(pad_blocked, pad_args) if self.pad is not None else None,
+                _entry(self.driver, args))
+        if self.pad is not None:
+            entries[0](*pad_args)
+        entries[1](*args)
