@@ -113,6 +113,25 @@ def test_irregular_large(a_t, b_t, threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_last_row_panel_of_every_height(threads):
+    """Products whose last row panel has 1 .. MR - 1 rows (the short tiles of
+    its few rows) or MR, packed B, several K-blocks and column panels with an
+    edge, batch > 1, an epilogue: against float64."""
+    rng = np.random.default_rng(7)
+    K, N = blocking.KC + 37, 3 * blocking.NR + 5
+    b = random((K, N), rng)
+    packed = mm.pack_b(b)
+    bias = random((N,), rng)
+    for rows in range(1, blocking.MR + 1):
+        M = 2 * blocking.MR + rows
+        a = random((2, M, K), rng)
+        out = np.full((2, M, N), np.nan, np.float32)
+        mm.batched_matmul(a, packed, out, bias=bias, activation=RELU, threads=threads)
+        for g in range(2):
+            _check(out[g], *_reference(a[g], b, bias=bias, act=RELU), f"M = {M}, product {g}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_packing_runs_and_thread_splits(threads, monkeypatch):
     """Column counts whose panels fill no, part of, or several whole packing
     runs (``_PACK_RUN``) and groups (``_PACK_GROUP``), with K over two

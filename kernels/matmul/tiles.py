@@ -108,6 +108,9 @@ def _has_epilogue(alpha, beta, c, bias, residual, act):
 
 #: floats in a cache line (64 bytes)
 _LINE = 16
+#: rows of the short tiles of a last row panel with few rows (AVX-512: 3 and 7 of 14)
+_QUARTER = max(1, MR // 4)
+_HALF = max(1, MR // 2)
 #: the tiles of a B panel that prefetch the next one: a row of NR floats spans
 #: NR / _LINE lines (2 on AVX-512, 1 on AVX2), one per tile and k-step
 _PREFETCH_TILES = max(1, NR // _LINE)
@@ -169,6 +172,22 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
                 for p in range(kc):
                     prefetch(ahead, (p * NR,))
                     for i in range(MR):
+                        a_ip = apanel[p * MR + i]
+                        for j in range(NR):
+                            acc[i, j] += a_ip * bpanel[p * NR + j]
+            elif m <= _QUARTER:
+                # the last row panel of a product whose rows leave a few
+                # (M = 128 leaves 2 of 14, 49 leaves 7): a tile of that many
+                # rows at most, not MR (the other rows of acc stay zero and
+                # are not stored)
+                for p in range(kc):
+                    for i in range(_QUARTER):
+                        a_ip = apanel[p * MR + i]
+                        for j in range(NR):
+                            acc[i, j] += a_ip * bpanel[p * NR + j]
+            elif m <= _HALF:
+                for p in range(kc):
+                    for i in range(_HALF):
                         a_ip = apanel[p * MR + i]
                         for j in range(NR):
                             acc[i, j] += a_ip * bpanel[p * NR + j]
