@@ -2,9 +2,11 @@
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numba
 import pytest
@@ -13,6 +15,17 @@ import pytest
 # (jitnn/tuning.py): the tests' expectations (which kernel ran) stay the same
 # on every machine and run. tests/test_tuning.py turns measuring on itself.
 os.environ.setdefault("JITNN_TUNE", "0")
+# Idle OpenMP threads sleep instead of spinning: the suite's kernels are
+# short and far apart, and under pytest-xdist the workers' spinning threads
+# took the cores from each other's compiles.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject.toml's default): a worker per core, at most 4
+    (each compiles its own kernels at first and holds about 1.5 GB)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
@@ -50,50 +63,75 @@ def record_calls(monkeypatch):
 #: generic target: a subprocess that compiles its own kernels (~60 s of CPU
 #: from a cold cache) into a cache of its own, so it shares nothing with the
 #: rest of the suite. It starts once collection is done and runs beside the
-#: other tests, on a core the suite's compiles (one at a time) leave idle.
+#: other tests; under pytest-xdist the first worker starts it and whichever
+#: worker runs the test reads its output from a directory named after the run.
 PORTABLE_TEST = "test_the_generic_target_runs_every_op_against_its_reference"
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-_portable_runs: dict = {}
+_portable_started: dict = {}
+
+#: runs the check, then writes its exit code last (the sign that it finished)
+_PORTABLE_WRAPPER = """
+import os, subprocess, sys
+folder = sys.argv[1]
+with open(os.path.join(folder, "out.txt"), "w") as out:
+    code = subprocess.call(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT)
+with open(os.path.join(folder, "rc.tmp"), "w") as rc:
+    rc.write(str(code))
+os.replace(os.path.join(folder, "rc.tmp"), os.path.join(folder, "rc"))
+"""
 
 
-def portable_check_command() -> tuple[list, dict]:
+def _portable_folder(config) -> pathlib.Path:
+    run = getattr(config, "workerinput", {}).get("testrunuid") or f"pid{os.getpid()}"
+    return pathlib.Path(tempfile.gettempdir()) / f"jitnn-portable-check-{run}"
+
+
+def _start_portable_check(config) -> None:
+    folder = _portable_folder(config)
+    folder.mkdir(exist_ok=True)
     env = {**os.environ, "NUMBA_CPU_NAME": "generic"}
     env.pop("NUMBA_CPU_FEATURES", None)
-    return [sys.executable, "-m", "tests.portable_check"], env
-
-
-def _start_portable_check() -> None:
-    command, env = portable_check_command()
-    output = tempfile.TemporaryFile(mode="w+")
-    process = subprocess.Popen(command, cwd=_ROOT, env=env, stdout=output,
-                               stderr=subprocess.STDOUT, text=True)
-    _portable_runs["run"] = (process, output)
+    process = subprocess.Popen([sys.executable, "-c", _PORTABLE_WRAPPER, str(folder),
+                                sys.executable, "-m", "tests.portable_check"],
+                               cwd=_ROOT, env=env)
+    _portable_started["process"] = process
 
 
 def pytest_collection_finish(session):
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if worker not in (None, "gw0"):
+        return                   # pytest-xdist: every worker collects every test; one starts it
     if any(item.name == PORTABLE_TEST for item in session.items):
         try:
             import onnx  # noqa: F401  (the check loads a small ONNX model)
         except ImportError:
             return
-        _start_portable_check()
+        _start_portable_check(session.config)
 
 
 def pytest_sessionfinish(session):
-    run = _portable_runs.pop("run", None)
-    if run is not None and run[0].poll() is None:
-        run[0].kill()
-        run[0].wait()
+    # one process: a check the run no longer needs (interrupted, deselected)
+    # is stopped; under xdist another worker may still be waiting for it
+    process = _portable_started.pop("process", None)
+    if process is not None and not hasattr(session.config, "workerinput"):
+        if process.poll() is None:
+            process.kill()
+        process.wait()
 
 
 @pytest.fixture
-def portable_check_output():
+def portable_check_output(request):
     """What tests/portable_check.py printed and its exit code, from the run
     started after collection (or a run started now, if none was)."""
     pytest.importorskip("onnx")
-    if "run" not in _portable_runs:
-        _start_portable_check()
-    process, output = _portable_runs["run"]
-    process.wait(timeout=1800)
-    output.seek(0)
-    return process.returncode, output.read()
+    folder = _portable_folder(request.config)
+    if not folder.exists():
+        _start_portable_check(request.config)
+    rc = folder / "rc"
+    deadline = time.monotonic() + 1800
+    while not rc.exists():
+        assert time.monotonic() < deadline, "the portable check did not finish in 30 minutes"
+        time.sleep(0.2)
+    code, out = int(rc.read_text()), (folder / "out.txt").read_text()
+    shutil.rmtree(folder, ignore_errors=True)
+    return code, out
