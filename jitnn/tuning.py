@@ -24,7 +24,8 @@ a second set of rounds, judged alone, agrees (another process's burst can
 make one set lie; the decision records the medians over both sets). When
 a candidate's runs spread widely (its median over :data:`NOISE` times its
 fastest: other processes were busy on the cores) the formula stands for this
-process and nothing is saved.
+process and nothing is saved; nothing is measured at all while the load
+average says other work shares the cores (:func:`host_busy`).
 ``JITNN_TUNE=0`` turns measuring off (the formula decides; decisions already
 in the file are not used either).
 ``jitnn.explain`` shows for each conv whether its algorithm was measured and
@@ -68,6 +69,11 @@ MARGIN = 0.03
 #: host was busy (other processes on the cores): then the formula stands, for
 #: this process only (a later one measures again)
 NOISE = 1.3
+#: a 1-minute load average above this many runnable threads per usable core
+#: says other processes share the cores: nothing is measured then (a run on
+#: a 2-core host at load 9 timed Winograd 3x slower than the direct kernel
+#: on a shape where it is 2x faster, and the decision was kept)
+BUSY_LOAD_PER_CORE = 1.5
 #: decisions kept in memory and in the file (the oldest go first)
 MAX_DECISIONS = 4096
 
@@ -84,6 +90,17 @@ def _thread_clock(candidate: str, run: Callable[[], None]) -> float:
     started = time.thread_time()
     run()
     return time.thread_time() - started
+
+
+def host_busy() -> bool:
+    """Whether other work shares the cores (the load average: see
+    :data:`BUSY_LOAD_PER_CORE`); False where the system has none."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return load > BUSY_LOAD_PER_CORE * max(1, cores or 1)
 
 
 def enabled() -> bool:
@@ -139,10 +156,12 @@ class Tuner:
     with ``clock``. Safe to use from several threads."""
 
     def __init__(self, path: Path | str | None, writable: bool = True,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, busy: Callable[[], bool] | None = None):
         self.path = None if path is None else Path(path)
         self.writable = writable and self.path is not None
         self.clock: Clock = clock or _thread_clock
+        #: ``busy() -> bool``: measure nothing now (:func:`host_busy`)
+        self.busy: Callable[[], bool] = busy or host_busy
         self._decisions: dict[str, Decision] | None = None     # loaded at first use
         self._lock = threading.Lock()
         self._warned = False
@@ -327,6 +346,8 @@ def choose(key: str, candidates: Callable[[], Mapping[str, Callable[[], None]]],
     found = tuner().lookup(key)
     if found is not None:
         return found
+    if tuner().busy():
+        return None              # the formula, for now: a later run on a quiet host measures
     runs = candidates()
     if len(runs) < 2 or any(compile_pool.scout(run) for name, run in runs.items()
                             if name != formula):

@@ -44,7 +44,8 @@ def tune(monkeypatch, tmp_path):
     made = []
 
     def install(path=tmp_path / "tuning.json", writable=True, **seconds):
-        made.append(tuning.Tuner(path, writable=writable, clock=FakeClock(**seconds)))
+        made.append(tuning.Tuner(path, writable=writable, clock=FakeClock(**seconds),
+                                 busy=lambda: False))
         tuning.use(made[-1])
         return made[-1]
     previous = tuning.use(None)
@@ -160,6 +161,20 @@ def test_widely_spread_timings_keep_the_formula_for_this_process_only(tune, tmp_
     assert decision.choice == "winograd" and not decision.settled
     assert "the host was too busy to measure" in jitnn.explain(y)
     assert not (tmp_path / "tuning.json").exists()
+
+
+def test_nothing_is_measured_while_other_work_shares_the_cores(tune, tmp_path, monkeypatch):
+    tuner = tune(direct=1e-3, winograd=2e-3)
+    tuner.busy = lambda: True
+    ctx = jitnn.Context(num_threads=1)
+    y, want = _conv_relu_residual(ctx)
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert tuner.clock.calls == {} and tuner.lookup(_key(ctx)) is None
+    assert not (tmp_path / "tuning.json").exists()
+    monkeypatch.setattr(tuning.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    assert tuning.host_busy()
+    monkeypatch.setattr(tuning.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert not tuning.host_busy()
 
 
 def test_the_file_is_read_back_by_a_new_tuner_and_a_new_process(tune, tmp_path,
