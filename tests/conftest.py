@@ -97,6 +97,17 @@ def _start_portable_check(config) -> None:
     _portable_started["process"] = process
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Files of more tests first (each file's tests keep their order): under
+    pytest-xdist each file runs in one worker, handed out in this order, so
+    the run does not end with one worker on a large file while the other
+    waits (WebNN's 1561 conformance cases sort last by name)."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[item.nodeid.split("::")[0]] = sizes.get(item.nodeid.split("::")[0], 0) + 1
+    items.sort(key=lambda item: -sizes[item.nodeid.split("::")[0]])
+
+
 def pytest_collection_finish(session):
     worker = getattr(session.config, "workerinput", {}).get("workerid")
     if worker not in (None, "gw0"):
