@@ -281,8 +281,7 @@ def default_workers(compiling_too: bool = False) -> int:
             return max(0, int(configured))
         except ValueError:
             return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
+    cores = threads.affinity_cpus()
     return max(0, cores - 1) if compiling_too else cores
 
 

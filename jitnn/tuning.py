@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import compile_pool
+from . import compile_pool, threads
 from .kernels import _config
 
 #: the environment variable that turns measuring off ("0")
@@ -99,8 +99,7 @@ def host_busy() -> bool:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return load > BUSY_LOAD_PER_CORE * max(1, cores or 1)
+    return load > BUSY_LOAD_PER_CORE * threads.affinity_cpus()
 
 
 def enabled() -> bool:
