@@ -96,6 +96,19 @@ _TWO = np.float32(2.0)
 
 
 @jit()
+def expm1_reduced(r):
+    """``e**r - 1`` for ``|r| <= ln 2 / 2`` (the reduced argument of
+    :func:`vector_exp`), by Cephes' polynomial: ``r + r**2 P(r)``."""
+    p = _EXP_P[0]
+    p = p * r + _EXP_P[1]
+    p = p * r + _EXP_P[2]
+    p = p * r + _EXP_P[3]
+    p = p * r + _EXP_P[4]
+    p = p * r + _EXP_P[5]
+    return p * r * r + r
+
+
+@jit()
 def vector_exp(x):
     """``e**x`` for float32 ``x``, branch-free so loops of it vectorize:
     ``x = n ln 2 + r`` with ``|r| <= ln 2 / 2``, ``e**r`` by Cephes' polynomial,
@@ -106,13 +119,7 @@ def vector_exp(x):
     clamped = clamped if clamped == clamped else _ZERO      # NaN: any finite value
     n = np.floor(clamped * _LOG2E + _HALF)
     r = clamped - n * _LN2_HIGH - n * _LN2_LOW
-    p = _EXP_P[0]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[4]
-    p = p * r + _EXP_P[5]
-    p = p * r * r + r + _ONE
+    p = expm1_reduced(r) + _ONE
     count = np.int32(n)
     half = count >> 1
     low = _float_from_bits((half + 127) << 23)
@@ -157,13 +164,7 @@ def _silu(x):
     a = max(-abs(x), _SILU_TAIL)
     n = (a * _LOG2E + _ROUND) - _ROUND
     r = a - n * _LN2_HIGH - n * _LN2_LOW
-    p = _EXP_P[0]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[4]
-    p = p * r + _EXP_P[5]
-    p = p * r * r + r + _ONE
+    p = expm1_reduced(r) + _ONE
     t = p * _float_from_bits((np.int32(n) + 127) << 23)
     t = t if -abs(x) >= _SILU_TAIL else _ZERO
     q = x / (_ONE + t)

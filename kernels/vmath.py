@@ -65,7 +65,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ._config import FASTMATH, jit
-from .epilogue import _EXP_P, _float_from_bits, vector_exp
+from .epilogue import _float_from_bits, expm1_reduced, vector_exp
 
 
 def _inline(function):
@@ -192,13 +192,7 @@ def vector_expm1(x):
     c = c if c == c else _ZERO
     n = np.floor(c * _LOG2E + _HALF)
     r = c - n * _LN2_HIGH - n * _LN2_LOW
-    p = _EXP_P[0]
-    p = p * r + _EXP_P[1]
-    p = p * r + _EXP_P[2]
-    p = p * r + _EXP_P[3]
-    p = p * r + _EXP_P[4]
-    p = p * r + _EXP_P[5]
-    em1 = p * r * r + r
+    em1 = expm1_reduced(r)
     scale = _float_from_bits((np.int32(n) + 127) << 23)        # 2^n, n in [-127, 58]
     scale = scale if n > _F(-127.0) else _ZERO
     r = scale * em1 + (scale - _ONE)
