@@ -1,5 +1,6 @@
 """Fixtures shared by the kernel tests."""
 
+import collections
 import os
 import pathlib
 import shutil
@@ -102,10 +103,8 @@ def pytest_collection_modifyitems(session, config, items):
     pytest-xdist each file runs in one worker, handed out in this order, so
     the run does not end with one worker on a large file while the other
     waits (WebNN's 1561 conformance cases sort last by name)."""
-    sizes: dict[str, int] = {}
-    for item in items:
-        sizes[item.nodeid.split("::")[0]] = sizes.get(item.nodeid.split("::")[0], 0) + 1
-    items.sort(key=lambda item: -sizes[item.nodeid.split("::")[0]])
+    sizes = collections.Counter(item.path for item in items)
+    items.sort(key=lambda item: -sizes[item.path])
 
 
 def pytest_collection_finish(session):
