@@ -38,6 +38,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
 * **layer normalization** of older exports and **RMS normalization**
   (Llama's RMSNorm): ``layer_normalization``, ``rms_normalization``; their
   matchers are in :mod:`._norm_patterns`.
+* **rotary position embedding** (Llama's ``x * cos + rotate_half(x) * sin``:
+  ``Slice``, ``Neg``, ``Concat``, ``Mul``, ``Mul``, ``Add``):
+  ``rotary_embedding``; its matcher is in :mod:`._rotary_patterns`.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -64,6 +67,7 @@ from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
 from ._pattern_graph import _ELEMENTWISE, _UNARY, Pattern, _const_operand, _Graph, _other
+from ._rotary_patterns import _match_rotary
 
 #: ONNX activations the linear pattern takes into the GEMM's epilogue
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
@@ -520,6 +524,9 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
         for index in by_type.get("ReduceMean", []):
             if index not in g.taken:
                 take(matcher(g, index))
+    for index in by_type.get("Concat", []):
+        if index not in g.taken:
+            take(_match_rotary(g, index))
     return found
 
 

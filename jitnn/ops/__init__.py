@@ -8,3 +8,4 @@ from . import (cast, conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # 
                normalization, pad, pool, reduction, resample, scatter, shape, slice)
 from . import logical, math  # noqa: F401 - element-wise math and logic (after eltwise)
 from . import attention  # noqa: F401 - fused scaled dot-product attention
+from . import rotary  # noqa: F401 - rotary position embedding (Llama's RoPE)
