@@ -417,6 +417,8 @@ def test_attention_with_a_window_mask_on_a_view_of_the_scores(window_mask):
     fused = window_mask == "constant"
     assert ("scaled_dot_product_attention" in labels) == fused, labels
     assert ("softmax" in labels) != fused, labels
+    # the bias and the window mask add up at load time: no add runs
+    assert not fused or "add" not in labels, labels
 
 
 def test_attention_3d_heads_from_onnx_models():

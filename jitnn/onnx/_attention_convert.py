@@ -138,7 +138,7 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
             if array is None:
                 return None
             nan_free &= bool(np.isfinite(array).all())
-            masks.append((array.shape, lambda a=array: cv.float_operand(Const(a)), True))
+            masks.append((array.shape, lambda a=array: cv.float_operand(Const(a)), True, array))
             continue
         if kind == "add":
             mask = values[operands[0]]
@@ -149,13 +149,14 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                     causal = True
                     continue
                 nan_free &= bool(np.isfinite(m).all())
-                masks.append((m.shape, lambda mask=mask: cv.float_operand(mask), True))
+                masks.append((m.shape, lambda mask=mask: cv.float_operand(mask), True,
+                              m.astype(np.float32, copy=False)))
             elif _float_tensor(mask):
                 pair = plan["finite"].get(operands[0])
                 nan_free &= pair is not None and all(
                     _scalar(values[n]) is not None and math.isfinite(_scalar(values[n]))
                     for n in pair)
-                masks.append((mask.shape, lambda mask=mask: mask, True))
+                masks.append((mask.shape, lambda mask=mask: mask, True, None))
             else:
                 return None
         elif kind == "where":
@@ -175,26 +176,33 @@ def _mask_operands(cv, values, plan, scores: tuple[int, ...]):
                 # the kernel's boolean mask does (float32 lowest: the same weights)
                 array = np.where(keep, 0.0, -np.inf).astype(np.float32) if infinite else keep
                 masks.append((keep.shape, lambda a=array, i=infinite: cv.operand(
-                    Const(a), np.float32 if i else None), infinite))
+                    Const(a), np.float32 if i else None), infinite, array if infinite else None))
             elif cv.is_bool(cond):
                 nan_free &= not infinite
                 masks.append((cond.shape, lambda c=cond, k=keep_if_true, i=infinite:
-                              _run_time_mask(cv, c, k, i), infinite))
+                              _run_time_mask(cv, c, k, i), infinite, None))
             else:
                 return None
     if view != scores:
         return None                      # the reshapes do not give the scores back
-    if len(masks) > 1 and not all(additive for _, _, additive in masks):
+    if len(masks) > 1 and not all(additive for _, _, additive, _ in masks):
         return None                      # a boolean mask and another: not one jitnn mask
-    for shape, _, _ in masks:
+    for shape, _, _, _ in masks:
         try:
             if len(shape) > len(scores) or np.broadcast_shapes(tuple(shape), scores) != scores:
                 return None
         except ValueError:
             return None
-    # several additive masks (a relative position bias and the padding mask) add up
+    # several additive masks (a relative position bias and the padding mask) add up;
+    # constant ones at load time, in the order the run-time adds would take (the
+    # same float32 sums): Swin's shifted blocks then run no (windows, H, N, N) add
     mask = None
-    for _, make, _ in masks:
+    if len(masks) > 1 and all(array is not None for _, _, _, array in masks):
+        total = masks[0][3]
+        for _, _, _, array in masks[1:]:
+            total = np.add(total, array, dtype=np.float32)
+        return cv.float_operand(Const(np.ascontiguousarray(total))), causal, nan_free
+    for _, make, _, _ in masks:
         mask = make() if mask is None else cv.op("add", mask, make())
     return mask, causal, nan_free
 
