@@ -63,6 +63,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
+from . import _channels_last
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -514,6 +515,8 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
             if pattern is not None and not pattern.nodes & g.taken and \
                     not any(pattern.nodes & p.nodes for p in gelus.values()):
                 gelus[pattern.data["x"]] = pattern
+    # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
+    _channels_last.match(g, by_type.get("Transpose", []), gelus, take)
     for index in by_type.get("MatMul", []):
         linear = None if index in g.taken else take(_match_linear(g, index, gelus))
         if linear is not None:
