@@ -165,6 +165,27 @@ def test_packing_runs_and_thread_splits(threads, monkeypatch):
         numba.set_num_threads(previous)
 
 
+def test_pack_a_panel_layout():
+    """``_pack_a_panel`` against its definition, ``dst[p * MR + r] = A[i0 + r,
+    k0 + p]`` and zero past the panel's rows: full panels (the stack tile of
+    ``_PACK_A_COLS`` columns) and short ones, K-block depths that leave no,
+    some or all columns to the tail loop, offsets in both directions, both
+    orientations of A."""
+    rng = np.random.default_rng(5)
+    MR, cols = mm.MR, packing._PACK_A_COLS
+    a = random((2 * MR + 3, 3 * cols + 11), rng)
+    for a_t in (False, True):
+        src = np.ascontiguousarray(a.T) if a_t else a
+        for i0, m in ((0, MR), (MR, MR), (2 * MR, 3), (MR + 1, MR - 1)):
+            for k0 in (0, 5):
+                for kc in (0, 1, cols - 1, cols, cols + 3, 2 * cols, 3 * cols + 6):
+                    dst = np.full(kc * MR, np.nan, np.float32)
+                    packing._pack_a_panel(src, a_t, i0, m, k0, kc, dst)
+                    want = np.zeros((kc, MR), np.float32)
+                    want[:, :m] = a[i0:i0 + m, k0:k0 + kc].T
+                    assert np.array_equal(dst.reshape(kc, MR), want), (a_t, i0, m, k0, kc)
+
+
 @pytest.mark.parametrize("M", [1, 8])
 @pytest.mark.parametrize("b_t", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
