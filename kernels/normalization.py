@@ -355,6 +355,18 @@ def layer_norm_groups(x, scale, bias, epsilon, channels, out):
     lanes), times ``scale`` plus ``bias``. ``x, out: (A, K, P, L)``; ``scale,
     bias: (K * L,)`` float32, zero past ``channels``. ``out`` must not be ``x``.
     Returns ``out``."""
+    call = bind_layer_norm_groups(x, scale, bias, epsilon, channels, out, numba_threads())
+    if call is not None:
+        kernel, args = call
+        kernel(*args)
+    return out
+
+
+def bind_layer_norm_groups(x, scale, bias, epsilon, channels, out, threads: int):
+    """``(kernel, args)``: ``kernel(*args)`` computes :func:`layer_norm_groups`
+    on these arrays (checked here once) on ``threads`` numba threads; None
+    for an empty ``x`` (nothing to do). For a caller that runs the norm on
+    the same arrays again and again (a replayed plan's bound step)."""
     _check_io(x, out, 4)
     if np.may_share_memory(x, out):
         raise ValueError("normalization: out must not overlap x")
@@ -368,16 +380,15 @@ def layer_norm_groups(x, scale, bias, epsilon, channels, out):
                          f"{x.shape}, got {channels}")
     eps = _epsilon(epsilon)
     if x.size == 0:
-        return out
+        return None
     tile = max(1, min(P, _TILE_FLOATS // L))
     tasks = A * ((P + tile - 1) // tile)
-    groups = _groups_of(tasks, x.size)
+    groups = 1 if x.size < _PARALLEL_MIN or tasks < 2 or threads == 1 else min(tasks, threads)
     xf, outf = x.reshape(-1), out.reshape(-1)
     if groups == 1:
-        _groups(xf, outf, K, P, L, channels, scale, bias, eps, tile, 0, tasks)
-    else:
-        _groups_parallel(xf, outf, K, P, L, channels, scale, bias, eps, tile, tasks, groups)
-    return out
+        return _groups, (xf, outf, K, P, L, channels, scale, bias, eps, tile, 0, tasks)
+    return _groups_parallel, (xf, outf, K, P, L, channels, scale, bias, eps, tile, tasks,
+                              groups)
 
 
 def instance_normalization(x, scale, bias, epsilon, out):

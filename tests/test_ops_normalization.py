@@ -141,6 +141,41 @@ def test_convnext_block_needs_no_reorder():
     assert_close(got, want, tol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_replayed_channel_layer_norm_is_a_bound_call_into_the_plan_buffer(threads, block):
+    """conv -> LayerNorm over C -> conv, computed again and again on new
+    inputs: the norm runs as one bound kernel call writing the plan's buffer
+    (no new array per run), with the reference's numbers at every run; a
+    scale that is a graph input changes every run and is never bound."""
+    ctx = jitnn.Context(num_threads=threads, block=block)
+    c = 17
+    w1, w2 = random((c, 5, 3, 3), 60, 0.2), random((9, c, 1, 1), 61, 0.2)
+    scale, bias = _affine((c,), 62)
+    conv, norm = reference("conv2d"), reference("layer_normalization")
+    for given_scale in (False, True):
+        b = jitnn.GraphBuilder(ctx)
+        s = b.input("s", (c,)) if given_scale else b.constant(scale)
+        y = b.conv2d(b.input("x", (2, 5, 7, 9)), b.constant(w1), padding=1)
+        y = b.layer_normalization(y, s, b.constant(bias), axes=[1], epsilon=1e-4)
+        graph = b.build({"y": b.conv2d(y, b.constant(w2))})
+        out = np.empty((2, 9, 7, 9), np.float32)
+        for seed in range(3):
+            x = random((2, 5, 7, 9), 63 + seed)
+            sc = scale * (1 + seed) if given_scale else scale
+            feed = {"x": x, "s": sc} if given_scale else {"x": x}
+            ctx.compute(graph, feed, {"y": out})
+            want = conv(norm(conv(x, w1, padding=1), sc, bias, axes=[1], epsilon=1e-4), w2)
+            assert_close(out, want, tol=2e-5)
+        (program,) = graph._programs
+        kinds = [(c_.node.kind, bool(bound)) for c_, bound in
+                 zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+        assert ("layer_norm_blocked", not given_scale) in kinds, kinds
+        step = next(c_ for c_ in program.steps if c_.node is not None
+                    and c_.node.kind == "layer_norm_blocked")
+        assert step.step.buffer, "the norm writes a buffer of the plan"
+
+
 def test_layer_norm_graph_operands():
     ctx = jitnn.Context()
     b = jitnn.GraphBuilder(ctx)

@@ -31,6 +31,8 @@ softmax works on plain data (a blocked input is read back first).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .. import layouts
@@ -41,13 +43,16 @@ from ..kernels import normalization as norm_kernels
 from ..kernels.buffers import aligned_empty
 from ..limits import real_arg
 from ..plan_cache import exact
-from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import (as_tensor, axis_index, channel_axis, context_of, is_blocked, is_number,
-                      parse_activation, pending, plain_buffer, plain_layout, plain_result,
-                      value_of)
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import Node, Tensor, Value
+from ._common import (Binding, as_tensor, axis_index, channel_axis, context_of, is_blocked,
+                      is_number, parse_activation, pending, plain_buffer, plain_layout,
+                      plain_result, value_of)
 from .eltwise import batch_norm_scale_shift, eltwise_node
 from .reduction import axes_arg
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -259,6 +264,64 @@ def _flat(value, default: float, order: tuple, size: int, padded: int) -> np.nda
     return out
 
 
+def _blocked_affine(attrs: dict, derived: list | None = None) -> tuple:
+    """The blocked norm's scale and bias as the kernel takes them (``(K * L,)``,
+    zero past the channels), made once per scale and bias Value; ``derived``
+    gets each ``(value, key, form)`` (what a :class:`Binding` checks)."""
+    view, order, size = attrs["view"], attrs["order"], attrs["channels"]
+    padded = view[1] * view[3]
+    found = []
+    for name, default in (("scale", 1.0), ("bias", 0.0)):
+        value = attrs[name]
+        if value is None:
+            found.append(_flat(None, default, order, size, padded))
+            continue
+        key = ("layer_norm_blocked", order, padded)
+        form = value._derive(key, lambda v=value, d=default: _flat(v, d, order, size, padded))
+        if derived is not None:
+            derived.append((value, key, form))
+        found.append(form)
+    return found[0], found[1]
+
+
+def run_layer_norm_blocked(ctx: "Context", node: Node, value: Value,
+                           out: np.ndarray | None) -> np.ndarray:
+    """The channel layer norm of a blocked tensor, into ``out`` if given."""
+    a = node.attrs
+    data = a["x"]._materialize()
+    scale, bias = _blocked_affine(a)
+    if out is None:
+        out = aligned_empty(data.shape)
+    view = a["view"]
+    ctx.launcher.launch(norm_kernels.layer_norm_groups, data.reshape(view), scale, bias,
+                        a["epsilon"], a["channels"], out.reshape(view))
+    return out
+
+
+def bind_layer_norm_blocked(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_layer_norm_blocked` just made, bound to its
+    arrays (a replayed program runs it as one call: jitnn/executor.py)."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None:
+        return None
+    derived: list = []
+    scale, bias = _blocked_affine(a, derived)
+    view = a["view"]
+    call = norm_kernels.bind_layer_norm_groups(x._data.reshape(view), scale, bias, a["epsilon"],
+                                               a["channels"], result.reshape(view),
+                                               ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], ((x, x._data),), tuple(derived), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_layer_norm_blocked.bind = bind_layer_norm_blocked
+
+register_kind(NodeKind("layer_norm_blocked", writes_into_buffer=True))
+
+
 def layer_normalization(x, scale=None, bias=None, *, axes=None,
                         epsilon: float = 1e-5) -> Tensor:
     """WebNN layerNormalization: ``(x - mean) / sqrt(var + epsilon) * scale +
@@ -284,18 +347,13 @@ def layer_normalization(x, scale=None, bias=None, *, axes=None,
         block = layouts.block_of(x.layout)
         n, h, w = (x.shape[0], *((x.shape[2:]) if x._axes == "nchw" else x.shape[1:3]))
         blocks = -(-size // block)
-        view = (n, blocks, h * w, block)
-
-        def produce_blocked() -> np.ndarray:
-            data = xv._materialize()
-            out = aligned_empty(data.shape)
-            s = _flat(sv, 1.0, order, size, blocks * block)
-            b = _flat(bv, 0.0, order, size, blocks * block)
-            ctx.launcher.launch(norm_kernels.layer_norm_groups, data.reshape(view), s, b,
-                                epsilon, size, out.reshape(view))
-            return out
-        return Tensor(ctx, x.shape, x.layout, producer=produce_blocked, axes=x._axes,
-                      inputs=inputs, op=op)
+        attrs = {"x": xv, "scale": sv, "bias": bv, "epsilon": epsilon, "order": order,
+                 "channels": size, "view": (n, blocks, h * w, block)}
+        # a node of its own kind: it writes into the plan's buffer, and a
+        # replayed plan runs it as one bound kernel call
+        node = Node(op, tuple(value_of(t) for t in inputs), kind="layer_norm_blocked",
+                    attrs=attrs, run=run_layer_norm_blocked)
+        return pending(ctx, x.shape, x.layout, node, axes=x._axes)
 
     shape, ranked = x.shape, sorted(axes)
     adjacent = ranked == list(range(ranked[0], ranked[0] + len(ranked))) if ranked else True
