@@ -474,6 +474,41 @@ def test_matmul_bias_and_activation_fuse_into_one_gemm():
     assert not held.pending
 
 
+@pytest.mark.parametrize("rows, k, n", [((1, 13), 33, 17), ((3, 7), 40, 70), ((2, 1, 5), 9, 33),
+                                        ((2, 37), 70, 100)])
+def test_matmul_reshape_bias_and_residual_fuse_into_one_gemm(rows, k, n):
+    """A linear layer on 3-D activations as exporters write it: the 2-D GEMM,
+    its bias, a reshape back, then the residual add: one launch, the reshape
+    taken in and the residual the kernel's second addend (odd sizes, K and N
+    not multiples of the tile)."""
+    ctx = jitnn.Context(num_threads=1)
+    m = int(np.prod(rows))
+    x_np, w_np = random(rows + (k,), 70), random((k, n), 71, 0.3)
+    bias_np, res_np = random((n,), 72), random(rows + (n,), 73)
+    w = ctx.tensor(w_np)
+    flat = jitnn.reshape(ctx.tensor(x_np), (m, k))
+    y = jitnn.add(jitnn.reshape(jitnn.add(jitnn.matmul(flat, w), bias_np), rows + (n,)), res_np)
+    assert "matmul + add + add" in jitnn.explain(y) and "reshape\n" not in jitnn.explain(y)
+    want = (x_np.astype(np.float64).reshape(m, k) @ w_np + bias_np).reshape(rows + (n,)) + res_np
+    with assert_schedule(ctx, kernels=1, fused=2):
+        _close(y.numpy(), want, atol=1e-4)
+    # a row broadcast over the reshaped output is an addend too; a column is not
+    # (it stays its own add) and an activation after the reshape is the epilogue's
+    col_np = random(rows[:-1] + (rows[-1], 1), 74)
+    z = jitnn.relu(jitnn.add(jitnn.reshape(jitnn.matmul(flat, w), rows + (n,)),
+                             bias_np.reshape((1,) * len(rows) + (n,))))
+    assert "matmul + add + relu" in jitnn.explain(z)
+    _close(z.numpy(), _relu((x_np.astype(np.float64).reshape(m, k) @ w_np)
+                            .reshape(rows + (n,)) + bias_np))
+    u = jitnn.add(jitnn.reshape(jitnn.matmul(flat, w), rows + (n,)), col_np)
+    assert "matmul + add" not in jitnn.explain(u)
+    _close(u.numpy(), (x_np.astype(np.float64).reshape(m, k) @ w_np).reshape(rows + (n,))
+           + col_np)
+    # GELU after the reshape stays its own pass (faster than the epilogue's)
+    g = jitnn.gelu(jitnn.reshape(jitnn.add(jitnn.matmul(flat, w), bias_np), rows + (n,)))
+    assert "matmul + add + gelu" not in jitnn.explain(g)
+
+
 _M = random((49, 5), 78)
 _STATS = [np.abs(random((7,), 79 + i)) + 0.5 for i in range(4)]
 # plain-layout ops on a conv result: (op, numpy reference)
