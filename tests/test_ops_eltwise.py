@@ -499,3 +499,23 @@ def test_clamp_nan_bound_is_no_bound(kind):
     assert_close(jitnn.clamp(t, -1.0, float("nan")).numpy(), unary_reference(
         "clamp", x, min_value=-1.0))
     assert_close(jitnn.clamp(t, np.nan, np.nan).numpy(), x)
+
+
+@pytest.mark.parametrize("op", ["sub", "div", "mul"])
+def test_plain_chain_merges_into_a_binary_op_that_reads_it_second(op):
+    """``u op chain`` with ``u`` the op's main input (kept, so it does not merge
+    itself): the chain merges through the op's second input, the op's operands
+    swapped and its reverse flag flipped (Llama's ``silu(gate) * up``)."""
+    ctx = jitnn.Context()
+    x_np, y_np = random((5, 7), 45), random((5, 7), 46)
+    u = jitnn.relu(ctx.tensor(y_np))                    # kept by the caller
+    # the chain is not held (a handle would keep its value)
+    out = getattr(jitnn, op)(u, jitnn.add(jitnn.sigmoid(jitnn.relu(ctx.tensor(x_np))), 0.5))
+    assert "relu + sigmoid + add + " + op in jitnn.explain(out)
+    with assert_schedule(ctx, kernels=2, fused=3):
+        got, got_u = jitnn.read_all([out, u])
+    want_u = np.maximum(y_np.astype(np.float64), 0.0)
+    want_chain = 1.0 / (1.0 + np.exp(-np.maximum(x_np.astype(np.float64), 0.0))) + 0.5
+    want = {"sub": np.subtract, "div": np.divide, "mul": np.multiply}[op](want_u, want_chain)
+    assert np.array_equal(got_u, want_u.astype(np.float32))
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()

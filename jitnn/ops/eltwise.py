@@ -574,6 +574,8 @@ def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     binary ops with a scalar or same-shape operand), the second reading the
     first's result as its main input only, as one pass over memory, within the
     kernel's limits on steps and tensor operands."""
+    if consumer.kind == "eltwise_plain" and consumer.kind == node.kind:
+        consumer = _main_first(consumer, v)
     if consumer.kind != node.kind or consumer.inputs[0] is not v \
             or any(t is v for t in consumer.inputs[1:]) or result._shape != v._shape:
         return None
@@ -588,6 +590,24 @@ def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     return node.replace(inputs=node.inputs + consumer.inputs[1:],
                         fused=node.fused + (consumer.label,),
                         flops=node.flops + consumer.flops, **changes)
+
+
+def _main_first(consumer: Node, v: Value) -> Node:
+    """A plain binary step ``other op v`` (``v`` its second input, ``other`` of
+    the same shape) as ``v op other`` with the reverse flag flipped, so that a
+    chain can merge through ``v`` (Llama's ``silu(gate) * up``, whose product
+    took ``up`` as its main input); else ``consumer`` as it is."""
+    steps = consumer.attrs.get("steps")
+    if len(consumer.inputs) != 2 or consumer.inputs[1] is not v or consumer.inputs[0] is v \
+            or not steps or len(steps) != 1:
+        return consumer
+    kind, op, other, reverse, operand = steps[0]
+    main = consumer.inputs[0]
+    if kind != "binary" or other is not v or operand != ("plain", v) \
+            or main._shape != v._shape:
+        return consumer
+    return consumer.replace(inputs=(v, main), attrs={
+        **consumer.attrs, "steps": [("binary", op, main, not reverse, ("plain", main))]})
 
 
 def _self_gated(gate: Node, product: Node, x: Value) -> Node | None:
