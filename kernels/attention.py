@@ -80,7 +80,8 @@ mask value is the same). A row whose every score is ``-inf`` (an additive
 ``-inf`` mask) has ``l = 0`` and comes out NaN, as ``softmax`` of all ``-inf``
 is (PyTorch and ONNX Runtime give NaN too); a block of ``-inf`` before finite
 scores is skipped exactly (its shift is taken as 0, so no ``inf - inf``).
-NaN anywhere in a row's inputs makes the row NaN. Causal keys are excluded
+NaN anywhere in a row's inputs makes the row NaN; with ``nan_to_zero`` every
+NaN output is stored as 0 instead (exporters' guard). Causal keys are excluded
 outright: the row ``i`` sees keys ``0..i`` only, whatever the mask.
 
 **Accuracy** (float32 throughout, float32 accumulators): a score carries
@@ -123,7 +124,7 @@ _LOWEST = np.float32(np.finfo(np.float32).min)
 
 #: the fields of the int64 geometry array the driver reads
 (_B, _H, _SQ, _SK, _D, _DV, _QB_, _QH, _QS, _KB_, _KH, _KS, _VB, _VH, _VS, _OB, _OH, _OS,
- _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _GEOMETRY) = range(26)
+ _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _NAN_ZERO, _GEOMETRY) = range(27)
 
 
 # --- the tiles -----------------------------------------------------------------
@@ -312,11 +313,17 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         _rescale(ot, dv_rows, alpha)
         _accumulate(vf, v_base + j0 * g[_VS], g[_VS], keys, Dv, st, ot)
     o_base = b * g[_OB] + h * g[_OH] + i0 * g[_OS]
+    nan_zero = g[_NAN_ZERO] != 0
     for i in range(rows):
         inverse = _ONE / l[i]
         row = o_base + i * g[_OS]
-        for c in range(Dv):
-            of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse
+        if nan_zero:            # exporters' Where(IsNaN(x), 0, x) guard, in the store
+            for c in range(Dv):
+                r = ot[np.uint64(c * QB + i)] * inverse
+                of[np.uint64(row + c)] = r if r == r else _ZERO
+        else:
+            for c in range(Dv):
+                of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse
 
 
 @jit(parallel=True)
@@ -415,7 +422,7 @@ def _mask_view(mask, shape):
 
 
 def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLOCK,
-              threads=None):
+              threads=None, nan_to_zero=False):
     """``out = softmax(scale * q @ k^T + mask) @ v`` per (batch, head), fused
     (see the module docstring); returns ``out``.
 
@@ -429,6 +436,9 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
     * ``scale``: the factor of the scores; ``causal``: key ``j`` is masked
       out for row ``i`` when ``j > i``
     * ``key_block``: keys per block (>= 1); ``threads``: None asks numba
+    * ``nan_to_zero``: NaN outputs are stored as 0 (a row with every score
+      ``-inf``, and NaN inputs): the ``Where(IsNaN(x), 0, x)`` guard that
+      exporters put after the softmax, without a pass over the output
     """
     qf, qs = _strided("q", q)
     kf, ks = _strided("k", k)
@@ -457,7 +467,7 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
         _fail(f"key_block must be >= 1, got {key_block}")
     scale = float(scale)
     g = np.array([B, H, Sq, Sk, D, Dv, *qs, *ks, *vs, *os_, *ms, mode, int(bool(causal)),
-                  key_block], np.int64)
+                  key_block, int(bool(nan_to_zero))], np.int64)
     assert g.shape == (_GEOMETRY,)
     tasks = B * H * (-(-Sq // QB))
     threads = numba_threads() if threads is None else int(threads)

@@ -119,6 +119,24 @@ def steps(plan: str) -> list[str]:
                                             re.MULTILINE)]
 
 
+def nan_guards(model, feed: dict) -> list[bool]:
+    """Each attention op's ``nan_to_zero`` (the exporter's IsNaN guard, kept in
+    the kernel's store), from the pending DAG of ``model`` on ``feed``."""
+    ctx = jitnn.Context(num_threads=1)
+    pending = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape for k, v in
+                                                           feed.items()}).dispatch(feed)
+    todo, seen, guards = [t._v for t in pending.values()], set(), []
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or v._node is None:
+            continue
+        seen.add(id(v))
+        if v._node.op == "scaled_dot_product_attention":
+            guards.append(v._node.attrs["nan_to_zero"])
+        todo.extend(v._node.inputs)
+    return guards
+
+
 def check(model, feed: dict, tol: float = 2e-5, **kwargs) -> list[str]:
     """jitnn against the float64 reference; returns the plan's step labels."""
     got, plan = run(model, feed, **kwargs)
@@ -332,9 +350,11 @@ def test_attention_bshd_fuses_with_each_mask(mask):
     assert labels.count("scaled_dot_product_attention") == 1, labels
     assert not {"softmax", "transpose"} & set(labels), labels
     # the IsNaN guard stays only where a mask can drop every key of a row with
-    # -inf (a run-time -inf Where; a float mask input could hold -inf too)
-    assert ("is_nan" in labels) == (mask in ("where_not", "add", "causal_and_pad",
-                                             "bias_and_add")), labels
+    # -inf (a run-time -inf Where; a float mask input could hold -inf too), and
+    # then in the attention's store: no pass of its own
+    assert "is_nan" not in labels, labels
+    assert nan_guards(model, feed) == [mask in ("where_not", "add", "causal_and_pad",
+                                                "bias_and_add")]
 
 
 def test_attention_all_masked_rows_as_the_model_gives_them():
@@ -796,7 +816,7 @@ def test_small_encoder_layer(fill):
     feed["attention_mask"][1] = 0
     labels = check(model, feed, tol=1e-5)
     assert not {"softmax", "transpose", "matmul", "mul"} & set(labels), labels
-    assert ("is_nan" in labels) == (fill == -np.inf), labels
+    assert "is_nan" not in labels and nan_guards(model, feed) == [fill == -np.inf], labels
     assert labels.count("matmul + add") == 4 and labels.count("matmul + add + add") == 2 \
         and labels.count("gelu") == 1 and "add" not in labels \
         and labels.count("scaled_dot_product_attention") == 1, labels
@@ -815,12 +835,12 @@ def _stored(name: str):
 
 @pytest.mark.parametrize("name,fused", [
     # the text models' masks are Where(bool, 0, -inf): a row of padding is all -inf,
-    # so the exporter's IsNaN guard stays (is_nan, where on the attention's output)
-    # (a residual add after a projection is in its GEMM's epilogue)
+    # so the exporter's IsNaN guard stays, in the attention's store (no is_nan pass);
+    # a residual add after a projection is in its GEMM's epilogue
     ("bert", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 8,
-              "matmul + add + add": 4, "is_nan": 2}),
-    ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 2, "gelu": 2}),
-    ("llama", {"scaled_dot_product_attention": 2, "is_nan": 2}),
+              "matmul + add + add": 4, "is_nan": 0}),
+    ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 0, "gelu": 2}),
+    ("llama", {"scaled_dot_product_attention": 2, "is_nan": 0}),
     ("vit", {"scaled_dot_product_attention": 2, "gelu": 2, "matmul + add": 8,
              "matmul + add + add": 4})])
 def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):

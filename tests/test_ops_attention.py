@@ -160,6 +160,29 @@ def test_additive_row_all_minus_inf_is_nan():
                  tol=TOL)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_nan_to_zero_stores_nan_rows_as_zero(layout, threads):
+    """``nan_to_zero``: a row whose every score is -inf, and the rows a NaN in
+    K reaches, come out 0 (the exporters' Where(IsNaN(x), 0, x) guard); the
+    other rows are the reference's (2 heads, odd sizes, rows past one tile)."""
+    ctx = jitnn.Context(num_threads=threads)
+    q, k, v = _qkv(2, 2, 37, 45, 8, Dv=5, seed=3, layout=layout)
+    k[(1, 0, 4, 2) if layout == "bhsd" else (1, 4, 0, 2)] = np.nan   # batch 1, head 0: NaN
+    mask = np.zeros((2, 1, 37, 45), np.float32)
+    mask[0, 0, 30] = -np.inf
+    got = jitnn.scaled_dot_product_attention(ctx.tensor(q), ctx.tensor(k), ctx.tensor(v),
+                                             ctx.tensor(mask), layout=layout,
+                                             nan_to_zero=True).numpy()
+    want = reference(q, k, v, mask, layout=layout, nan_to_zero=True)
+    plain = reference(q, k, v, mask, layout=layout)
+    assert np.isnan(plain).any() and not np.isnan(got).any()
+    assert (got[np.isnan(plain)] == 0).all()
+    assert_close(got, want, tol=TOL)
+    with pytest.raises(jitnn.JitnnTypeError, match="nan_to_zero must be a bool"):
+        jitnn.scaled_dot_product_attention(q, k, v, nan_to_zero=1)
+
+
 def test_leading_keys_all_masked():
     """Left padding: whole key blocks of -inf before the first finite score
     (the running maximum stays -inf over them) give exact zeros weight."""

@@ -11,7 +11,7 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   ``Transpose(0, 2, 1, 3)`` (Kᵀ: ``(0, 2, 3, 1)``) of ``(B, S, H, D)`` tensors
   and the result goes into ``Transpose(0, 2, 1, 3)``. A constant top-left
   causal mask (0 and <= -1e9 or -inf, or a bool ``Where`` condition) is
-  ``is_causal``. The guard becomes ``where(is_nan(out), 0, out)``, left out
+  ``is_causal``. The guard becomes the op's ``nan_to_zero`` (NaN outputs stored as 0), left out
   when no mask can make a row all -inf (no mask, causal, a finite fill: then
   only NaN or inf in Q or K give NaN rows, which the guarded model zeroes).
   Grouped-query attention (Llama: K and V of fewer heads, each repeated for

@@ -37,7 +37,9 @@ lowest`` (finite), as in ONNX Runtime's Attention: a row whose every key is
 dropped so gets the plain average of ``value`` over all keys, as ONNX
 Runtime gives. A row whose every score is ``-inf`` (an additive mask of
 ``-inf`` on all its keys) is NaN, as ``softmax`` of ``-inf`` everywhere is
-in PyTorch and ONNX Runtime. Causal keys are excluded outright (weight 0),
+in PyTorch and ONNX Runtime; ``nan_to_zero=True`` stores such NaN outputs (and
+those of NaN inputs) as 0, the ``Where(IsNaN(x), 0, x)`` guard exporters add,
+with no pass of its own. Causal keys are excluded outright (weight 0),
 so a causal row never averages keys after it.
 
 **Accuracy.** float32 with float32 accumulators: against float64, about
@@ -91,8 +93,8 @@ LAYOUTS = ("bhsd", "bshd")
 # --- the spec ------------------------------------------------------------------------
 
 def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scale=None,
-                                           is_causal: bool = False,
-                                           layout: str = "bhsd") -> np.ndarray:
+                                           is_causal: bool = False, layout: str = "bhsd",
+                                           nan_to_zero: bool = False) -> np.ndarray:
     """``softmax(query @ key^T * scale + mask) @ value`` in float64 (the module
     docstring's rules: a uint8 or bool mask adds ``float32 lowest`` where it
     is 0; ``is_causal`` sets ``-inf`` where ``j > i``)."""
@@ -113,6 +115,8 @@ def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scal
     with np.errstate(invalid="ignore"):
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         out = np.matmul(e / e.sum(axis=-1, keepdims=True), v)
+    if nan_to_zero:
+        out = np.where(np.isnan(out), 0.0, out)
     return out.transpose(0, 2, 1, 3) if layout == "bshd" else out
 
 
@@ -152,7 +156,8 @@ def _shapes(query: Tensor, key: Tensor, value: Tensor, layout: str) -> tuple:
 
 
 def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
-                                 is_causal: bool = False, layout: str = "bhsd") -> Tensor:
+                                 is_causal: bool = False, layout: str = "bhsd",
+                                 nan_to_zero: bool = False) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value`` per batch and head, as
     one fused kernel (PyTorch's ``F.scaled_dot_product_attention``; see the
     module docstring for the layouts, the mask kinds, ``is_causal`` and
@@ -164,8 +169,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
     value = as_tensor(ctx, value, op, "value")
     if layout not in LAYOUTS:
         raise JitnnValueError(f"{op}: layout must be 'bhsd' or 'bshd', got {layout!r}")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise JitnnTypeError(f"{op}: is_causal must be a bool, got {is_causal!r}")
+    for name, flag in (("is_causal", is_causal), ("nan_to_zero", nan_to_zero)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise JitnnTypeError(f"{op}: {name} must be a bool, got {flag!r}")
     B, H, Sq, Sk, D, Dv = _shapes(query, key, value, layout)
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
@@ -191,9 +197,11 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
     else:
         out_shape = (B, H, Sq, Dv)
     attrs = {"scale": float(scale), "causal": bool(is_causal), "layout": layout,
-             "dims": (B, H, Sq, Sk, D, Dv), "masked": m is not None}
+             "dims": (B, H, Sq, Sk, D, Dv), "masked": m is not None,
+             "nan_to_zero": bool(nan_to_zero)}
     inputs = tuple(value_of(t) for t in (query, key, value, m) if t is not None)
-    sig = (op, exact(attrs["scale"]), attrs["causal"], layout, attrs["dims"], attrs["masked"])
+    sig = (op, exact(attrs["scale"]), attrs["causal"], layout, attrs["dims"], attrs["masked"],
+           attrs["nan_to_zero"])
     node = Node(op, inputs, kind="attention", attrs=attrs, run=run_attention,
                 flops=2 * B * H * Sq * Sk * (D + Dv), sig=sig)
     return pending(ctx, out_shape, layouts.plain_tag(len(out_shape)), node)
@@ -221,7 +229,8 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
     # (a mask of rank <= 3 broadcasts to 3-D operands' (1, N, Sq, Sk) as to (N, Sq, Sk))
     mask = plain_buffer(node.inputs[3]) if a["masked"] else None
     ctx.launcher.launch(attention_kernels.attention, q, k, v, _bhsd(dest, layout), mask,
-                        scale=a["scale"], causal=a["causal"])
+                        scale=a["scale"], causal=a["causal"],
+                        nan_to_zero=a.get("nan_to_zero", False))
     return dest
 
 
