@@ -8,14 +8,85 @@ steps of its plan: no transpose left, the residual in the last conv."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
+from onnx import TensorProto, helper, numpy_helper
+
 import jitnn
+import jitnn.onnx
 from tests.helpers import random
-from tests.test_onnx_patterns import Net, _gelu, check
+
+
+class Net:
+    """Nodes, initializers and inputs of one graph, with fresh names."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
+
+    def const(self, array) -> str:
+        self.count += 1
+        name = f"c{self.count}"
+        self.inits.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
+        return name
+
+    def input(self, name: str, shape) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+        return name
+
+    def __call__(self, op: str, *inputs: str, **attrs) -> str:
+        self.count += 1
+        name = f"{op.lower()}{self.count}"
+        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def model(self, outputs: list[str], opset: int = 17):
+        graph = helper.make_graph(
+            self.nodes, "channels_last", self.inputs,
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _gelu(net: Net, x: str) -> str:
+    """Exact GELU as the exporter writes it: x * (1 + erf(x / sqrt 2)) * 0.5."""
+    one_plus = net("Add", net("Erf", net("Div", x, net.const(math.sqrt(2.0)))), net.const(1.0))
+    return net("Mul", net("Mul", x, one_plus), net.const(0.5))
+
+
+def _float64(model):
+    """A copy of ``model`` computing in float64."""
+    import onnx
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for i, tensor in enumerate(copy.graph.initializer):
+        copy.graph.initializer[i].CopyFrom(numpy_helper.from_array(
+            numpy_helper.to_array(tensor).astype(np.float64), tensor.name))
+    for info in copy.graph.input:
+        info.type.tensor_type.elem_type = TensorProto.DOUBLE
+    return copy
+
+
+def check(model, feed: dict, ctx=None, tol: float = 2e-5) -> list[str]:
+    """jitnn against onnx's reference evaluator in float64; the plan's step labels."""
+    from onnx.reference import ReferenceEvaluator
+    ctx = ctx or jitnn.Context(num_threads=1)
+    converted = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape for k, v in feed.items()})
+    plan = jitnn.explain(next(iter(converted.dispatch(feed).values())))
+    got = converted.run(feed)
+    want = ReferenceEvaluator(_float64(model)).run(
+        None, {k: v.astype(np.float64) for k, v in feed.items()})
+    for name, value in zip([o.name for o in model.graph.output], want):
+        err = float(np.abs(got[name] - value).max()) / max(float(np.abs(value).max()), 1e-30)
+        assert err < tol, f"{name}: max error {err:.2e} of the largest magnitude"
+    return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
+                                            re.MULTILINE)]
 
 
 def convnext_block(n: int, c: int, h: int, w: int, *, activation: str = "gelu",
@@ -34,7 +105,7 @@ def convnext_block(n: int, c: int, h: int, w: int, *, activation: str = "gelu",
     hidden = 4 * c
     y = net("MatMul", y, net.const(rng.standard_normal((c, hidden)) / np.sqrt(c)))
     y = net("Add", net.const(rng.standard_normal(hidden) * 0.1), y)
-    y = _gelu(net, y, "div_x_first") if activation == "gelu" else net(activation, y)
+    y = _gelu(net, y) if activation == "gelu" else net(activation, y)
     y = net("MatMul", y, net.const(rng.standard_normal((hidden, c)) / np.sqrt(hidden)))
     y = net("Add", net.const(rng.standard_normal(c) * 0.1), y)
     y = net("Transpose", y, perm=[0, 3, 1, 2])

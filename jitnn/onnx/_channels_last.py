@@ -30,8 +30,11 @@ by the chain alone (not by ``Shape``, not graph outputs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from ._attention_convert import _float_tensor
 from ._common import Const
 from ._pattern_graph import Pattern, _const_operand, _Graph
 
@@ -80,9 +83,12 @@ def _linear(g: _Graph, matmul: int, name: str, covered: set[int], gelus: dict):
     return step, out
 
 
-def match_channels_last(g: _Graph, transpose: int, gelus: dict) -> Pattern | None:
+def match_channels_last(g: _Graph, transpose: int, gelus: dict,
+                        gelu_constants: Callable) -> Pattern | None:
     """The chain from ``Transpose(0, 2, 3, 1)`` node ``transpose`` to the
-    ``Transpose(0, 3, 1, 2)`` (and layer-scale ``Mul``) that ends it, or None."""
+    ``Transpose(0, 3, 1, 2)`` (and layer-scale ``Mul``) that ends it, or None.
+    ``gelu_constants(values, consts, terms)``: whether a GELU pattern's
+    constants are GELU's (:mod:`._patterns`' check)."""
     if _perm(g, transpose) != [0, 2, 3, 1]:
         return None
     x = g.nodes[transpose].input[0]
@@ -126,17 +132,18 @@ def match_channels_last(g: _Graph, transpose: int, gelus: dict) -> Pattern | Non
     if any(name in g.outputs or any(r not in covered for r in g.readers.get(name, ()))
            for i in covered - {last} for name in g.nodes[i].output if name):
         return None
-    plan = {"x": x, "steps": steps, "scale": scale}
+    plan = {"x": x, "steps": steps, "scale": scale, "gelu_constants": gelu_constants}
     return Pattern("channels_last", covered, last,
                    lambda cv, values: _convert(cv, values, plan))
 
 
-def match(g: _Graph, transposes: list[int], gelus: dict, take) -> None:
+def match(g: _Graph, transposes: list[int], gelus: dict, take,
+          gelu_constants: Callable) -> None:
     """Take (``take(pattern)``) every chain starting at one of ``transposes``;
     the GELU patterns a chain took leave ``gelus``."""
     for index in transposes:
         if index not in g.taken:
-            pattern = take(match_channels_last(g, index, gelus))
+            pattern = take(match_channels_last(g, index, gelus, gelu_constants))
             if pattern is not None:
                 for x in [x for x, p in gelus.items() if p.nodes & pattern.nodes]:
                     del gelus[x]
@@ -165,8 +172,6 @@ def _channel_scale(value, channels: int) -> np.ndarray | None:
 
 
 def _convert(cv, values, plan):
-    from ._attention_convert import _float_tensor
-    from ._patterns import _gelu_constants
     y = values[plan["x"]]
     if not _float_tensor(y) or len(y.shape) != 4:
         return None
@@ -189,7 +194,7 @@ def _convert(cv, values, plan):
         n = w.array.shape[1]
         bias = _vector(values[step["bias"]], n)
         gelu = step["gelu"]
-        if bias is None or gelu is not None and not _gelu_constants(
+        if bias is None or gelu is not None and not plan["gelu_constants"](
                 values, gelu.data["consts"], gelu.data.get("terms")):
             return None
         weight = w.array.astype(np.float64)

@@ -516,7 +516,7 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
                     not any(pattern.nodes & p.nodes for p in gelus.values()):
                 gelus[pattern.data["x"]] = pattern
     # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
-    _channels_last.match(g, by_type.get("Transpose", []), gelus, take)
+    _channels_last.match(g, by_type.get("Transpose", []), gelus, take, _gelu_constants)
     for index in by_type.get("MatMul", []):
         linear = None if index in g.taken else take(_match_linear(g, index, gelus))
         if linear is not None:
