@@ -116,6 +116,21 @@ def _check_array(what, a):
 def concat_channels(inputs, channels, out):
     """Concatenate blocked ``inputs`` (with ``channels[i]`` logical channels
     each) along the channel axis into blocked ``out``. Returns ``out``."""
+    kernel, args = bind_concat_channels(inputs, channels, out, numba_threads())
+    kernel(*args)
+    return out
+
+
+def _run_calls(calls) -> None:
+    for kernel, args in calls:
+        kernel(*args)
+
+
+def bind_concat_channels(inputs, channels, out, threads: int):
+    """``(kernel, args)``: ``kernel(*args)`` computes :func:`concat_channels`
+    on these arrays (checked here once) on ``threads`` numba threads: one
+    copy call per input, in order (a replayed plan's bound step runs them
+    again on the same arrays)."""
     if len(inputs) != len(channels) or not inputs:
         raise ValueError(f"concat: {len(inputs)} inputs but {len(channels)} channel counts")
     _check_array("out", out)
@@ -133,7 +148,7 @@ def concat_channels(inputs, channels, out):
         if np.may_share_memory(x, out):
             raise ValueError(f"concat: input {i} overlaps out")
     outf = out.reshape(-1)
-    threads = numba_threads()
+    calls = []
     for i, (x, offset) in enumerate(zip(inputs, concat_offsets(channels))):
         c = int(channels[i])
         fill_end = CBo * cb if i == len(inputs) - 1 else offset + c
@@ -143,8 +158,10 @@ def concat_channels(inputs, channels, out):
         tasks = N * nob * H
         if tasks * W * cb < _PARALLEL_MIN or tasks == 1 or threads == 1:
             # one thread: the same rows in a plain call (no OpenMP region)
-            _copy_rows(x.reshape(-1), outf, geom, 0, tasks)
+            calls.append((_copy_rows, (x.reshape(-1), outf, geom, 0, tasks)))
         else:
-            _copy_rows_parallel(x.reshape(-1), outf, geom, tasks, min(tasks, threads))
-    return out
-
+            calls.append((_copy_rows_parallel, (x.reshape(-1), outf, geom, tasks,
+                                                min(tasks, threads))))
+    if len(calls) == 1:
+        return calls[0]
+    return _run_calls, (tuple(calls),)

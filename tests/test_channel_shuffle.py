@@ -10,7 +10,7 @@ from jitnn.kernels.channel_gather import gather_channels
 from tests.helpers import assert_schedule, random
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", [4, 8, 16, 32])
 @pytest.mark.parametrize("channels,picked", [(1, [0, 0]), (3, [2, 0]), (7, [6, 5, 4, 3, 2, 1, 0]),
                                              (9, [8, 0, 4]), (17, list(range(17))[::2] * 2)])
 def test_kernel_matches_numpy(block, channels, picked):
@@ -108,3 +108,39 @@ def test_exported_channel_shuffle_runs_as_channel_gathers(channels, groups, tail
         np.testing.assert_allclose(results[name].numpy(), want[name], rtol=1e-5, atol=1e-5)
         plan = jitnn.explain(results[name])
         assert "gather" in plan and "transpose" not in plan
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_replayed_shuffle_unit_binds_its_concat_and_gathers(threads, block):
+    """A ShuffleNet unit (split by gathers, a conv on one half, concat with
+    the other, shuffled by a gather) computed again on new inputs: the
+    concat and the gathers run as bound calls writing the plan's buffers,
+    with numpy's numbers at every run."""
+    ctx = jitnn.Context(num_threads=threads, block=block)
+    c = 18
+    w = random((c // 2, c // 2, 1, 1), 7, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.relu(b.conv2d(b.input("x", (2, c, 5, 7)), b.constant(np.eye(c, dtype=np.float32)
+                                                                .reshape(c, c, 1, 1))))
+    first = b.gather(x, np.arange(0, c // 2), axis=1)
+    second = b.conv2d(b.gather(x, np.arange(c // 2, c), axis=1), b.constant(w))
+    joined = b.concat([first, second], 1)
+    order = np.arange(c).reshape(2, c // 2).T.reshape(-1)
+    graph = b.build({"y": b.relu(b.conv2d(b.gather(joined, order, axis=1),
+                                          b.constant(np.eye(c, dtype=np.float32)
+                                                     .reshape(c, c, 1, 1))))})
+    out = np.empty((2, c, 5, 7), np.float32)
+    for seed in range(3):
+        data = random((2, c, 5, 7), 20 + seed)
+        ctx.compute(graph, {"x": data}, {"y": out})
+        xr = np.maximum(data.astype(np.float64), 0)
+        conv = np.einsum("nchw,oc->nohw", xr[:, c // 2:], w[:, :, 0, 0])
+        want = np.maximum(np.concatenate([xr[:, :c // 2], conv], axis=1)[:, order], 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    (program,) = graph._programs
+    kinds = [(c_.node.kind, bool(bound), bool(c_.step.buffer)) for c_, bound in
+             zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+    for kind in ("concat_channels", "gather_channels"):
+        assert (kind, True, True) in kinds, kinds
+    assert ("gather_channels", False, True) not in kinds, kinds

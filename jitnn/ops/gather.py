@@ -23,6 +23,7 @@ along the channels of a blocked float32 tensor, which stays blocked
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,12 +31,15 @@ from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import channel_gather as channel_gather_kernels
 from ..kernels.buffers import aligned_empty
-from ..registry import OpDef, register_op
-from ..tensor import DTYPE_NAMES, FLOAT32, Tensor
-from ._common import (ANY_DTYPE, as_tensor, axis_index, blocked_buffer, channel_axis, context_of,
-                      is_blocked, plain_op, value_of)
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import DTYPE_NAMES, FLOAT32, Node, Tensor, Value
+from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, blocked_buffer, channel_axis,
+                      context_of, is_blocked, pending, plain_op, value_of)
 from ._movement import (check_not_empty_axis, clamped_indices, elements_indices, exact,
                         index_argument, nd_indices, resolve)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -115,15 +119,41 @@ def _gather_channels(ctx, x: Tensor, source: np.ndarray, shape: tuple[int, ...])
     source = np.ascontiguousarray(source, np.int64)
     n, c = shape[0], shape[channel_axis(axes)]
     h, w = (shape[2], shape[3]) if axes == "nchw" else (shape[1], shape[2])
-    xv = value_of(x)           # (the closure holds the Value, not the caller's handle)
+    xv = value_of(x)           # (the node holds the Value, not the caller's handle)
+    attrs = {"x": xv, "source": source, "block": block, "axes": axes,
+             "out_shape": layouts.blocked_shape((n, c, h, w), block)}
+    # a node of its own kind: it writes into the plan's buffer, and a replayed
+    # plan runs it as one bound kernel call
+    node = Node("gather", (xv,), kind="gather_channels", attrs=attrs, run=run_gather_channels)
+    return pending(ctx, shape, x.layout, node, axes=axes)
 
-    def produce_blocked() -> np.ndarray:
-        data = blocked_buffer(ctx, xv, block, axes)
-        out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
-        ctx.launcher.launch(channel_gather_kernels.gather_channels, data, source, out)
-        return out
-    return Tensor(ctx, shape, x.layout, producer=produce_blocked, axes=axes, inputs=(x,),
-                  op="gather")
+
+def run_gather_channels(ctx: "Context", node: Node, value: Value,
+                        out: np.ndarray | None) -> np.ndarray:
+    """A channel gather on blocked data, into ``out`` if given."""
+    a = node.attrs
+    data = blocked_buffer(ctx, a["x"], a["block"], a["axes"])
+    if out is None:
+        out = aligned_empty(a["out_shape"])
+    ctx.launcher.launch(channel_gather_kernels.gather_channels, data, a["source"], out)
+    return out
+
+
+def bind_gather_channels(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_gather_channels` just made, bound to its
+    arrays; None when ``x`` was reordered for it (a copy made at every run)."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None or layouts.block_of(x._layout) != a["block"] or x._axes != a["axes"]:
+        return None
+    kernel, args = channel_gather_kernels.bind_gather_channels(x._data, a["source"], result)
+    return Binding(kernel, args, ((x, x._data),), (), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_gather_channels.bind = bind_gather_channels
+
+register_kind(NodeKind("gather_channels", writes_into_buffer=True))
 
 
 def gather_elements(x, indices, axis: int = 0) -> Tensor:

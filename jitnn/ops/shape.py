@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -28,11 +28,15 @@ from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
 from ..kernels.buffers import aligned_empty
 from ..limits import check_shape, shape_arg
-from ..registry import OpDef, register_op
-from ..tensor import DTYPE_NAMES, Tensor
-from ._common import (ANY_DTYPE, as_tensor, axis_index, blocked_buffer, channel_axis,
-                      context_of, is_blocked, plain_buffer, plain_layout, plain_result, value_of)
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import DTYPE_NAMES, Node, Tensor, Value
+from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, blocked_buffer, channel_axis,
+                      context_of, is_blocked, pending, plain_buffer, plain_layout, plain_result,
+                      value_of)
 from ._movement import exact, int_list, operand
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -191,13 +195,13 @@ def concat(inputs: Sequence, axis: int) -> Tensor:
         n, c = shape[0], shape[axis]
         h, w = (shape[2], shape[3]) if axes == "nchw" else (shape[1], shape[2])
 
-        def produce_blocked() -> np.ndarray:
-            blocked = [blocked_buffer(ctx, v, block, axes) for v in sources]
-            out = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
-            ctx.launcher.launch(concat_kernels.concat_channels, blocked, channels, out)
-            return out
-        return Tensor(ctx, shape, lead.layout, producer=produce_blocked, axes=axes,
-                      inputs=tuple(items), op=op)
+        attrs = {"sources": tuple(sources), "channels": channels, "block": block,
+                 "axes": axes, "out_shape": layouts.blocked_shape((n, c, h, w), block)}
+        # a node of its own kind: it writes into the plan's buffer, and a
+        # replayed plan runs it as one bound call
+        node = Node(op, tuple(sources), kind="concat_channels", attrs=attrs,
+                    run=run_concat_channels)
+        return pending(ctx, shape, lead.layout, node, axes=axes)
 
     axes = lead._axes if lead is not None and rank == 4 else \
         (items[0]._axes if rank == 4 else "nchw")
@@ -206,6 +210,37 @@ def concat(inputs: Sequence, axis: int) -> Tensor:
         return np.concatenate([plain_buffer(v) for v in sources], axis=axis)
     return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
                   inputs=tuple(items), op=op, dtype=dtype)
+
+
+def run_concat_channels(ctx: "Context", node: Node, value: Value,
+                        out: np.ndarray | None) -> np.ndarray:
+    """A concat along the channels of blocked data, into ``out`` if given."""
+    a = node.attrs
+    blocked = [blocked_buffer(ctx, v, a["block"], a["axes"]) for v in a["sources"]]
+    if out is None:
+        out = aligned_empty(a["out_shape"])
+    ctx.launcher.launch(concat_kernels.concat_channels, blocked, a["channels"], out)
+    return out
+
+
+def bind_concat_channels(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The copies :func:`run_concat_channels` just made, bound to their
+    arrays; None when an input was reordered for it (a copy made every run)."""
+    a = node.attrs
+    sources = a["sources"]
+    if any(v._data is None or layouts.block_of(v._layout) != a["block"] or v._axes != a["axes"]
+           for v in sources):
+        return None
+    kernel, args = concat_kernels.bind_concat_channels([v._data for v in sources],
+                                                       a["channels"], result, ctx.num_threads)
+    return Binding(kernel, args, tuple((v, v._data) for v in sources), (), result,
+                   ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_concat_channels.bind = bind_concat_channels
+
+register_kind(NodeKind("concat_channels", writes_into_buffer=True))
 
 
 def split(x, splits, axis: int = 0) -> list[Tensor]:
