@@ -79,7 +79,7 @@ from numba.extending import intrinsic
 
 from ._config import jit, numba_threads
 from .epilogue import (ACTIVATIONS, CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
-                       SIGMOID, TANH, activate, nan_maximum, nan_minimum)
+                       SIGMOID, SILU, TANH, activate, nan_maximum, nan_minimum)
 from .vmath import MATH_OPS, fma, gelu as vector_gelu, math_span, scalar_pow
 
 #: the highest math step code (kernels/vmath.py)
@@ -178,6 +178,9 @@ def _activation_span(src, dst, m, code, p0, p1):
     elif code == GELU:
         for j in range(m):
             dst[j] = vector_gelu(src[j])            # erf written out: vectorizes
+    elif code == SILU:                              # x * sigmoid(x), x read once
+        for j in range(m):
+            dst[j] = activate(src[j], SILU, p0, p1)
     else:
         _copy_span(src, dst, m)
 
@@ -358,9 +361,10 @@ def _chain_parallel(xf, outf, tensors, program, params, vectors, geom, tasks, gr
 def _activation_code(activation) -> int:
     code = ACTIVATIONS.get(activation) if isinstance(activation, str) else activation
     if isinstance(code, bool) or not isinstance(code, (int, np.integer)) \
-            or not NONE <= code <= GELU:
+            or not (NONE <= code <= GELU or code == SILU):
         raise ValueError(f"eltwise: unknown activation {activation!r} "
-                         f"(expected one of {sorted(ACTIVATIONS)} or a code 0-{GELU})")
+                         f"(expected one of {sorted(ACTIVATIONS)} or a code 0-{GELU} or "
+                         f"{SILU} (SiLU))")
     return int(code)
 
 

@@ -519,3 +519,25 @@ def test_plain_chain_merges_into_a_binary_op_that_reads_it_second(op):
     want = {"sub": np.subtract, "div": np.divide, "mul": np.multiply}[op](want_u, want_chain)
     assert np.array_equal(got_u, want_u.astype(np.float32))
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("x_first", [True, False])
+def test_plain_sigmoid_times_its_input_is_one_silu_step(x_first):
+    """``x * sigmoid(x) * up`` on plain data (SiLU as exported, Llama's gated
+    MLP): one pass whose first step is SiLU, reading x once, with the float64
+    reference's numbers (large |x| too, where the sigmoid underflows)."""
+    from jitnn.kernels import epilogue
+    from jitnn.scheduler import schedule
+    ctx = jitnn.Context()
+    x_np, up_np = random((6, 11), 47, 40.0), random((6, 11), 48)
+    x, up = ctx.tensor(x_np), ctx.tensor(up_np)
+    gate = jitnn.sigmoid(x)
+    out = jitnn.mul(jitnn.mul(x, gate) if x_first else jitnn.mul(gate, x), up)
+    del gate
+    steps = [s for s in schedule(ctx, [out._v]).steps if s.kind == "op"]
+    assert len(steps) == 1 and steps[0].node.attrs["steps"][0][:2] == ("activation",
+                                                                        epilogue.SILU)
+    assert sum(1 for t in steps[0].node.inputs if t is x._v) == 1
+    want = x_np.astype(np.float64) / (1.0 + np.exp(-x_np.astype(np.float64))) * up_np
+    got = out.numpy()
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()

@@ -584,12 +584,29 @@ def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
                   and s[2]._shape == v._shape and s[2].size > 1)
     if len(steps) > eltwise_kernels.MAX_STEPS or tensors > eltwise_kernels.MAX_TENSORS:
         return None
+    inputs = node.inputs + consumer.inputs[1:]
+    if node.kind == "eltwise_plain":
+        steps, inputs = _plain_silu(steps, inputs)
     # a merged plain node is a chain, no longer one binary op (its own attrs go)
     changes = {"attrs": {**node.attrs, "steps": steps}} if node.kind == "eltwise" else \
         {"kind": "eltwise_plain", "attrs": {"steps": steps}}
-    return node.replace(inputs=node.inputs + consumer.inputs[1:],
-                        fused=node.fused + (consumer.label,),
+    return node.replace(inputs=inputs, fused=node.fused + (consumer.label,),
                         flops=node.flops + consumer.flops, **changes)
+
+
+def _plain_silu(steps: list, inputs: tuple) -> tuple[list, tuple]:
+    """A plain chain that starts ``sigmoid(x) * x`` (x its main input: SiLU as
+    exported, the Mul reading x again) as one SiLU step, x read once: Llama's
+    ``silu(gate) * up`` is then a SiLU and a product in one pass over two
+    tensors instead of three."""
+    if len(steps) < 2 or steps[0][:2] != ("activation", epilogue.SIGMOID):
+        return steps, inputs
+    x = inputs[0]
+    kind, op, other, _, operand = steps[1] if len(steps[1]) == 5 else (None,) * 5
+    if kind != "binary" or op != "mul" or other is not x or operand != ("plain", x) \
+            or len(inputs) < 2 or inputs[1] is not x:
+        return steps, inputs
+    return [("activation", epilogue.SILU, 0.0, 0.0)] + steps[2:], (x,) + inputs[2:]
 
 
 def _main_first(consumer: Node, v: Value) -> Node:
