@@ -143,3 +143,26 @@ def assert_schedule(ctx: jitnn.Context, *, kernels: int | None = None,
     wrong = {k: (got[k], v) for k, v in want.items() if v is not None and got[k] != v}
     assert not wrong, "schedule: " + ", ".join(f"{k} {g} (expected {w})"
                                                for k, (g, w) in wrong.items())
+
+
+def pending_nodes(tensors) -> list:
+    """The recorded nodes of the pending DAG behind ``tensors`` (each once)."""
+    todo, seen, nodes = [t._v for t in tensors], set(), []
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or v._node is None:
+            continue
+        seen.add(id(v))
+        nodes.append(v._node)
+        todo.extend(v._node.inputs)
+    return nodes
+
+
+def nan_guards(model, feed: dict) -> list[bool]:
+    """Each attention's ``nan_to_zero`` (an ONNX exporter's IsNaN guard, kept in
+    the kernel's store) in ``model`` prepared for ``feed``."""
+    import jitnn.onnx
+    converted = jitnn.onnx.prepare(model, jitnn.Context(num_threads=1),
+                                   input_shapes={k: v.shape for k, v in feed.items()})
+    return [n.attrs["nan_to_zero"] for n in pending_nodes(converted.dispatch(feed).values())
+            if n.op == "scaled_dot_product_attention"]

@@ -541,3 +541,34 @@ def test_conv_taps_that_read_only_padding_are_dropped(size, dilation, pads):
                                           [(begin, end)] * 2)
     expected = {(5, 6): (1, 1), (5, 3): (3, 3), (4, 3): (2, 2), (5, 2): (3, 3)}
     assert pruned.array.shape[2:] == expected[(size, dilation)]
+
+
+def test_where_of_one_condition_and_the_same_constants_is_made_once():
+    """Each BERT layer turns the one padding mask into its additive mask,
+    Where(mask, 0, -inf) with constants of its own: the same constants and
+    condition give the first one's result (one where step); other constants
+    or another condition are a where of their own."""
+    consts = {"zero_a": np.array(0, np.float32), "zero_b": np.array(0, np.float32),
+              "low_a": np.array(-np.inf, np.float32), "low_b": np.array(-np.inf, np.float32),
+              "one": np.array(1, np.float32)}
+    nodes = [helper.make_node("Where", ["keep", "zero_a", "low_a"], ["m1"]),
+             helper.make_node("Where", ["keep", "zero_b", "low_b"], ["m2"]),
+             helper.make_node("Where", ["keep", "one", "low_b"], ["m3"]),
+             helper.make_node("Where", ["other", "zero_b", "low_b"], ["m4"]),
+             helper.make_node("Add", ["x", "m1"], ["a1"]),
+             helper.make_node("Add", ["a1", "m2"], ["a2"]),
+             helper.make_node("Add", ["a2", "m3"], ["a3"]),
+             helper.make_node("Add", ["a3", "m4"], ["y"])]
+    model = _model(nodes, {"x": (TensorProto.FLOAT, [2, 5]), "keep": (TensorProto.BOOL, [2, 5]),
+                           "other": (TensorProto.BOOL, [2, 5])},
+                   {"y": (TensorProto.FLOAT, [2, 5])}, consts)
+    rng = np.random.default_rng(3)
+    feed = {"x": rng.standard_normal((2, 5)).astype(np.float32),
+            "keep": rng.random((2, 5)) < 0.7, "other": rng.random((2, 5)) < 0.7}
+    graph = jitnn.onnx.load(model)
+    y = jitnn.default_context().dispatch(graph, feed)["y"]
+    assert jitnn.explain(y).count(" where ") == 3, jitnn.explain(y)
+    k, o = feed["keep"], feed["other"]
+    want = (feed["x"].astype(np.float64) + 2 * np.where(k, 0.0, -np.inf)
+            + np.where(k, 1.0, -np.inf) + np.where(o, 0.0, -np.inf))
+    np.testing.assert_array_equal(y.numpy(), want.astype(np.float32))

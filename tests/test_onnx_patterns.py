@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 import jitnn
 import jitnn.onnx
 from jitnn.onnx import _patterns
-from tests.helpers import assert_schedule, random
+from tests.helpers import assert_schedule, nan_guards, random
 from tests.onnx_models import evaluate, masked_attention_block
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "models")
@@ -117,24 +117,6 @@ def steps(plan: str) -> list[str]:
     """The step labels of a ``jitnn.explain`` text."""
     return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
                                             re.MULTILINE)]
-
-
-def nan_guards(model, feed: dict) -> list[bool]:
-    """Each attention op's ``nan_to_zero`` (the exporter's IsNaN guard, kept in
-    the kernel's store), from the pending DAG of ``model`` on ``feed``."""
-    ctx = jitnn.Context(num_threads=1)
-    pending = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape for k, v in
-                                                           feed.items()}).dispatch(feed)
-    todo, seen, guards = [t._v for t in pending.values()], set(), []
-    while todo:
-        v = todo.pop()
-        if id(v) in seen or v._node is None:
-            continue
-        seen.add(id(v))
-        if v._node.op == "scaled_dot_product_attention":
-            guards.append(v._node.attrs["nan_to_zero"])
-        todo.extend(v._node.inputs)
-    return guards
 
 
 def check(model, feed: dict, tol: float = 2e-5, **kwargs) -> list[str]:

@@ -91,6 +91,7 @@ class Converter:
         self.input_names: list[str] = []          # ... and their ONNX names
         self._bools: dict[int, Operand] = {}      # uint8 operands that are ONNX bools
         self.origins = Origins()                  # how reshapes and transposes were made
+        self.shared: dict = {}                    # operands several nodes' conversions share
 
     # --- errors ------------------------------------------------------------------
 

@@ -93,13 +93,35 @@ def _bool_op(name: str) -> Callable:
     return handler
 
 
+def _scalar_key(v) -> tuple | None:
+    """A one-element constant as a hashable (dtype, value), else None."""
+    if not isinstance(v, Const) or v.array.size != 1:
+        return None
+    return (v.array.dtype.str, v.array.shape, v.array.reshape(-1)[0].item())
+
+
 def op_where(cv: Converter, inputs, attrs):
     condition, a, b = inputs
+    # Where(run-time condition, constant, constant) made again from the same
+    # condition (each BERT layer turns the one padding mask into its additive
+    # mask: Where(mask, 0, -inf)) is the first one's result: one pass, not 12
+    consts = (_scalar_key(a), _scalar_key(b))
+    key = None if None in consts or isinstance(condition, Const) else \
+        ("where", id(condition)) + consts
+    if key is not None and key in cv.shared:
+        return [cv.shared[key][1]]
+    y = _where(cv, condition, a, b)
+    if key is not None:
+        cv.shared[key] = (condition, y)          # (kept alive: its id stays its own)
+    return [y]
+
+
+def _where(cv: Converter, condition, a, b) -> Operand:
     a_op, b_op = _same_type(cv, (a, b))
     y = cv.op("where", cv.operand(condition, np.uint8), a_op, b_op)
     if cv.is_bool(a) and cv.is_bool(b):
         cv.mark_bool(y)
-    return [y]
+    return y
 
 
 def op_pow(cv: Converter, inputs, attrs):
