@@ -123,8 +123,10 @@ def _pack_a_panel(a, a_t, i0, m, k0, kc, dst):
                 dst[p * MR + r] = _ZERO
 
 
-#: column panels packed by one task of the B-packing drivers
-_PACK_GROUP = 8
+#: column panels packed by one task of the B-packing drivers: 4, so that a
+#: 256-column B (8 panels of 32, AVX-512) is two tasks and both threads pack
+#: (with 8, one packed while the other waited)
+_PACK_GROUP = 4
 #: column panels that :func:`_pack_b_panels` copies row by row together
 _PACK_RUN = 4
 
