@@ -1,12 +1,13 @@
 """Kernel cases of the inverted-residual networks' convolutions (MobileNetV2,
-EfficientNet, MnasNet): the 1x1 driver's weight prefetch on short chunks,
-checked against the float64 reference (``run_case``) on both of its compiles."""
+EfficientNet, MnasNet), checked against the float64 reference (``run_case``):
+the 1x1 driver's weight prefetch on short chunks (both of its compiles), the
+depthwise driver's row prefetch on large inputs."""
 
 import numba
 import pytest
 
 from jitnn.kernels import conv2d as K
-from jitnn.kernels.conv2d import conv1x1, plan as conv_plan
+from jitnn.kernels.conv2d import conv1x1, depthwise, plan as conv_plan
 from jitnn.kernels.epilogue import CLAMP
 from tests.test_conv2d_kernels import run_case
 
@@ -41,3 +42,38 @@ def test_1x1_weight_prefetch(block, case):
     packed = run_case(n, c, o, h, w, (1, 1), block=block, activation=(CLAMP, 0.0, 6.0),
                       residual=True, seed=c + o)
     assert packed.path == "1x1"
+
+
+# (n, c, h, w, stride): depthwise 3x3, padding 1. Plain-mode inputs over
+# depthwise._DW_AHEAD_BYTES prefetch rows ahead (the last rows' prefetches
+# stop at the input's end); small ones, padded rows and multipliers do not.
+DEPTHWISE_AHEAD = [
+    (2, 131, 65, 67, 2),      # partial lanes, odd sizes, two images: ahead at cb 8
+    (1, 33, 123, 121, 1),     # stride 1, wide rows: ahead at cb 8
+    (1, 17, 9, 11, 2),        # small: no prefetch
+    (3, 7, 13, 29, 1),        # C = 7, three images
+    (1, 2, 30, 31, 2),        # C = 2 (C = 1 is not depthwise: the direct path)
+    (1, 9, 60, 58, 1),        # C = 9
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("case", DEPTHWISE_AHEAD,
+                         ids=lambda c: f"n{c[0]}c{c[1]}_{c[2]}x{c[3]}s{c[4]}")
+def test_depthwise_rows_ahead(block, case, threads):
+    """Against the float64 reference on 1 and 2 threads, with the row
+    prefetch where the input is large."""
+    n, c, h, w, s = case
+    if block == 8 and c > 30:
+        blocks = -(-c // block)
+        assert n * blocks * h * w * block * 4 > depthwise._DW_AHEAD_BYTES   # the prefetch runs
+    previous = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        packed = run_case(n, c, c, h, w, (3, 3), (s, s), padding=(1, 1, 1, 1), groups=c,
+                          block=block, activation=(CLAMP, 0.0, 6.0), residual=s == 1,
+                          seed=c + h)
+    finally:
+        numba.set_num_threads(previous)
+    assert packed.path == "depthwise"
