@@ -14,7 +14,7 @@ from jitnn.ops.pool import (average_pool2d_reference, global_average_pool2d_refe
                             l2_pool2d_reference, max_pool2d_reference)
 from tests import wpt
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random)
+                           expected_layout, make, random, reference)
 
 REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference,
               "l2_pool2d": l2_pool2d_reference}
@@ -480,3 +480,31 @@ def test_l2_wpt_cases():
         assert got.shape == (1, 2, 3, 3) and bad.sum() == 4 and bad[:, :, [0, 2], 2].all()
         assert_close(got[bad] ** 2, want[bad], rtol=1e-5)      # WPT's: the squares' sum
     assert wrong <= names and len(names) == 14
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_replayed_blocked_pools_are_bound_calls_into_plan_buffers(threads, block):
+    """conv -> max pool -> conv -> global average pool -> conv, computed again
+    on new inputs: both pools run as bound calls writing the plan's buffers,
+    with the references' numbers at every run."""
+    ctx = jitnn.Context(num_threads=threads, block=block)
+    w1, w2 = random((17, 5, 1, 1), 70, 0.3), random((9, 17, 1, 1), 71, 0.3)
+    w3 = random((3, 9, 1, 1), 72, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    y = b.conv2d(b.input("x", (2, 5, 11, 9)), b.constant(w1))
+    y = b.max_pool2d(y, (3, 3), strides=2, padding=1)
+    y = b.global_average_pool2d(b.conv2d(y, b.constant(w2)))
+    graph = b.build({"y": b.conv2d(y, b.constant(w3))})
+    conv = reference("conv2d")
+    out = np.empty((2, 3, 1, 1), np.float32)
+    for seed in range(3):
+        x = random((2, 5, 11, 9), 73 + seed)
+        ctx.compute(graph, {"x": x}, {"y": out})
+        pooled = max_pool2d_reference(conv(x, w1), (3, 3), strides=2, padding=1)
+        want = conv(global_average_pool2d_reference(conv(pooled, w2)), w3)
+        assert_close(out, want, tol=1e-5)
+    (program,) = graph._programs
+    kinds = [(c.node.kind, bool(bound), bool(c.step.buffer)) for c, bound in
+             zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
+    assert kinds.count(("pool_blocked", True, True)) == 2, kinds

@@ -40,9 +40,9 @@ from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import pool as pool_kernels
 from ..kernels.buffers import aligned_empty
-from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import (as_tensor, context_of, int_pair, is_blocked, padding4,
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import Node, Tensor, Value
+from ._common import (Binding, as_tensor, context_of, int_pair, is_blocked, padding4, pending,
                       plain_buffer, plain_layout, value_of)
 
 if TYPE_CHECKING:
@@ -182,6 +182,33 @@ def _pool_input(op: str, x: object, layout: str) -> tuple[Context, Tensor]:
     return ctx, x
 
 
+def run_pool_blocked(ctx: "Context", node: Node, value: Value,
+                     out: np.ndarray | None) -> np.ndarray:
+    """A pooling of blocked data (``attrs["run"](x5, out5)``), into ``out`` if given."""
+    a = node.attrs
+    data = a["x"]._materialize()
+    if out is None:
+        oh, ow = a["out_hw"]
+        out = aligned_empty(data.shape[:2] + (oh, ow, data.shape[4]))
+    ctx.launcher.launch(a["run"], data, out)
+    return out
+
+
+def bind_pool_blocked(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The call :func:`run_pool_blocked` just made, bound to its arrays."""
+    x = node.attrs["x"]
+    if x._data is None:
+        return None
+    return Binding(node.attrs["run"], (x._data, result), ((x, x._data),), (), result,
+                   ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_pool_blocked.bind = bind_pool_blocked
+
+register_kind(NodeKind("pool_blocked", writes_into_buffer=True))
+
+
 def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, int],
              run: Callable[[np.ndarray, np.ndarray], object]) -> Tensor:
     """The pending result of ``run(x5, out5)`` on ``x`` viewed as a blocked
@@ -199,13 +226,11 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
     # every run) instead of a buffer the plan reuses.
     xv = value_of(x)
     if is_blocked(x) and x._axes == layout:
-        def produce_blocked() -> np.ndarray:
-            data = xv._materialize()
-            out = aligned_empty(data.shape[:2] + (oh, ow, data.shape[4]))
-            ctx.launcher.launch(run, data, out)
-            return out
-        return Tensor(ctx, out_shape, x.layout, producer=produce_blocked, axes=layout,
-                      inputs=(x,), op=op)
+        # a node of its own kind: it writes into the plan's buffer, and a
+        # replayed plan calls ``run`` on the same arrays (no op, no allocation)
+        node = Node(op, (xv,), kind="pool_blocked",
+                    attrs={"x": xv, "run": run, "out_hw": out_hw}, run=run_pool_blocked)
+        return pending(ctx, out_shape, x.layout, node, axes=layout)
 
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)         # a blocked x with the other axes: read back (counted)
