@@ -90,8 +90,10 @@ def check(model, feed: dict, ctx=None, tol: float = 2e-5) -> list[str]:
 
 
 def convnext_block(n: int, c: int, h: int, w: int, *, activation: str = "gelu",
-                   layer_scale: bool = True, seed: int = 0):
-    """A ConvNeXt block: dwconv 7x7, channels-last LayerNorm and MLP, layer scale, residual."""
+                   layer_scale: str = "channels", seed: int = 0):
+    """A ConvNeXt block: dwconv 7x7, channels-last LayerNorm and MLP, layer
+    scale (``"channels"``: (C, 1, 1) after the transpose back, as timm;
+    ``"last_axis"``: (C,) before it, as Hugging Face; ``"none"``), residual."""
     net = Net(seed)
     rng = net.rng
     feed = {"x": random((n, c, h, w), seed)}
@@ -108,8 +110,10 @@ def convnext_block(n: int, c: int, h: int, w: int, *, activation: str = "gelu",
     y = _gelu(net, y) if activation == "gelu" else net(activation, y)
     y = net("MatMul", y, net.const(rng.standard_normal((hidden, c)) / np.sqrt(hidden)))
     y = net("Add", net.const(rng.standard_normal(c) * 0.1), y)
+    if layer_scale == "last_axis":
+        y = net("Mul", net.const(rng.uniform(0.5, 1.5, c)), y)
     y = net("Transpose", y, perm=[0, 3, 1, 2])
-    if layer_scale:
+    if layer_scale == "channels":
         y = net("Mul", y, net.const(rng.uniform(0.5, 1.5, (c, 1, 1))))
     return net, net("Add", y, x), feed
 
@@ -135,10 +139,18 @@ def test_convnext_block_each_block(block):
 def test_channels_last_mlp_activation_ops_and_no_layer_scale(activation):
     """An activation op after the first linear; without a layer scale the
     residual add is still the last conv's."""
-    net, y, feed = convnext_block(1, 6, 5, 7, activation=activation, layer_scale=False)
+    net, y, feed = convnext_block(1, 6, 5, 7, activation=activation, layer_scale="none")
     labels = check(net.model([y], opset=20 if activation == "Gelu" else 17), feed)
     act = "conv2d + relu" if activation == "Relu" else "gelu"
     assert act in labels and "conv2d + add" in labels and "transpose" not in labels, labels
+
+
+def test_layer_scale_on_the_last_axis_before_the_transpose_back():
+    """Hugging Face's ConvNeXt scales the NHWC result, then transposes."""
+    net, y, feed = convnext_block(2, 9, 6, 5, layer_scale="last_axis", seed=5)
+    labels = check(net.model([y]), feed)
+    assert [l for l in labels if not l.startswith("reorder")] == [
+        "conv2d", "layer_normalization", "conv2d", "gelu", "conv2d + add"], labels
 
 
 def test_layer_norm_2d_is_a_channel_layer_norm():

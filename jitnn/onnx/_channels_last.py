@@ -8,8 +8,9 @@ ConvNeXt's block (and its ``LayerNorm2d``) is exported as a ``Transpose(0, 2,
 * ``MatMul`` by a constant 2-D weight ``(K, N)``, ``Add`` of a constant bias,
   an optional activation (an ONNX activation op or a GELU pattern of
   :mod:`._patterns`): a linear layer applied to every pixel;
-* after the transpose back, an optional ``Mul`` by a constant of shape ``(N,
-  1, 1)`` (ConvNeXt's layer scale).
+* a layer scale: a ``Mul`` by a constant of shape ``(N,)`` right after a
+  linear layer without activation (Hugging Face's ConvNeXt), or after the
+  transpose back, by a constant of shape ``(N, 1, 1)`` (timm's, torchvision's).
 
 Run as written, every block converts 2 transposes (plain copies), runs its
 linear layers as GEMMs on ``(H * W, C)`` rows, GELU as its own pass after the
@@ -95,10 +96,22 @@ def match_channels_last(g: _Graph, transpose: int, gelus: dict,
     name = g.nodes[transpose].output[0]
     covered, steps = {transpose}, []
     while True:
-        reader = g.only_reader(name, "LayerNormalization", "MatMul", "Transpose")
+        reader = g.only_reader(name, "LayerNormalization", "MatMul", "Transpose", "Mul")
         if reader is None:
             return None
         node = g.nodes[reader]
+        if node.op_type == "Mul":
+            # a layer scale on the last axis, before the transpose back
+            # (Hugging Face's ConvNeXt): folded into the linear layer before it
+            step = steps[-1] if steps else None
+            scale = _const_operand(g, reader, name)
+            if step is None or step["kind"] != "linear" or step["activation"] is not None \
+                    or step["gelu"] is not None or "layer_scale" in step or scale is None:
+                return None
+            covered.add(reader)
+            step["layer_scale"] = scale
+            name = node.output[0]
+            continue
         if node.op_type == "Transpose":
             if _perm(g, reader) != [0, 3, 1, 2] or not steps:
                 return None
@@ -199,6 +212,11 @@ def _convert(cv, values, plan):
             return None
         weight = w.array.astype(np.float64)
         bias64 = bias.astype(np.float64)
+        if "layer_scale" in step:
+            gamma = _vector(values[step["layer_scale"]], n)
+            if gamma is None:
+                return None
+            weight, bias64 = weight * gamma, bias64 * gamma
         if i == len(steps) - 1 and plan["scale"] is not None:
             gamma = _channel_scale(values[plan["scale"]], n)
             if gamma is None:
