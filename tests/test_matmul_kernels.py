@@ -419,6 +419,20 @@ def test_out_must_not_overlap_an_input(size):
         mm.batched_matmul(square[None], square[None], square[None])
 
 
+def test_cache_blocks_follow_the_cache_sizes():
+    """The cache sizes are read (sysfs on Linux: CPython's os.sysconf often
+    lacks their names) and the blocks follow them: KC k-steps of one L1d line
+    each, at most 512; MC rows of A whose block takes two thirds of L2."""
+    l1 = blocking._cache_size(1, -1)
+    l2 = blocking._cache_size(2, -1)
+    import os
+    if os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert 4096 <= l1 < l2, (l1, l2)
+    assert blocking.KC == max(16, min(512, blocking._L1D // 64))
+    assert blocking.MC % mm.MR == 0 and blocking.MC * blocking.KC * 4 <= blocking._L2 * 2 // 3 \
+        or blocking.MC == mm.MR
+
+
 def test_plan_blocks_gives_every_thread_work():
     row_panels = -(-1024 // mm.MR)                # 171 on AVX2 (MR 6), 74 on AVX-512
     assert mm.plan_blocks(1, 1024, 1024, 1) == (-(-row_panels // (mm.MC // mm.MR)), 1)

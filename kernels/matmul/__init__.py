@@ -42,10 +42,11 @@ same way, one row block at a time, into a per-task buffer:
 change the order in which packing reads them; nothing is transposed in memory.
 
 **Cache blocking** (:data:`KC`, :data:`MC`, :data:`NC`, derived from the L1d
-and L2 sizes; 512, 168, 4080 here): a task owns a block of at most ``MC``
-rows and ``NC`` columns of ``out`` and walks K in blocks of ``KC``. For each
-K-block it packs its rows of A (``MC x KC`` floats, 336 KiB: stays in L2),
-then for each B panel (``KC x NR``, 32 KiB: stays in L1) runs the register
+and L2 sizes; 512, 168, 4080 for AVX2 with a 32 KiB L1d and a 512 KiB L2):
+a task owns a block of at most ``MC`` rows and ``NC`` columns of ``out`` and
+walks K in blocks of ``KC``. For each K-block it packs its rows of A (``MC x
+KC`` floats, 336 KiB: stays in L2), then for each B panel (``KC x NR``, 32 KiB
+on AVX2: stays in L1; 64 KiB on AVX-512: streams from L2) runs the register
 tile down the A panels (:func:`_macro_kernel`). The first K-block stores the
 tiles, later ones add to them, and the last one applies the epilogue in the
 registers before its store.

@@ -29,25 +29,51 @@ MR = (_REGISTERS - _NR_VECTORS - 1) // _NR_VECTORS
 _TILE = MR * NR  # size of the stack accumulator (a literal for stack_empty)
 
 
-def _cache_size(name, default):
+def _cache_size(level: int, default: int) -> int:
+    """Bytes of the level-``level`` data (or unified) cache of one core:
+    from Linux's sysfs, else ``os.sysconf`` (CPython often lacks the
+    ``SC_LEVEL*`` names), else ``default``."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
     try:
-        size = os.sysconf(name)
+        for index in sorted(os.listdir(root)):
+            path = os.path.join(root, index)
+            with open(os.path.join(path, "level")) as f:
+                found = int(f.read())
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            if found == level and kind in ("Data", "Unified"):
+                with open(os.path.join(path, "size")) as f:
+                    text = f.read().strip().upper()
+                scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+                size = int(text.rstrip("KMG")) * scale
+                if size > 0:
+                    return size
+    except (OSError, ValueError):
+        pass
+    try:
+        size = os.sysconf(f"SC_LEVEL{level}_{'D' if level == 1 else ''}CACHE_SIZE")
     except (ValueError, OSError):
         size = 0
     return size if size and size > 0 else default
 
 
-_L1D = _cache_size("SC_LEVEL1_DCACHE_SIZE", 32 * 1024)
-_L2 = _cache_size("SC_LEVEL2_CACHE_SIZE", 512 * 1024)
+_L1D = _cache_size(1, 32 * 1024)
+_L2 = _cache_size(2, 512 * 1024)
 
-#: K-block depth: one packed B panel (KC x NR floats) fills L1d; the A panel
-#: (MR x KC) streams past it from L2. 32 KiB L1d, NR = 16: KC = 512. Measured
-#: on 1024^3, 1 thread: KC = 256 (half of L1) 0.90x OpenBLAS, 512 0.93-0.95x,
-#: 768 no better: a deeper K-block halves the passes over the output tiles.
-KC = max(16, _L1D // (NR * 4))
+#: K-block depth: as many k-steps as L1d has 64-byte lines (512 for 32 KiB),
+#: at most 512. A B panel row of NR floats is one line on AVX2, so its panel
+#: (KC x NR) fills L1d; on AVX-512 it is two and the panel streams from L2,
+#: which has the bandwidth for it (128 bytes per 28 FMAs) while the deeper
+#: block halves the passes over the output tiles and the calls per tile.
+#: AVX2, 1024^3, 1 thread: KC = 256 0.90x OpenBLAS, 512 0.93-0.95x, 768 no
+#: better. AVX-512 at half width (Zen 4, MR x NR = 14 x 32), 1 thread, best
+#: of rounds alternated with OpenBLAS in one process, KC = 256 -> 512:
+#: 512^3 1.00 -> 1.02x, 1024^3 1.00 -> 1.04x, 2048^3 1.02 -> 1.06x.
+KC = max(16, min(512, _L1D // 64))
 #: rows per task at most: the packed A block (MC x KC) takes two thirds of L2,
 #: leaving room for the B panel and output tiles passing through.
 #: 512 KiB L2, KC = 512: MC = 168 (336 KiB); 96 and 240 measured the same.
+#: 1 MiB, KC = 512, MR = 14: MC = 336; 672 measured no better.
 MC = max(MR, ((_L2 * 2 // 3) // (KC * 4)) // MR * MR)
 #: columns per task at most: a B block (KC x NC, 8 MiB) stays in the L3 while
 #: the row blocks that share it run. 4080 is BLIS's value (a multiple of NR).
