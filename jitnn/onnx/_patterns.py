@@ -35,6 +35,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   K)`` view of ``x``, so that the GEMM's epilogue takes the bias and the
   activation (a 3-D ``x`` takes the batched product, which fuses neither);
   GELU runs as its own pass after it (see ``GELU_IN_EPILOGUE``).
+  Without a bias, a ``MatMul`` of 3-D (or higher) ``x`` by a constant 2-D
+  ``W`` (Llama's projections) is the 2-D product and a reshape back too, so
+  that the epilogue takes the residual add after it.
 * **layer normalization** of older exports and **RMS normalization**
   (Llama's RMSNorm): ``layer_normalization``, ``rms_normalization``; their
   matchers are in :mod:`._norm_patterns`.
@@ -464,7 +467,12 @@ def _match_linear(g: _Graph, matmul: int, gelus: dict[str, Pattern]) -> Pattern 
     add = g.only_reader(product, "Add")
     bias = None if add is None else _const_operand(g, add, product)
     if bias is None:
-        return None
+        # no bias: a 3-D (or higher) x still runs as the 2-D product of its rows and a
+        # reshape back, whose residual add the GEMM's epilogue takes (Llama's, Mistral's
+        # bias-free projections); a 2-D x converts as it is (the same op)
+        plan = {"x": x, "w": w, "bias": None, "activation": None, "gelu": None,
+                "approximate": "none"}
+        return Pattern("linear", {matmul}, matmul, lambda cv, values: _linear(cv, values, plan))
     covered, last, activation, gelu = {matmul, add}, add, None, None
     approximate = "none"
     out = g.nodes[add].output[0]
@@ -659,11 +667,18 @@ def _gelu(cv, values, x: str, consts, approximate: str, terms=None) -> Operand |
 
 
 def _linear(cv, values, plan) -> Operand | None:
-    x, w, bias = values[plan["x"]], values[plan["w"]], values[plan["bias"]]
+    x, w = values[plan["x"]], values[plan["w"]]
+    bias = None if plan["bias"] is None else values[plan["bias"]]
     if not _float_tensor(x) or len(x.shape) < 2 or not isinstance(w, Const) \
             or w.array.ndim != 2 or w.array.dtype.kind != "f" or x.shape[-1] != w.shape[0]:
         return None
     n = w.shape[1]
+    if bias is None:
+        if len(x.shape) == 2:
+            return None
+        rows = math.prod(x.shape[:-1])
+        y = cv.op("matmul", cv.op("reshape", x, (rows, x.shape[-1])), cv.float_operand(w))
+        return cv.op("reshape", y, x.shape[:-1] + (n,))
     if not isinstance(bias, Const) or bias.array.dtype.kind != "f" \
             or bias.array.ndim > len(x.shape) or bias.array.size not in (1, n) \
             or any(s != 1 for s in bias.array.shape[:-1]):
