@@ -12,6 +12,7 @@ epilogue's few roundings), computed from the operands' magnitudes. An
 indexing bug gives errors of the order of the values themselves, far above it.
 """
 
+import os
 import re
 
 import numba
@@ -425,7 +426,6 @@ def test_cache_blocks_follow_the_cache_sizes():
     each, at most 512; MC rows of A whose block takes two thirds of L2."""
     l1 = blocking._cache_size(1, -1)
     l2 = blocking._cache_size(2, -1)
-    import os
     if os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
         assert 4096 <= l1 < l2, (l1, l2)
     assert blocking.KC == max(16, min(512, blocking._L1D // 64))
