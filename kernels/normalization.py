@@ -6,7 +6,8 @@ Buffers (float32, C-contiguous):
 
 * :func:`layer_norm_rows`: ``x, out: (M, D)``, each row normalized over its
   ``D`` values (a transformer's ``(N, S, D)`` over D is ``(N * S, D)``);
-  ``scale, bias: (D,)``.
+  ``scale, bias: (D,)``. :func:`bind_layer_norm_rows` checks the same once and
+  returns the kernel call, for a replayed plan's bound step.
 * :func:`rms_norm_rows`: ``x, out: (M, D)``, each row scaled by the inverse
   root mean square of its ``D`` values (Llama's RMSNorm); ``scale: (D,)``.
 * :func:`layer_norm_groups`: ``x, out: (A, K, P, L)``, normalized for each
@@ -326,6 +327,27 @@ def layer_norm_rows(x, scale, bias, epsilon, out):
     else:
         _rows_parallel(xf, outf, D, scale, bias, eps, M, groups)
     return out
+
+
+def bind_layer_norm_rows(x, scale, bias, epsilon, out, threads: int):
+    """``(kernel, args)``: ``kernel(*args)`` computes :func:`layer_norm_rows` on
+    these arrays (checked here once) on ``threads`` numba threads; None for an
+    empty ``x``. For a replayed plan's bound step (as
+    :func:`bind_layer_norm_groups`)."""
+    _check_io(x, out, 2)
+    M, D = x.shape
+    for name, v in (("scale", scale), ("bias", bias)):
+        _check(name, v, 1)
+        if v.shape != (D,):
+            raise ValueError(f"normalization: {name} must have shape ({D},), got {v.shape}")
+    eps = _epsilon(epsilon)
+    if x.size == 0:
+        return None
+    groups = 1 if x.size < _PARALLEL_MIN or M < 2 or threads == 1 else min(M, threads)
+    xf, outf = x.reshape(-1), out.reshape(-1)
+    if groups == 1:
+        return _rows, (xf, outf, D, scale, bias, eps, 0, M)
+    return _rows_parallel, (xf, outf, D, scale, bias, eps, M, groups)
 
 
 def rms_norm_rows(x, scale, epsilon, out):

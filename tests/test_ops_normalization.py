@@ -176,6 +176,39 @@ def test_replayed_channel_layer_norm_is_a_bound_call_into_the_plan_buffer(thread
         assert step.step.buffer, "the norm writes a buffer of the plan"
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("axes, affine", [([2], True), ([1, 2], True), ([2], False)])
+def test_replayed_row_layer_norm_is_a_bound_call_into_the_plan_buffer(threads, axes, affine):
+    """A transformer's matmul + bias -> LayerNorm over the last axes, computed
+    again on new inputs: the norm is a node of its own kind that writes the
+    plan's buffer and, replayed, runs as one bound call reading the GEMM's
+    buffer, with the reference's numbers at every run (rows longer than a
+    vector and not a multiple of it; no scale and bias too)."""
+    ctx = jitnn.Context(num_threads=threads)
+    rows, d = (3, 70), 45
+    w = random((33, d), 64, 0.3)
+    shape = tuple((rows + (d,))[a] for a in axes)
+    scale, bias = _affine(shape, 65) if affine else (None, None)
+    norm = reference("layer_normalization")
+    b = jitnn.GraphBuilder(ctx)
+    y = b.reshape(b.matmul(b.reshape(b.input("x", rows + (33,)), (rows[0] * rows[1], 33)),
+                           b.constant(w)), rows + (d,))
+    y = b.layer_normalization(y, None if scale is None else b.constant(scale),
+                              None if bias is None else b.constant(bias), axes=axes,
+                              epsilon=1e-4)
+    graph = b.build({"y": b.relu(y)})         # (the norm's output: a buffer of the plan)
+    out = np.empty(rows + (d,), np.float32)
+    for seed in range(3):
+        x = random(rows + (33,), 66 + seed)
+        ctx.compute(graph, {"x": x}, {"y": out})
+        want = norm(x.astype(np.float64) @ w, scale, bias, axes=axes, epsilon=1e-4)
+        assert_close(out, np.maximum(want, 0.0), tol=2e-5)
+    (program,) = graph._programs
+    kinds = [(c_.node.kind, bool(bound)) for c_, bound in
+             zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+    assert ("layer_norm_rows", True) in kinds, kinds
+
+
 def test_layer_norm_graph_operands():
     ctx = jitnn.Context()
     b = jitnn.GraphBuilder(ctx)

@@ -322,6 +322,60 @@ run_layer_norm_blocked.bind = bind_layer_norm_blocked
 register_kind(NodeKind("layer_norm_blocked", writes_into_buffer=True))
 
 
+def _rows_affine(attrs: dict, derived: list | None = None) -> tuple:
+    """The row norm's scale and bias as the kernel takes them (``(D,)``), made
+    once per scale and bias Value (as :func:`_blocked_affine`)."""
+    order, size = attrs["order"], attrs["size"]
+    found = []
+    for name, default in (("scale", 1.0), ("bias", 0.0)):
+        value = attrs[name]
+        if value is None:
+            found.append(_flat(None, default, order, size, size))
+            continue
+        key = ("layer_norm_rows", order)
+        form = value._derive(key, lambda v=value, d=default: _flat(v, d, order, size, size))
+        if derived is not None:
+            derived.append((value, key, form))
+        found.append(form)
+    return found[0], found[1]
+
+
+def run_layer_norm_rows(ctx: "Context", node: Node, value: Value,
+                        out: np.ndarray | None) -> np.ndarray:
+    """The layer norm over each row of a plain tensor (its last axes), into
+    ``out`` (the plan's buffer) if given."""
+    a = node.attrs
+    data = plain_buffer(a["x"])
+    scale, bias = _rows_affine(a)
+    if out is None or out.shape != value.shape:
+        out = aligned_empty(value.shape)
+    rows = (data.size // max(a["size"], 1), a["size"])
+    ctx.launcher.launch(norm_kernels.layer_norm_rows, data.reshape(rows), scale, bias,
+                        a["epsilon"], out.reshape(rows))
+    return out
+
+
+def bind_layer_norm_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_layer_norm_rows` just made, bound to its arrays."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None or not x._data.flags.c_contiguous or x._data.shape != x._shape:
+        return None
+    derived: list = []
+    scale, bias = _rows_affine(a, derived)
+    rows = (x._data.size // max(a["size"], 1), a["size"])
+    call = norm_kernels.bind_layer_norm_rows(x._data.reshape(rows), scale, bias, a["epsilon"],
+                                             result.reshape(rows), ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], ((x, x._data),), tuple(derived), result, ctx.num_threads)
+
+
+run_layer_norm_rows.bind = bind_layer_norm_rows
+
+register_kind(NodeKind("layer_norm_rows", writes_into_buffer=True))
+
+
 def layer_normalization(x, scale=None, bias=None, *, axes=None,
                         epsilon: float = 1e-5) -> Tensor:
     """WebNN layerNormalization: ``(x - mean) / sqrt(var + epsilon) * scale +
@@ -366,6 +420,19 @@ def layer_normalization(x, scale=None, bias=None, *, axes=None,
     else:                                            # the axes last, by a transpose
         perm = tuple(i for i in range(x.ndim) if i not in axes) + tuple(ranked)
         before, after = x.size // max(size, 1), 1
+
+    if not is_blocked(x) and perm is None and after == 1 and size and x.size:
+        # a transformer's norm over the last axes: a node of its own kind, which
+        # writes into the plan's buffer (no new array per run), its scale and
+        # bias flattened once, run as one bound kernel call when replayed
+        attrs = {"x": xv, "scale": sv, "bias": bv, "epsilon": epsilon, "order": order,
+                 "size": size}
+        node = Node(op, tuple(value_of(t) for t in inputs), kind="layer_norm_rows",
+                    attrs=attrs, run=run_layer_norm_rows,
+                    sig=("layer_norm_rows", exact(epsilon), order, size, sv is None,
+                         bv is None))
+        axes_tag = x._axes if x.ndim == 4 else "nchw"
+        return pending(ctx, x.shape, plain_layout(x.ndim, axes_tag), node, axes=axes_tag)
 
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)
