@@ -1,13 +1,14 @@
 """Kernel cases of the inverted-residual networks' convolutions (MobileNetV2,
 EfficientNet, MnasNet), checked against the float64 reference (``run_case``):
-the 1x1 driver's weight prefetch on short chunks (both of its compiles), the
-depthwise driver's row prefetch on large inputs."""
+the 1x1 driver's weight prefetch on short chunks (both of its compiles) and
+its 6 x 4 tile, the depthwise driver's row prefetch on large inputs."""
 
 import numba
 import pytest
 
-from jitnn.kernels import conv2d as K
+from jitnn.kernels import _config
 from jitnn.kernels.conv2d import conv1x1, depthwise, plan as conv_plan
+from jitnn.kernels.conv2d.geometry import conv1x1_tile_shape, gemm1x1_tile_shape
 from jitnn.kernels.epilogue import CLAMP
 from tests.test_conv2d_kernels import run_case
 
@@ -27,7 +28,7 @@ PREFETCH_1X1 = [
 def _ahead(n, c, o, h, w, block):
     """Whether the driver runs this case with the prefetch (its own rule)."""
     CB, OB = -(-c // block), -(-o // block)
-    P, B = K.conv1x1_tile_shape(block, OB)
+    P, B = gemm1x1_tile_shape(block, OB)
     chunk, _, _ = conv_plan._gemm_blocking(n, CB, OB, h * w, block, numba.get_num_threads(),
                                            P, B)
     return chunk <= conv1x1._PREFETCH_TILES * P
@@ -42,6 +43,32 @@ def test_1x1_weight_prefetch(block, case):
     packed = run_case(n, c, o, h, w, (1, 1), block=block, activation=(CLAMP, 0.0, 6.0),
                       residual=True, seed=c + o)
     assert packed.path == "1x1"
+
+
+# (n, c, o, h, w, stride): output blocks in fours at cb 8 (the 6 x 4 tile
+# where there are 32 vector registers) and not; partial last tiles, strided
+# (copied) inputs, K-blocks, partial input lanes, two images
+TILE_1X1 = [
+    (2, 24, 32, 11, 13, 1),
+    (1, 96, 64, 9, 9, 2),
+    (1, 17, 96, 5, 7, 1),
+    (2, 600, 160, 3, 5, 1),
+    (1, 40, 40, 7, 7, 1),          # 5 blocks: not in fours
+    (1, 3, 32, 1, 1, 1),           # one pixel
+]
+
+
+@pytest.mark.parametrize("case", TILE_1X1,
+                         ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}s{c[5]}")
+def test_1x1_tile_in_fours(case):
+    n, c, o, h, w, s = case
+    blocks = -(-o // 8)
+    fours = _config.VECTOR_REGISTERS >= 32 and blocks % 4 == 0
+    assert gemm1x1_tile_shape(8, blocks) == ((6, 4) if fours else conv1x1_tile_shape(8, blocks))
+    for seed, residual in ((1, True), (2, False)):
+        packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=8,
+                          activation=(CLAMP, 0.0, 6.0), residual=residual, seed=seed)
+        assert packed.path == "1x1"
 
 
 # (n, c, h, w, stride): depthwise 3x3, padding 1. Plain-mode inputs over

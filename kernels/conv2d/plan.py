@@ -23,8 +23,8 @@ from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
 from .direct import conv_driver
 from .geometry import (PASS_WHOLE, ConvGeometry, DepthwiseGeometry, _clip_range,
                        conv1x1_tile_shape, conv2d_output_size, depthwise_tile_pixels,
-                       direct_chunks, direct_tile_shape, tap_passes, tap_regions,
-                       tiny_region_share)
+                       direct_chunks, direct_tile_shape, gemm1x1_tile_shape, tap_passes,
+                       tap_regions, tiny_region_share)
 
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
 #: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
@@ -362,7 +362,7 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if packed.path == "1x1" and packed.groups == 1 and not any(pad):
         CB = _blocks(C, cb)
         geom = direct_geometry(N, C, H, W, cb, False, OB, OH, OW, 1, 1, sh, sw, 1, 1, 0, 0, O)
-        P, B = conv1x1_tile_shape(cb, OB)
+        P, B = gemm1x1_tile_shape(cb, OB)
         threads = numba.get_num_threads()
         chunk, kcb, gsets = _gemm_blocking(N, CB, OB, OH * OW, cb, threads, P, B)
         return launch(conv1x1_driver(cb, P, B),
