@@ -356,3 +356,34 @@ def test_cumulative_sum_errors():
         jitnn.cumulative_sum(random((2, 3), 17), 0, exclusive=None)
     with pytest.raises(jitnn.JitnnTypeError, match=r"cumulative_sum: input must have dtype"):
         jitnn.cumulative_sum(jitnn.tensor(np.arange(3, dtype=np.uint8)), 0)
+
+
+@pytest.mark.parametrize("op,keep", [("mean", False), ("mean", True), ("log_sum", False),
+                                     ("max", True)])
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_replayed_spatial_reduction_of_blocked_data_is_bound(op, keep, block):
+    """conv -> reduce over H, W (kept blocked, or the plain (N, C) of a
+    classifier head) -> matmul or conv, computed again on new inputs: the
+    reduction runs as a bound call writing the plan's buffer, with the
+    references' numbers at every run (log_sum: padding lanes rezeroed)."""
+    ctx = jitnn.Context(num_threads=1, block=block)
+    c = 17
+    w1, w2 = random((c, 5, 1, 1), 80, 0.3), random((c, 6), 81, 0.3)
+    b = jitnn.GraphBuilder(ctx)
+    y = b.abs(b.conv2d(b.input("x", (2, 5, 7, 9)), b.constant(w1)))
+    y = getattr(b, f"reduce_{op}")(y, axes=[2, 3], keep_dimensions=keep)
+    y = b.conv2d(y, b.constant(w2.T.reshape(6, c, 1, 1).copy())) if keep else \
+        b.matmul(y, b.constant(w2))
+    graph = b.build({"y": y})
+    out = np.empty((2, 6, 1, 1) if keep else (2, 6), np.float32)
+    conv, reduce = reference("conv2d"), reference(f"reduce_{op}")
+    for seed in range(3):
+        x = random((2, 5, 7, 9), 82 + seed)
+        ctx.compute(graph, {"x": x}, {"y": out})
+        r = reduce(np.abs(conv(x, w1)), axes=[2, 3], keep_dimensions=keep)
+        want = conv(r, w2.T.reshape(6, c, 1, 1)) if keep else r @ w2
+        assert_close(out, want, tol=2e-5)
+    (program,) = graph._programs
+    kinds = [(c_.node.kind, bool(bound), bool(c_.step.buffer)) for c_, bound in
+             zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+    assert ("reduce_blocked", True, True) in kinds, kinds

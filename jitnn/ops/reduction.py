@@ -31,7 +31,7 @@ first index on ties: ONNX's ``select_last_index=0``) and cumulative_sum
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -39,10 +39,13 @@ from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import reduce as reduce_kernels
 from ..kernels.buffers import aligned_empty
-from ..registry import OpDef, register_op
-from ..tensor import FLOAT32, Tensor
-from ._common import (ANY_DTYPE, FLOAT_ONLY, as_tensor, axis_index, channel_axis, context_of,
-                      is_blocked, plain_layout, plain_op, value_of)
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import FLOAT32, Node, Tensor, Value
+from ._common import (ANY_DTYPE, FLOAT_ONLY, Binding, as_tensor, axis_index, channel_axis,
+                      context_of, is_blocked, pending, plain_layout, plain_op, value_of)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 #: the reductions (jitnn's short name -> WebNN's name)
 REDUCTIONS = {"l1": "reduceL1", "l2": "reduceL2", "log_sum": "reduceLogSum",
@@ -211,38 +214,77 @@ def _spatial_view(x: Tensor, axes: tuple[int, ...]):
 
 def _blocked_reduce(ctx, op: str, name: str, x: Tensor, axes: tuple[int, ...], keep: bool,
                     out_shape: tuple, view: tuple, buffer_shape: tuple) -> Tensor:
-    code = reduce_kernels.OPS[op]
-    xv = value_of(x)
-    axes_tag = x._axes
-    channels = x.shape[channel_axis(axes_tag)]
+    channels = x.shape[channel_axis(x._axes)]
     cb = buffer_shape[4]
-    # padding lanes hold f(0, ..., 0): log(0) and log(H * W) are not 0
-    rezero = op in ("log_sum", "log_sum_exp") and channels % cb
+    plain = not (keep or not axes)
+    xv = value_of(x)
+    attrs = {"x": xv, "code": reduce_kernels.OPS[op], "view": view, "buffer_shape": buffer_shape,
+             "channels": channels, "axes": x._axes, "out_shape": out_shape, "plain": plain,
+             # padding lanes hold f(0, ..., 0): log(0) and log(H * W) are not 0
+             "rezero": op in ("log_sum", "log_sum_exp") and channels % cb != 0}
+    # a node of its own kind: it writes into the plan's buffer, and a replayed
+    # plan runs it on the same arrays without the op
+    node = Node(name, (xv,), kind="reduce_blocked", attrs=attrs, run=run_reduce_blocked)
+    if plain:
+        return pending(ctx, out_shape, plain_layout(len(out_shape)), node)
+    return pending(ctx, out_shape, x.layout, node, axes=x._axes)
 
-    def blocked_result() -> np.ndarray:
-        data = xv._materialize()
-        out = aligned_empty(buffer_shape)
-        ctx.launcher.launch(reduce_kernels.reduce, data.reshape(view),
-                            out.reshape(view[0], view[2]), code)
-        if rezero:
-            out[:, channels // cb, :, :, channels % cb:] = 0
+
+def _reduce_blocked_into(a: dict, data: np.ndarray, blocked: np.ndarray,
+                         out: np.ndarray) -> np.ndarray:
+    """Reduce blocked ``data`` into the blocked ``blocked``; for a plain result
+    (the ``(N, C)`` of a classifier head) copy its channels into ``out``."""
+    view = a["view"]
+    reduce_kernels.reduce(data.reshape(view), blocked.reshape(view[0], view[2]), a["code"])
+    if a["rezero"]:
+        cb, channels = blocked.shape[4], a["channels"]
+        blocked[:, channels // cb, :, :, channels % cb:] = 0
+    if out is blocked:
         return out
+    n, blocks, h, w, lanes = blocked.shape
+    if a["axes"] == "nchw":
+        logical = np.moveaxis(blocked, 4, 2).reshape(n, blocks * lanes, h, w)
+        logical = logical[:, :a["channels"]]
+    else:
+        logical = np.moveaxis(blocked, 1, 3).reshape(n, h, w, blocks * lanes)
+        logical = logical[..., :a["channels"]]
+    np.copyto(out, logical.reshape(a["out_shape"]))
+    return out
 
-    if keep or not axes:
-        return Tensor(ctx, out_shape, x.layout, producer=blocked_result, axes=axes_tag,
-                      inputs=(x,), op=name)
 
-    def plain_result() -> np.ndarray:
-        out = blocked_result()
-        n, blocks, h, w, lanes = out.shape
-        if axes_tag == "nchw":
-            logical = np.moveaxis(out, 4, 2).reshape(n, blocks * lanes, h, w)[:, :channels]
-        else:
-            logical = np.moveaxis(out, 1, 3).reshape(n, h, w, blocks * lanes)[..., :channels]
-        return np.ascontiguousarray(logical).reshape(out_shape)
+def _reduce_buffers(a: dict, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The blocked result's array and the output's: the same for a blocked result."""
+    if not a["plain"]:
+        out = aligned_empty(a["buffer_shape"]) if out is None else out
+        return out, out
+    return aligned_empty(a["buffer_shape"]), aligned_empty(a["out_shape"]) if out is None else out
 
-    return Tensor(ctx, out_shape, plain_layout(len(out_shape)), producer=plain_result,
-                  inputs=(x,), op=name)
+
+def run_reduce_blocked(ctx: "Context", node: Node, value: Value,
+                       out: np.ndarray | None) -> np.ndarray:
+    """A spatial reduction of blocked data, into ``out`` if given."""
+    a = node.attrs
+    blocked, out = _reduce_buffers(a, out)
+    ctx.launcher.launch(_reduce_blocked_into, a, a["x"]._materialize(), blocked, out)
+    return out
+
+
+def bind_reduce_blocked(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The call :func:`run_reduce_blocked` just made, bound to its arrays (a
+    blocked scratch of its own for a plain result)."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None:
+        return None
+    blocked, out = _reduce_buffers(a, result)
+    return Binding(_reduce_blocked_into, (a, x._data, blocked, out), ((x, x._data),), (),
+                   result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_reduce_blocked.bind = bind_reduce_blocked
+
+register_kind(NodeKind("reduce_blocked", writes_into_buffer=True))
 
 
 def _reduce(op: str, x, axes, keep_dimensions) -> Tensor:
