@@ -63,6 +63,41 @@ def test_rotary_embedding_is_the_exported_chain():
 
 
 @pytest.mark.parametrize("x_shape, table_shape", [
+    ((2, 16, 8, 64), (1, 1, 16, 64)),     # Llama: (B, S, H, D) in, (B, H, S, D) out
+    ((1, 7, 3, 6), (7, 6)),
+    ((3, 5, 2, 4), (3, 2, 5, 4)),         # a table per output row
+    ((2, 5, 3, 4), (1, 3, 1, 4)),         # per head: expanded
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rotary_embedding_reads_the_head_split_in_place(x_shape, table_shape, threads):
+    rng = np.random.default_rng(sum(x_shape) + threads)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    cos, sin = _tables(rng, table_shape)
+    ctx = jitnn.Context(num_threads=threads)
+    got = jitnn.rotary_embedding(ctx.tensor(x), ctx.tensor(cos), ctx.tensor(sin),
+                                 layout="bshd").numpy()
+    want = rotary_embedding_reference(x, cos, sin, layout="bshd")
+    assert got.shape == (x_shape[0], x_shape[2], x_shape[1], x_shape[3]) == want.shape
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+    # the same as the embedding of the transposed copy
+    plain = jitnn.rotary_embedding(np.ascontiguousarray(x.transpose(0, 2, 1, 3)), cos,
+                                   sin).numpy()
+    assert np.array_equal(got, plain)
+
+
+def test_rotary_embedding_layouts_refused():
+    x = np.zeros((2, 3, 4, 6), np.float32)
+    table = np.zeros((4, 6), np.float32)
+    for layout, data in (("bsdh", x), ("bshd", x[0])):
+        with pytest.raises(JitnnValueError, match="layout"):
+            jitnn.rotary_embedding(data, table, table, layout=layout)
+    with pytest.raises(ValueError, match="rows"):
+        rotary_kernels.rotary_rows(np.zeros((10, 4), np.float32), np.zeros((1, 4), np.float32),
+                                   np.zeros((1, 4), np.float32), np.zeros((10, 4), np.float32),
+                                   heads=3, seq=2)
+
+
+@pytest.mark.parametrize("x_shape, table_shape", [
     ((2, 5), (2, 5)),           # odd last axis
     ((2, 4), (2, 6)),           # the tables' last axis is not x's
     ((2, 4), (3, 4)),           # does not broadcast
@@ -91,7 +126,8 @@ def test_the_kernel_refuses_rows_that_do_not_repeat_and_overlap():
 # --- the ONNX pattern --------------------------------------------------------------------
 
 def _rotary_model(b: int, h: int, s: int, d: int, *, swap: bool = False, negative: bool = False,
-                  half: int | None = None, read_twice: bool = False, tables_input=False):
+                  half: int | None = None, read_twice: bool = False, tables_input=False,
+                  heads_out: bool = False):
     """``x (B, S, H*D)`` -> heads ``(B, H, S, D)`` -> ``x * cos + rotate_half(x) * sin``
     (Llama's exported form; ``swap``: every Mul and the Add with their inputs
     the other way round; ``negative``: the bounds as -D/2 and -1-based ends;
@@ -137,7 +173,7 @@ def _rotary_model(b: int, h: int, s: int, d: int, *, swap: bool = False, negativ
         return node("Mul", c, a) if swap else node("Mul", a, c)
     first, second = mul(heads, cos_name), mul(rotated, sin_name)
     out = node("Add", second, first) if swap else node("Add", first, second)
-    outputs = [out] + ([neg] if read_twice else [])
+    outputs = [out] + ([neg] if read_twice else []) + ([heads] if heads_out else [])
     graph = helper.make_graph(nodes, "rotary", inputs, [
         helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -145,7 +181,8 @@ def _rotary_model(b: int, h: int, s: int, d: int, *, swap: bool = False, negativ
     x = feed["x"].astype(np.float64).reshape(b, s, h, d).transpose(0, 2, 1, 3)
     negated = -x[..., half:]
     rotated = np.concatenate([negated, x[..., :half]], axis=-1)
-    want = [x * cos + rotated * sin] + ([negated] if read_twice else [])
+    want = [x * cos + rotated * sin] + ([negated] if read_twice else []) + \
+        ([x] if heads_out else [])
     return model, feed, dict(zip(outputs, want))
 
 
@@ -172,7 +209,8 @@ def test_exported_rotary_embedding_is_one_op(b, h, s, d, options, threads):
     model, feed, want = _rotary_model(b, h, s, d, **options)
     plan = _run(model, feed, want, threads)
     assert "rotary_embedding" in plan, plan
-    for op in ("neg", "concat", "slice", " mul ", " add "):
+    # the head split's transpose is read in place too
+    for op in ("neg", "concat", "slice", " mul ", " add ", "transpose"):
         assert op not in plan, plan
 
 
@@ -181,3 +219,10 @@ def test_other_slices_or_a_shared_value_convert_node_by_node(options):
     model, feed, want = _rotary_model(1, 2, 6, 8, **options)
     plan = _run(model, feed, want)
     assert "rotary_embedding" not in plan, plan
+
+
+def test_a_transpose_read_elsewhere_is_kept():
+    """The heads are a graph output too: the embedding is one op, the transpose stays."""
+    model, feed, want = _rotary_model(2, 3, 5, 8, heads_out=True)
+    plan = _run(model, feed, want)
+    assert "rotary_embedding" in plan and "neg" not in plan, plan

@@ -13,7 +13,10 @@ launches and passes (Llama's query and key in each layer: 14 steps).
 ``cos`` and ``sin`` may be constants or computed (a table gathered by
 position ids); they must broadcast to ``x``. The slice bounds are checked at
 conversion (they are load-time constants, often computed from ``x``'s
-shape); a mismatch converts the nodes as they are.
+shape); a mismatch converts the nodes as they are. When ``x`` is the
+``Transpose(0, 2, 1, 3)`` of the head split ``(B, S, H, D)`` that nothing
+else reads, the transpose is taken in: ``rotary_embedding(.., layout="bshd")``
+reads the rows in place (the query's and key's transposes are not copied).
 """
 
 from __future__ import annotations
@@ -59,9 +62,17 @@ def _match_rotary(g: _Graph, concat: int) -> Pattern | None:
     if cos is None:
         return None
     covered = {low, high, neg, concat, mul_sin, mul_cos, add}
+    layout = "bhsd"
+    transpose = g.node(x, "Transpose")
+    if transpose is not None and list(g.attr(transpose, "perm", [])) == [0, 2, 1, 3] \
+            and set(g.users(x)) == {low, high, mul_cos} and x not in g.outputs:
+        # the head split's Transpose(0, 2, 1, 3) before it: read in place (layout "bshd")
+        covered.add(transpose)
+        x, layout = g.nodes[transpose].input[0], "bshd"
     if any(not g.private(i, covered) for i in covered - {add}):
         return None
-    plan = {"x": x, "cos": cos, "sin": sin, "concat": concat, "low": low, "high": high}
+    plan = {"x": x, "cos": cos, "sin": sin, "concat": concat, "low": low, "high": high,
+            "layout": layout}
     return Pattern("rotary", covered, add, lambda cv, values: _rotary(cv, values, g, plan))
 
 
@@ -98,6 +109,12 @@ def _rotary(cv, values, g: _Graph, plan) -> Operand | None:
         return None
     rank = len(x.shape)
     depth = x.shape[-1] if rank else 0
+    # the shape of the value the slices read (after the transpose when it is taken in)
+    shape = tuple(x.shape)
+    if plan["layout"] == "bshd":
+        if rank != 4:
+            return None
+        shape = (shape[0], shape[2], shape[1], shape[3])
     axis = g.attr(plan["concat"], "axis", 0)
     if rank == 0 or depth % 2 or axis % rank != rank - 1:
         return None
@@ -110,9 +127,9 @@ def _rotary(cv, values, g: _Graph, plan) -> Operand | None:
             or shapes[0][-1] != depth:
         return None
     try:
-        if np.broadcast_shapes(shapes[0], tuple(x.shape)) != tuple(x.shape):
+        if np.broadcast_shapes(shapes[0], shape) != shape:
             return None
     except ValueError:
         return None
     operands = [cv.float_operand(v) if isinstance(v, Const) else v for v in (cos, sin)]
-    return cv.op("rotary_embedding", x, *operands)
+    return cv.op("rotary_embedding", x, *operands, layout=plan["layout"])
