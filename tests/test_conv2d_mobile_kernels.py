@@ -1,16 +1,66 @@
 """Kernel cases of the inverted-residual networks' convolutions (MobileNetV2,
 EfficientNet, MnasNet), checked against the float64 reference (``run_case``):
 the 1x1 driver's weight prefetch on short chunks (both of its compiles) and
-its 6 x 4 tile, the depthwise driver's row prefetch on large inputs."""
+its 6 x 4 tile, the first layer's 6 x 4 tile, the depthwise driver's row
+prefetch on large inputs."""
 
 import numba
+import numpy as np
 import pytest
 
-from jitnn.kernels import _config
+from jitnn.kernels import _config, conv2d as K, layout
 from jitnn.kernels.conv2d import conv1x1, depthwise, plan as conv_plan
-from jitnn.kernels.conv2d.geometry import conv1x1_tile_shape, gemm1x1_tile_shape
+from jitnn.kernels.conv2d.geometry import (conv1x1_tile_shape, direct_tile_shape,
+                                           gemm1x1_tile_shape)
 from jitnn.kernels.epilogue import CLAMP
-from tests.test_conv2d_kernels import run_case
+from tests.helpers import apply_activation, random, reference
+
+
+def _to_blocked(x, block):
+    n, c, h, w = x.shape
+    out = np.empty((n, -(-c // block), h, w, block), np.float32)
+    layout.nchw_to_blocked(np.ascontiguousarray(x), out)
+    return out
+
+
+def run_case(n, c, o, h, w, kernel, strides=(1, 1), padding=(0, 0, 0, 0), groups=1, block=8,
+             activation=(CLAMP, 0.0, 6.0), residual=False, plain=False, seed=0):
+    """One convolution through the kernels (the direct algorithm for 3x3
+    stride 1, never Winograd), checked against the float64 reference, every
+    output element written and the padding lanes zero; returns the packed
+    filter."""
+    rng = np.random.default_rng(seed)
+    kh, kw = kernel
+    x = random((n, c, h, w), rng)
+    w_oihw = random((o, c // groups, kh, kw), rng)
+    b = random((o,), rng)
+    packed = K.pack_conv2d_filter(w_oihw, c, groups, block, input_is_plain=plain)
+    oh = K.conv2d_output_size(h, kh, strides[0], 1, padding[0], padding[1])
+    ow = K.conv2d_output_size(w, kw, strides[1], 1, padding[2], padding[3])
+    r = random((n, o, oh, ow), rng) if residual else None
+    xin = x if plain else _to_blocked(x, block)
+    ob = -(-o // block)
+    bias = np.zeros(ob * block, np.float32)
+    bias[:o] = b
+    out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
+    res = _to_blocked(r, block) if residual else None
+    code, p0, p1 = activation
+    launch = K.conv2d_launch(xin, packed, out, strides, (1, 1), padding, False, res is None,
+                             code, p0, p1, algorithm="direct")
+    K.run_conv2d_launch(launch, xin, out, bias, res)
+    assert not np.isnan(out).any(), "some output element was not written"
+    lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
+    assert np.all(lanes[:, o:] == 0), "padding lanes must be zero"
+    got = np.empty((n, o, oh, ow), np.float32)
+    layout.blocked_to_nchw(out, got)
+    geometry = dict(strides=strides, dilations=(1, 1), padding=padding, groups=groups)
+    expected = reference("conv2d")(x, w_oihw, b, **geometry)
+    scale = reference("conv2d")(np.abs(x), np.abs(w_oihw), np.abs(b), **geometry)
+    if r is not None:
+        expected, scale = expected + r, scale + np.abs(r)
+    expected = apply_activation(expected, code, p0, p1)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1.6e-6 * (1.0 + scale.max()))
+    return packed
 
 # (n, c, o, h, w, ahead): chunks of at most _PREFETCH_TILES tiles prefetch the
 # next output-block group's weights; K-blocks, partial output and input lanes,
@@ -40,8 +90,7 @@ def test_1x1_weight_prefetch(block, case):
     n, c, o, h, w, ahead = case
     if block == 8:
         assert _ahead(n, c, o, h, w, block) == ahead      # both compiles are covered
-    packed = run_case(n, c, o, h, w, (1, 1), block=block, activation=(CLAMP, 0.0, 6.0),
-                      residual=True, seed=c + o)
+    packed = run_case(n, c, o, h, w, (1, 1), block=block, residual=True, seed=c + o)
     assert packed.path == "1x1"
 
 
@@ -66,8 +115,8 @@ def test_1x1_tile_in_fours(case):
     fours = _config.VECTOR_REGISTERS >= 32 and blocks % 4 == 0
     assert gemm1x1_tile_shape(8, blocks) == ((6, 4) if fours else conv1x1_tile_shape(8, blocks))
     for seed, residual in ((1, True), (2, False)):
-        packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=8,
-                          activation=(CLAMP, 0.0, 6.0), residual=residual, seed=seed)
+        packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=8, residual=residual,
+                          seed=seed)
         assert packed.path == "1x1"
 
 
@@ -99,8 +148,32 @@ def test_depthwise_rows_ahead(block, case, threads):
     try:
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         packed = run_case(n, c, c, h, w, (3, 3), (s, s), padding=(1, 1, 1, 1), groups=c,
-                          block=block, activation=(CLAMP, 0.0, 6.0), residual=s == 1,
-                          seed=c + h)
+                          block=block, residual=s == 1, seed=c + h)
     finally:
         numba.set_num_threads(previous)
     assert packed.path == "depthwise"
+
+
+# (n, c, o, h, w, kernel, stride, pad): the first layer (plain input) with
+# output blocks in fours at cb 8 (the 6 x 4 tile with 32 vector registers)
+# and not; C = 1, 3, 7, odd sizes, two images
+FIRST_LAYER = [
+    (1, 3, 32, 23, 21, 3, 2, 1),
+    (2, 3, 64, 13, 17, 3, 1, 1),
+    (1, 1, 32, 9, 11, 3, 2, 0),
+    (1, 7, 96, 15, 15, 4, 4, 0),     # a patchify stem
+    (2, 3, 16, 11, 9, 3, 2, 1),      # 2 blocks: not in fours
+    (1, 3, 24, 10, 12, 3, 2, 1),     # 3 blocks
+]
+
+
+@pytest.mark.parametrize("case", FIRST_LAYER,
+                         ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}k{c[5]}s{c[6]}")
+def test_first_layer_tile_in_fours(case):
+    n, c, o, h, w, k, s, p = case
+    blocks = -(-o // 8)
+    fours = _config.VECTOR_REGISTERS >= 32 and blocks % 4 == 0
+    assert direct_tile_shape(8, True, blocks) == ((6, 4) if fours else (6, 2))
+    packed = run_case(n, c, o, h, w, (k, k), (s, s), padding=(p, p, p, p), block=8,
+                      plain=True, seed=o + h)
+    assert packed.path == "first_layer"

@@ -375,12 +375,11 @@ def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_en
                 cb, ci, P, B, plain)
 
 
-def _make_conv_driver(cb: int, ci: int, plain: bool):
+def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int):
     """The parallel driver for block ``cb`` reading ``ci`` lanes per input
-    block (cb, or C for a ``plain`` input). cb, ci, P, B and plain are
-    compile-time constants captured in the closure, so the numba cache keeps
-    one entry per (cb, ci, plain)."""
-    P, B = direct_tile_shape(cb, plain)
+    block (cb, or C for a ``plain`` input), tiles of P pixels x B blocks. cb,
+    ci, P, B and plain are compile-time constants captured in the closure, so
+    the numba cache keeps one entry per (cb, ci, plain, P, B)."""
 
     def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, regions, chunks,
                     passes, og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0,
@@ -422,20 +421,26 @@ def _make_conv_driver(cb: int, ci: int, plain: bool):
                                    geom, regions, chunks, c, ib_begin, ib_end, n, og0, og0 + 1,
                                    group_fits_l1, epilogue, cb, ci, P, B, plain)
 
-    conv_driver.__qualname__ = f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
+    conv_driver.__qualname__ = (f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
+                                + ("" if (P, B) == direct_tile_shape(cb, plain) else
+                                   f"_{P}x{B}"))
     return parallel_kernel(conv_driver)
 
 
 _conv_drivers: dict = {}
 
 
-def conv_driver(cb: int, ci: int, plain: bool = False):
+def conv_driver(cb: int, ci: int, plain: bool = False, P: int | None = None,
+                B: int | None = None):
     """The compiled direct driver for block ``cb`` and ``ci`` lanes per input
-    block, of a blocked or ``plain`` input (made once). It also runs the 1x1
+    block, of a blocked or ``plain`` input, tiles of P x B (default:
+    :func:`.geometry.direct_tile_shape`'s; made once). It also runs the 1x1
     convolutions that :mod:`.conv1x1` does not (padding, groups)."""
-    key = (cb, ci, plain)
+    if P is None or B is None:
+        P, B = direct_tile_shape(cb, plain)
+    key = (cb, ci, plain, P, B)
     driver = _conv_drivers.get(key)
     if driver is None:
         driver = _conv_drivers.setdefault(
-            key, made_by(conv_driver, key, _make_conv_driver(cb, ci, plain)))
+            key, made_by(conv_driver, key, _make_conv_driver(cb, ci, plain, P, B)))
     return driver

@@ -369,7 +369,7 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
                       (tuple(geom), chunk, kcb, gsets, threads, has_res) + epilogue)
     pad_copy = None
     geom = direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O)
-    P, B = direct_tile_shape(cb, plain)
+    P, B = direct_tile_shape(cb, plain, OB)
     # (a plain input's tile walks every tap's weights: no regions)
     regions, share = tap_regions(geom) if not plain else (None, 1.0)
     by_regions = share <= _TAP_REGION_SHARE and \
@@ -403,6 +403,6 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES and \
             N * -(-OB // B) >= _TAP_PASS_MIN_TASKS:
         regions, chunks, passes = tap_passes(geom, chunk)
-    return launch(conv_driver(cb, C if plain else cb, plain),
+    return launch(conv_driver(cb, C if plain else cb, plain, P, B),
                   (tuple(geom), packed.ib_begin, packed.ib_end, regions, chunks, passes,
                    og_inner, group_fits_l1, has_res) + epilogue, pad_copy)
