@@ -142,6 +142,25 @@ def test_filters_are_packed_once_per_graph():
     assert ctx.stats.filter_packs == packs
 
 
+def test_run_replays_the_recorded_program():
+    # run() computes into arrays of its own: from the second call on, the
+    # recorded program replays, and each call answers its own input
+    model, params = _small_model()
+    ctx = jitnn.Context()
+    prepared = jitnn.onnx.prepare(model, ctx, input_shapes={"x": (3, 3, 9, 9)})
+    rng = np.random.default_rng(5)
+    results = []
+    for call in range(3):
+        x = rng.standard_normal((3, 3, 9, 9)).astype(np.float32)
+        y = prepared.run({"x": x})["y"]
+        np.testing.assert_allclose(y, _reference(x, params), rtol=1e-4, atol=1e-4)
+        results.append(y)
+        # a compute keeps its graph's program (the lazy path records none)
+        assert len(prepared.graph._programs) == 1
+    assert ctx.stats.plans_reused == 2
+    assert not np.shares_memory(results[1], results[2])
+
+
 def test_a_model_file_is_read_with_its_weights_in_memory_once(tmp_path):
     # the initializers' raw_data goes from the file straight into the arrays that the
     # graph keeps as its constants: not in the ModelProto, and not copied again

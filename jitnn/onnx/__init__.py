@@ -251,9 +251,15 @@ class OnnxModel:
                 f"{', '.join(map(repr, unknown))} (the model's inputs: {sorted(self.inputs)}"
                 + (f"; fixed when the model was prepared: {folded}, prepare it again to change "
                    "them" if folded else "") + ")")
-        pending = self.dispatch({name: inputs[name] for name in self.inputs})
-        names = list(pending)
-        arrays = dict(zip(names, self.ctx.read_all([pending[n] for n in names])))
+        arrays: dict[str, np.ndarray] = {}
+        if self.graph is not None:
+            # compute, not dispatch and read: a graph computed again replays
+            # its recorded program (bound kernel calls, the plan's buffers),
+            # which the lazy path plans and checks anew at every call
+            feed = {name: self._input_value(name, inputs[name]) for name in self.graph.inputs}
+            arrays = {name: np.empty(shape, self.graph.output_dtypes[name])
+                      for name, shape in self.graph.outputs.items()}
+            self.ctx.compute(self.graph, feed, arrays)
         result = {}
         for name in self.outputs:
             if name in self.constant_outputs:
