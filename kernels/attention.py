@@ -32,8 +32,9 @@ strides ``(S*H*D, D, H*D)``); the last axis is always contiguous:
 
 ``QB = NR`` (two vectors: 16 rows on AVX2, 32 on AVX-512) and ``MR`` (6 on
 AVX2) are the matrix products' register tile (kernels/matmul/blocking.py);
-``KBP`` is the key block rounded up to a multiple of ``MR`` and ``DVP``
-likewise ``Dv``.
+``KBP`` is the key block rounded up to a multiple of ``MR``, plus ``TAIL``
+(4), and ``DVP`` is ``Dv`` in whole ``MR``-tiles then ``TAIL``-tiles
+(32 -> 32 on AVX-512, not 42).
 
 **Tasks**: (batch x head x block of ``QB`` query rows), handed out to the
 threads by an atomic counter (with ``causal``, the longest tasks, the last
@@ -101,7 +102,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._config import jit, numba_threads
+from ._config import jit, numba_threads, parallel_kernel
 from .epilogue import vector_exp
 from .matmul import MR, NR
 from .stack import atomic_add, stack_empty
@@ -112,6 +113,18 @@ QB = NR
 #: (66 on AVX2: 11 tiles; 70 on AVX-512: 5 tiles)
 KEY_BLOCK = -(-64 // MR) * MR
 _TILE = MR * QB
+#: the tiles after the last whole MR-tile of keys or output columns: TAIL of
+#: them (TAIL * QB / VEC accumulators, 8 on AVX-512), so the padding is < TAIL
+TAIL = 4
+_TAIL_TILE = TAIL * QB
+
+
+@jit()
+def _padded(n):
+    """The rows of scores (or of ``ot``) that ``n`` keys (columns) fill:
+    whole MR-tiles, then TAIL-tiles."""
+    return n // MR * MR + (n % MR + TAIL - 1) // TAIL * TAIL
+
 
 #: what the mask argument holds
 MASK_NONE, MASK_ADD, MASK_BOOL = 0, 1, 2
@@ -144,14 +157,15 @@ def _pack_queries(qf, base, qs, rows, D, scale, qt):
 
 @jit()
 def _scores(kf, base, ks, keys, D, qt, st):
-    """``st[j, :] = sum_d k[j, d] * qt[d, :]`` for ``j < keys`` rounded up to
-    a multiple of MR (key ``j`` at ``base + j * ks``; the rows past ``keys``
-    repeat the last key and are never read)."""
+    """``st[j, :] = sum_d k[j, d] * qt[d, :]`` for ``j < keys`` rounded up
+    by :func:`_padded` (key ``j`` at ``base + j * ks``; the rows past ``keys``
+    repeat the last key and are never read): MR-key tiles, then TAIL-key ones."""
     acc = numba.carray(stack_empty(_TILE, np.float32), (MR, QB))
     rows = numba.carray(stack_empty(MR, np.int64), MR)
-    for j0 in range(0, keys, MR):
+    full = keys // MR * MR
+    for j0 in range(0, full, MR):
         for t in range(MR):
-            rows[t] = base + min(j0 + t, keys - 1) * ks
+            rows[t] = base + (j0 + t) * ks
         for t in range(MR):
             for i in range(QB):
                 acc[t, i] = _ZERO
@@ -163,6 +177,23 @@ def _scores(kf, base, ks, keys, D, qt, st):
         for t in range(MR):
             for i in range(QB):
                 st[np.uint64((j0 + t) * QB + i)] = acc[t, i]
+    # the last keys % MR: a whole MR tile there did up to 2.4x the work (49
+    # keys: 56 rows of scores for 49 with MR = 14; 52 with TAIL tiles)
+    tail = numba.carray(stack_empty(_TAIL_TILE, np.float32), (TAIL, QB))
+    for j0 in range(full, keys, TAIL):
+        for t in range(TAIL):
+            rows[t] = base + min(j0 + t, keys - 1) * ks
+        for t in range(TAIL):
+            for i in range(QB):
+                tail[t, i] = _ZERO
+        for d in range(D):
+            for t in range(TAIL):
+                kd = kf[np.uint64(rows[t] + d)]
+                for i in range(QB):
+                    tail[t, i] += kd * qt[np.uint64(d * QB + i)]
+        for t in range(TAIL):
+            for i in range(QB):
+                st[np.uint64((j0 + t) * QB + i)] = tail[t, i]
 
 
 @jit()
@@ -237,25 +268,42 @@ def _online_softmax(st, keys, m, l, alpha):
 @jit()
 def _accumulate(vf, base, vs, keys, Dv, st, ot):
     """``ot[c, :] += sum_j v[j, c] * st[j, :]`` for every column ``c < Dv``
-    (key ``j`` at ``base + j * vs``), MR columns at a time; the rows of ``ot``
-    past ``Dv`` (to a multiple of MR) take copies of the last column."""
+    (key ``j`` at ``base + j * vs``), MR columns at a time, then TAIL at a
+    time; the rows of ``ot`` past ``Dv`` (to :func:`_padded` ``(Dv)``) take
+    copies of the last column."""
     acc = numba.carray(stack_empty(_TILE, np.float32), (MR, QB))
     cols = numba.carray(stack_empty(MR, np.int64), MR)
-    for c0 in range(0, Dv, MR):
-        for t in range(MR):
-            cols[t] = min(c0 + t, Dv - 1)
+    full = Dv // MR * MR
+    for c0 in range(0, full, MR):
         for t in range(MR):
             for i in range(QB):
                 acc[t, i] = ot[np.uint64((c0 + t) * QB + i)]
         for j in range(keys):
-            row = base + j * vs
+            row = base + j * vs + c0
             for t in range(MR):
-                vj = vf[np.uint64(row + cols[t])]
+                vj = vf[np.uint64(row + t)]
                 for i in range(QB):
                     acc[t, i] += vj * st[np.uint64(j * QB + i)]
         for t in range(MR):
             for i in range(QB):
                 ot[np.uint64((c0 + t) * QB + i)] = acc[t, i]
+    # the last Dv % MR columns: Dv = 32 ran 42 columns in MR = 14 tiles, 32 now
+    tail = numba.carray(stack_empty(_TAIL_TILE, np.float32), (TAIL, QB))
+    for c0 in range(full, Dv, TAIL):
+        for t in range(TAIL):
+            cols[t] = min(c0 + t, Dv - 1)
+        for t in range(TAIL):
+            for i in range(QB):
+                tail[t, i] = ot[np.uint64((c0 + t) * QB + i)]
+        for j in range(keys):
+            row = base + j * vs
+            for t in range(TAIL):
+                vj = vf[np.uint64(row + cols[t])]
+                for i in range(QB):
+                    tail[t, i] += vj * st[np.uint64(j * QB + i)]
+        for t in range(TAIL):
+            for i in range(QB):
+                ot[np.uint64((c0 + t) * QB + i)] = tail[t, i]
 
 
 @jit()
@@ -291,7 +339,7 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
     i0 = block * QB
     rows = min(QB, Sq - i0)
     _pack_queries(qf, b * g[_QB_] + h * g[_QH] + i0 * g[_QS], g[_QS], rows, D, scale, qt)
-    dv_rows = (Dv + MR - 1) // MR * MR
+    dv_rows = _padded(Dv)
     for c in range(dv_rows * QB):
         ot[np.uint64(c)] = _ZERO
     for i in range(QB):
@@ -326,16 +374,19 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
                 of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse
 
 
-@jit(parallel=True)
+@parallel_kernel
 def attention_parallel(qf, kf, vf, of, mf, mbits, g, scale, workers):
     """Every task on ``workers`` threads, taken from a shared atomic counter
     (numba's own schedule is static: a thread sharing its core would hold up
-    the rest). Arguments: the flat views, the int64 geometry ``g`` (the
-    ``_B ...`` fields), ``scale`` as float64 (applied as float32)."""
+    the rest); one worker runs the serial compile (an OpenMP region starts
+    numba's every thread, and waits for them all at its end, even those with
+    no task: 16 ms a call instead of 0.2 while the other core was busy).
+    Arguments: the flat views, the int64 geometry ``g`` (the ``_B ...``
+    fields), ``scale`` as float64 (applied as float32)."""
     Sq, D, Dv = g[_SQ], g[_D], g[_DV]
     tasks = g[_B] * g[_H] * ((Sq + QB - 1) // QB)
-    key_rows = (g[_KEYS] + MR - 1) // MR * MR
-    dv_rows = (Dv + MR - 1) // MR * MR
+    key_rows = (g[_KEYS] + MR - 1) // MR * MR + TAIL     # _padded(keys) for any keys <= it
+    dv_rows = _padded(Dv)
     scale32 = np.float32(scale)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
@@ -471,5 +522,6 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
     assert g.shape == (_GEOMETRY,)
     tasks = B * H * (-(-Sq // QB))
     threads = numba_threads() if threads is None else int(threads)
-    attention_parallel(qf, kf, vf, of, mf, mbits, g, scale, max(1, min(threads, tasks)))
+    workers = max(1, min(threads, tasks))
+    attention_parallel.on_threads(workers)(qf, kf, vf, of, mf, mbits, g, scale, workers)
     return out

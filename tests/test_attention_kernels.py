@@ -164,7 +164,7 @@ def test_the_driver_keeps_the_tiles_vectorized():
     """The deployed driver (its own copies of the tiles, optimized with it;
     ~10 s of compiling)."""
     from jitnn.kernels._config import jit
-    driver = jit(parallel=True, cache=False)(A.attention_parallel.py_func)
+    driver = jit(parallel=True, cache=False)(A.attention_parallel.parallel.py_func)
     q = random((1, 1, 3, 8), 1)
     g = np.array([1, 1, 3, 3, 8, 8] + [0, 0, 8] * 4 + [0, 0, 0, 0, A.MASK_NONE, 0,
                                                        A.KEY_BLOCK], np.int64)
@@ -186,4 +186,6 @@ def test_one_compiled_driver_for_every_call():
     _run(q.transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3), k, v)
     q.setflags(write=False)
     _run(q, k, v)
-    assert len(A.attention_parallel.signatures) == 1, A.attention_parallel.signatures
+    _run(q, k, v, threads=2)
+    for compiled in (A.attention_parallel.serial, A.attention_parallel.parallel):
+        assert len(compiled.signatures) == 1, compiled.signatures
