@@ -53,7 +53,13 @@ keys in blocks of ``key_block`` (a runtime argument; :data:`KEY_BLOCK`):
    register tile, V rows read in place;
 
 and at the end writes ``out[i, c] = ot[c, i] / l[i]``. With ``causal`` the
-key loop stops at the block's last row: keys past it are never read.
+key loop stops at the block's last row: keys past it are never read. A mask
+does the same (:func:`_live_end`): the keys past the last one that any of
+the task's rows keeps (mask above ``float32 lowest``, or nonzero) are not
+visited when every row keeps one above -1e30; they would add exactly 0.
+Exporters give causal and padding masks as such values (Llama's: 128
+tokens, 8 heads, 0.63 -> 0.43 ms, kernel alone, 1 thread); the skip changes
+no bit, but a NaN in a skipped key's K or V no longer reaches the row.
 
 **One compile**: sizes, strides, the key block, the mask mode and
 ``causal`` are runtime arguments (an int64 geometry array), both mask
@@ -134,6 +140,8 @@ _ONE = np.float32(1.0)
 _NEG_INF = np.float32(-np.inf)
 #: the score of a key a boolean mask drops: finite, as ONNX Runtime's
 _LOWEST = np.float32(np.finfo(np.float32).min)
+#: a mask value above which a key surely sets its row's maximum (see _live_end)
+_STRONG = np.float32(-1e30)
 
 #: the fields of the int64 geometry array the driver reads
 (_B, _H, _SQ, _SK, _D, _DV, _QB_, _QH, _QS, _KB_, _KH, _KS, _VB, _VH, _VS, _OB, _OH, _OS,
@@ -317,6 +325,39 @@ def _rescale(ot, size, alpha):
             ot[np.uint64(c * QB + i)] *= factors[i]
 
 
+@jit()
+def _live_end(mode, mf, mbits, base, mq, mk, rows, Sk):
+    """1 + the last key that some of the task's ``rows`` rows (row ``i``'s
+    mask at ``base + i * mq``) does not mask out, or ``Sk``. Masked out: an
+    additive ``-inf`` or ``float32 lowest`` (the value exporters fill causal
+    and padding masks with), a boolean 0. Such keys past every row's last
+    live one add exactly 0 to the sums when each row also has a key of mask
+    above -1e30 (its maximum is then finite, ``e^(lowest + s - max)`` is 0),
+    so the task stops before them; a row without one keeps every key (a row
+    masked out everywhere averages them all, as unfused)."""
+    end = 0
+    for i in range(rows if mq != 0 else 1):
+        row = base + i * mq
+        j = 0
+        if mode == MASK_ADD:
+            while j < Sk and not mf[np.uint64(row + j * mk)] > _STRONG:
+                j += 1
+        else:
+            while j < Sk and mbits[np.uint64(row + j * mk)] == 0:
+                j += 1
+        if j == Sk:
+            return Sk
+        last = j
+        if mode == MASK_ADD:
+            for j in range(max(end, last + 1), Sk):
+                last = max(last, j if mf[np.uint64(row + j * mk)] > _LOWEST else -1)
+        else:
+            for j in range(max(end, last + 1), Sk):
+                last = max(last, j if mbits[np.uint64(row + j * mk)] != 0 else -1)
+        end = max(end, last + 1)
+    return end
+
+
 # --- one task ----------------------------------------------------------------------
 
 @jit(standalone=True)
@@ -346,6 +387,9 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         m[i] = _NEG_INF
         l[i] = _ZERO
     end = min(Sk, i0 + rows) if causal else Sk
+    if mode != MASK_NONE:       # causal or padding masks given as values: skip the dead keys
+        end = min(end, _live_end(mode, mf, mbits, b * g[_MB] + h * g[_MH] + i0 * g[_MQ],
+                                 g[_MQ], g[_MK], rows, Sk))
     k_base = b * g[_KB_] + h * g[_KH]
     v_base = b * g[_VB] + h * g[_VH]
     m_base = b * g[_MB] + h * g[_MH]

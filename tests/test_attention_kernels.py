@@ -189,3 +189,56 @@ def test_one_compiled_driver_for_every_call():
     _run(q, k, v, threads=2)
     for compiled in (A.attention_parallel.serial, A.attention_parallel.parallel):
         assert len(compiled.signatures) == 1, compiled.signatures
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("D", [8, 32, 33, 64])
+def test_short_and_window_sizes(D, threads):
+    """Swin's windows (49 tokens) and the sizes around the tiles' edges, with
+    a per-window additive mask, one broadcast over heads and batch, and the
+    causal flag."""
+    for N in (1, 7, 49, 50, 127, 128, 129):
+        q, k, v = random((2, 3, N, D), N), random((2, 3, N, D), N + 1), \
+            random((2, 3, N, D), N + 2)
+        for mask in (random((2, 3, N, N), N + 3, scale=2.0), random((1, 3, N, N), N + 4)):
+            assert_close(_run(q, k, v, mask, threads=threads), _want(q, k, v, mask), tol=TOL)
+        assert_close(_run(q, k, v, causal=True, threads=threads),
+                     _want(q, k, v, causal=True), tol=TOL)
+
+
+def _causal_mask(rows, keys, fill):
+    return np.triu(np.full((rows, keys), fill, np.float32), 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("fill", [-np.inf, np.finfo(np.float32).min])
+def test_masked_out_keys_are_skipped_exactly(fill, threads):
+    """A causal mask given as values (Llama's, two query heads per KV head:
+    rows 0-127 and 128-255), and padding at the end of the keys: the keys
+    past every row's last live one are not visited, with the causal flag's
+    values and bits."""
+    q, k, v = random((2, 4, 256, 64), 1), random((2, 4, 128, 64), 2), random((2, 4, 128, 64), 3)
+    mask = np.concatenate([_causal_mask(128, 128, fill)] * 2)
+    got = _run(q, k, v, mask, threads=threads)
+    assert_close(got, _want(q, k, v, mask), tol=TOL)
+    flagged = _run(q[:, :, :128], k, v, causal=True, threads=threads)
+    np.testing.assert_array_equal(got[:, :, :128], flagged)
+    padding = np.zeros((2, 1, 1, 128), np.float32)
+    padding[0, ..., 100:] = fill
+    padding[1, ..., 37:] = fill
+    assert_close(_run(q, k, v, padding, threads=threads), _want(q, k, v, padding), tol=TOL)
+    bits = np.asarray(padding == 0, np.uint8)
+    np.testing.assert_array_equal(_run(q, k, v, bits, threads=threads),
+                                  _run(q, k, v, padding, threads=threads))
+
+
+def test_a_row_masked_out_everywhere_keeps_every_key():
+    """A row masked out everywhere (float32 lowest) averages every key, as
+    unfused: the skip of its task's other rows must not cut its keys."""
+    q, k, v = random((1, 2, 40, 16), 1), random((1, 2, 90, 16), 2), random((1, 2, 90, 8), 3)
+    lowest = np.finfo(np.float32).min
+    mask = _causal_mask(40, 90, lowest)
+    mask[5] = lowest                    # nothing to attend to
+    got = _run(q, k, v, mask)
+    assert_close(got, _want(q, k, v, mask), tol=TOL)
+    assert_close(got[0, :, 5], v[0].astype(np.float64).mean(axis=1), tol=1e-6)
