@@ -395,3 +395,43 @@ def test_bert_base_shapes(S):
     mask[1, ..., S - 100:] = np.finfo(np.float32).min
     _check(q, k, v, mask)
     _check(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_views_of_one_packed_projection(threads):
+    """``views``: Q, K, V as column ranges of one (B, S, N) tensor (padding
+    columns before and between them), or of three, read in place; against
+    float64 and against the same attention on copies of the views."""
+    ctx = jitnn.Context(num_threads=threads)
+    b, s, h, d, dv = 2, 9, 3, 5, 4
+    packed = random((b, s, 2 + 2 * h * d + 1 + h * dv), 3)
+    views = ((2, h, d), (2 + h * d, h, d), (3 + 2 * h * d, h, dv))
+    t = jitnn.tensor(packed, ctx=ctx)
+    mask = random((b, 1, 1, s), 4)
+    got = jitnn.scaled_dot_product_attention(t, t, t, jitnn.tensor(mask, ctx=ctx),
+                                             layout="bshd", views=views).numpy()
+    want = reference(packed, packed, packed, mask, layout="bshd", views=views)
+    assert got.shape == (b, s, h, dv)
+    assert_close(got, want, tol=2e-6)
+    parts = [np.ascontiguousarray(packed[:, :, c:c + n * m].reshape(b, s, n, m))
+             for c, n, m in views]
+    copied = jitnn.scaled_dot_product_attention(*(jitnn.tensor(p, ctx=ctx) for p in parts),
+                                                jitnn.tensor(mask, ctx=ctx), layout="bshd")
+    np.testing.assert_array_equal(got, copied.numpy())
+    three = [jitnn.tensor(random((b, s, 7 + h * d), i), ctx=ctx) for i in range(3)]
+    views3 = ((7, h, d), (0, h, d), (3, h, d))
+    got = jitnn.scaled_dot_product_attention(*three, is_causal=True, layout="bshd",
+                                             views=views3).numpy()
+    want = reference(*(x.numpy() for x in three), is_causal=True, layout="bshd", views=views3)
+    assert_close(got, want, tol=2e-6)
+
+
+def test_views_refused():
+    t = jitnn.tensor(random((1, 4, 12), 0))
+    with pytest.raises(jitnn.JitnnValueError, match="bshd"):
+        jitnn.scaled_dot_product_attention(t, t, t, views=((0, 2, 2),) * 3)
+    with pytest.raises(jitnn.JitnnValueError, match="last axis"):
+        jitnn.scaled_dot_product_attention(t, t, t, layout="bshd",
+                                           views=((0, 2, 2), (4, 2, 2), (9, 2, 2)))
+    with pytest.raises(jitnn.JitnnTypeError, match="triples"):
+        jitnn.scaled_dot_product_attention(t, t, t, layout="bshd", views=((0, 2),) * 3)

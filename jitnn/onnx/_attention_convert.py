@@ -8,6 +8,7 @@ pattern converts at all (the held-back nodes otherwise convert as they are).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -240,9 +241,17 @@ def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Ope
 
 
 def _attention(cv, values, plan) -> Operand | None:
-    q, k, v = values[plan["q"]], values[plan["k"]], values[plan["v"]]
-    if not all(_float_tensor(t) for t in (q, k, v)):
-        return None
+    qkv = plan.get("qkv")             # a _qkv_patterns.Projections
+    if qkv is not None:
+        # Q, K and V from their projections, not converted yet: their shapes for the checks
+        heads = qkv.shapes(values)
+        if heads is None:
+            return None
+        q, k, v = (SimpleNamespace(shape=h) for h in heads)
+    else:
+        q, k, v = values[plan["q"]], values[plan["k"]], values[plan["v"]]
+        if not all(_float_tensor(t) for t in (q, k, v)):
+            return None
     rank = len(q.shape)
     groups = 1                        # query heads per key-value head
     if plan["repeats"] is not None:
@@ -304,6 +313,15 @@ def _attention(cv, values, plan) -> Operand | None:
     if masked is None:
         return None
     mask, causal, nan_free = masked
+    views = None
+    if qkv is not None:
+        # one GEMM's output read in place as Q, K and V when the kernel takes them as they
+        # are (bshd, no groups); else the three projections apart
+        if layout == "bshd" and groups == 1:
+            q, views = qkv.operands(cv, values, True)
+            k = v = q
+        else:
+            q, k, v = qkv.operands(cv, values, False)
     if plan["k_mode"] == "kt":
         k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
     if plan["bshd"] and layout == "bhsd":     # Q's heads transposed ahead, K's and V's one is free
@@ -333,7 +351,7 @@ def _attention(cv, values, plan) -> Operand | None:
     # where the model gives 0
     guard = plan["guard"] is not None and not nan_free
     out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
-                layout=layout, nan_to_zero=guard)
+                layout=layout, nan_to_zero=guard, views=views)
     if groups > 1:
         out = cv.op("reshape", out, (out.shape[0], out.shape[1] * groups, sq, out.shape[-1]))
     if plan["bshd"] and layout == "bhsd":

@@ -13,7 +13,8 @@ from ._fold import FOLD, SHAPE_ONLY
 _ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
 _UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", *("Relu", "Sigmoid", "Tanh",
                                                                "HardSwish", "LeakyRelu", "Gelu")}
-_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape", "Unsqueeze", "Expand"}
+_SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape", "Unsqueeze", "Expand",
+                                    "Split"}
 
 
 class _Graph:

@@ -66,7 +66,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last
+from . import _channels_last, _qkv_patterns
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -261,6 +261,10 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
                 repeats = [_repeat_plan(g, k_repeat), _repeat_plan(g, v_repeat)]
                 k, v = k_repeat[0], v_repeat[0]
     anchor = out_t if bshd else second
+    # Q, K and V from one input's three projections (BERT, ViT) or one's Split (GPT-2)
+    qkv = _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
+    if qkv is not None:
+        covered |= qkv[0]
     for index in covered - {anchor}:
         if not g.private(index, covered):
             return None
@@ -268,7 +272,8 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
             "reshapes": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
                          for r in out_reshapes] if bshd else [],
             "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None),
-            "finite": _finite_masks(g, steps), "repeats": repeats}
+            "finite": _finite_masks(g, steps), "repeats": repeats,
+            "qkv": None if qkv is None else qkv[1]}
     return Pattern("attention", covered, anchor, lambda cv, values: _attention(cv, values, plan))
 
 
@@ -560,18 +565,20 @@ def walk(graph, order: list[int], values: dict, cv) -> Iterator[int]:
             continue
         if index != pattern.anchor:
             node = graph.node[index]
-            shape = _infer_shape(node, values, held_shapes)
-            if shape is not None:
-                held_shapes[node.output[0]] = shape
+            shapes = _split_shapes(node, values, held_shapes) if node.op_type == "Split" \
+                else [_infer_shape(node, values, held_shapes)]
+            if shapes is not None and None not in shapes:
+                held_shapes.update(zip(node.output, shapes))
             if index in pattern.shaped:
                 # Shape or Size read this held-back value: give them its shape
-                if shape is None:                 # give up the pattern: convert its nodes
+                if shapes is None or None in shapes:  # give up the pattern: convert its nodes
                     for i in pattern.nodes:
                         owner.pop(i, None)
                     yield from held.pop(id(pattern), [])
                     yield index
                     continue
-                values[graph.node[index].output[0]] = SimpleNamespace(shape=shape)
+                for name, shape in zip(node.output, shapes):
+                    values[name] = SimpleNamespace(shape=shape)
             held.setdefault(id(pattern), []).append(index)
             continue
         node = graph.node[index]
@@ -632,6 +639,24 @@ def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
     except (ValueError, IndexError):
         return None
     return None
+
+
+def _split_shapes(node, values: dict, held: dict) -> list[tuple[int, ...]] | None:
+    """The output shapes of a held-back ``Split`` (sizes given as a constant
+    input or attribute, or equal parts), or None."""
+    shape = values[node.input[0]].shape if node.input[0] in values else held.get(node.input[0])
+    if shape is None:
+        return None
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % len(shape)
+    sizes = next((list(a.ints) for a in node.attribute if a.name == "split"), None)
+    if len(node.input) > 1 and node.input[1]:
+        given = values.get(node.input[1])
+        sizes = [int(n) for n in given.array.reshape(-1)] if isinstance(given, Const) else None
+    elif sizes is None and shape[axis] % len(node.output) == 0:
+        sizes = [shape[axis] // len(node.output)] * len(node.output)
+    if sizes is None or len(sizes) != len(node.output) or sum(sizes) != shape[axis]:
+        return None
+    return [tuple(shape[:axis]) + (n,) + tuple(shape[axis + 1:]) for n in sizes]
 
 
 #: the tanh GELU's argument: its coefficients of x and x³

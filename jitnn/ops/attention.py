@@ -18,6 +18,11 @@ Operands (float32; host arrays are converted, integer tensors refused):
   ``value (B, Sk, H, Dv)``; output ``(B, Sq, H, Dv)``, what the
   ``Transpose(0, 2, 1, 3)`` after attention would give. The kernel reads and
   writes these buffers through strides: no transpose is copied. 4-D only.
+* ``views`` (``layout="bshd"`` only): ``((column, heads, head_size),) * 3``
+  for query, key and value: each operand is then a 3-D ``(B, S, N)`` tensor
+  (the same one for all three when Q, K and V are one fused projection) of
+  which columns ``[column, column + heads * head_size)`` are the operand's
+  ``(B, S, heads, head_size)``, read in place (strided, no copy).
 * ``scale``: a finite number; default ``1 / sqrt(D)``.
 * ``mask`` (optional), in the ``(B, H, Sq, Sk)`` terms of the scores
   whatever the layout, broadcast as numpy does (rank <= 4, sizes 1 or the
@@ -71,6 +76,7 @@ nothing fuses into it.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -92,13 +98,23 @@ LAYOUTS = ("bhsd", "bshd")
 
 # --- the spec ------------------------------------------------------------------------
 
+def _viewed(array, view) -> np.ndarray:
+    """Columns ``[c, c + h * d)`` of a ``(B, S, N)`` array as its ``(B, S, h,
+    d)`` operand (a view: the last axis stays contiguous)."""
+    c, h, d = view
+    return array[:, :, c:c + h * d].reshape(array.shape[:2] + (h, d))
+
+
 def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scale=None,
                                            is_causal: bool = False, layout: str = "bhsd",
-                                           nan_to_zero: bool = False) -> np.ndarray:
+                                           nan_to_zero: bool = False,
+                                           views=None) -> np.ndarray:
     """``softmax(query @ key^T * scale + mask) @ value`` in float64 (the module
     docstring's rules: a uint8 or bool mask adds ``float32 lowest`` where it
     is 0; ``is_causal`` sets ``-inf`` where ``j > i``)."""
     q, k, v = (np.asarray(x, np.float64) for x in (query, key, value))
+    if views is not None:
+        q, k, v = (_viewed(x, view) for x, view in zip((q, k, v), views))
     if layout == "bshd":
         q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -122,17 +138,17 @@ def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scal
 
 # --- the op ----------------------------------------------------------------------------
 
-def _shapes(query: Tensor, key: Tensor, value: Tensor, layout: str) -> tuple:
-    """``(B, H, Sq, Sk, D, Dv)`` from the operands, checked."""
-    ranks = (query.ndim, key.ndim, value.ndim)
+def _shapes(query: tuple, key: tuple, value: tuple, layout: str) -> tuple:
+    """``(B, H, Sq, Sk, D, Dv)`` from the operands' shapes, checked."""
+    ranks = (len(query), len(key), len(value))
     allowed = (3, 4) if layout == "bhsd" else (4,)
     if ranks[0] not in allowed or len(set(ranks)) != 1:
         want = "all 4-D (B, H, S, D) or all 3-D (B*H, S, D)" if layout == "bhsd" else \
             "all 4-D (B, S, H, D)"
         raise JitnnValueError(
             f"{_OP}: query, key and value must be {want} with layout={layout!r}, got "
-            f"query {query.shape}, key {key.shape}, value {value.shape}")
-    q, k, v = query.shape, key.shape, value.shape
+            f"query {query}, key {key}, value {value}")
+    q, k, v = query, key, value
     if len(q) == 3:
         q, k, v = (1,) + q, (1,) + k, (1,) + v
     elif layout == "bshd":
@@ -140,24 +156,24 @@ def _shapes(query: Tensor, key: Tensor, value: Tensor, layout: str) -> tuple:
     names = "(B, H, S, D)" if layout == "bhsd" else "(B, S, H, D)"
     if k[:2] != q[:2] or k[3] != q[3]:
         raise JitnnValueError(
-            f"{_OP}: key {key.shape} must have query's batch, heads and head size "
-            f"(query {query.shape}, layout {names})")
+            f"{_OP}: key {key} must have query's batch, heads and head size "
+            f"(query {query}, layout {names})")
     if v[:3] != k[:3]:
         raise JitnnValueError(
-            f"{_OP}: value {value.shape} must have key's batch, heads and sequence length "
-            f"(key {key.shape}, layout {names})")
+            f"{_OP}: value {value} must have key's batch, heads and sequence length "
+            f"(key {key}, layout {names})")
     B, H, Sq, D = q
     Sk, Dv = k[2], v[3]
     if B * H * Sq * Dv and (D == 0 or Sk == 0):
         raise JitnnValueError(
             f"{_OP}: query rows need keys of at least one element: head size {D}, "
-            f"{Sk} keys (query {query.shape}, key {key.shape})")
+            f"{Sk} keys (query {query}, key {key})")
     return B, H, Sq, Sk, D, Dv
 
 
 def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
                                  is_causal: bool = False, layout: str = "bhsd",
-                                 nan_to_zero: bool = False) -> Tensor:
+                                 nan_to_zero: bool = False, views=None) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value`` per batch and head, as
     one fused kernel (PyTorch's ``F.scaled_dot_product_attention``; see the
     module docstring for the layouts, the mask kinds, ``is_causal`` and
@@ -172,7 +188,10 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
     for name, flag in (("is_causal", is_causal), ("nan_to_zero", nan_to_zero)):
         if not isinstance(flag, (bool, np.bool_)):
             raise JitnnTypeError(f"{op}: {name} must be a bool, got {flag!r}")
-    B, H, Sq, Sk, D, Dv = _shapes(query, key, value, layout)
+    views = _views_arg(views, (query, key, value), layout)
+    shapes = [t.shape for t in (query, key, value)] if views is None else \
+        [t.shape[:2] + view[1:] for t, view in zip((query, key, value), views)]
+    B, H, Sq, Sk, D, Dv = _shapes(*shapes, layout)
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
     elif not is_number(scale):
@@ -182,7 +201,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
     m = None
     if mask is not None:
         m = as_tensor(ctx, mask, op, "mask", (FLOAT32, _UINT8))
-        scores = (B, H, Sq, Sk) if query.ndim == 4 else (B * H, Sq, Sk)
+        scores = (B, H, Sq, Sk) if len(shapes[0]) == 4 else (B * H, Sq, Sk)
         try:
             if m.ndim > len(scores) or np.broadcast_shapes(m.shape, scores) != scores:
                 raise ValueError
@@ -190,7 +209,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
             raise JitnnValueError(
                 f"{op}: mask {m.shape} does not broadcast to the scores "
                 f"{scores} (batch, heads, query rows, keys)") from None
-    if query.ndim == 3:
+    if len(shapes[0]) == 3:
         out_shape = (B * H, Sq, Dv)
     elif layout == "bshd":
         out_shape = (B, Sq, H, Dv)
@@ -198,13 +217,38 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
         out_shape = (B, H, Sq, Dv)
     attrs = {"scale": float(scale), "causal": bool(is_causal), "layout": layout,
              "dims": (B, H, Sq, Sk, D, Dv), "masked": m is not None,
-             "nan_to_zero": bool(nan_to_zero)}
+             "nan_to_zero": bool(nan_to_zero), "views": views}
     inputs = tuple(value_of(t) for t in (query, key, value, m) if t is not None)
     sig = (op, exact(attrs["scale"]), attrs["causal"], layout, attrs["dims"], attrs["masked"],
-           attrs["nan_to_zero"])
+           attrs["nan_to_zero"], views,
+           tuple(t.shape for t in (query, key, value)) if views is not None else None)
     node = Node(op, inputs, kind="attention", attrs=attrs, run=run_attention,
                 flops=2 * B * H * Sq * Sk * (D + Dv), sig=sig)
     return pending(ctx, out_shape, layouts.plain_tag(len(out_shape)), node)
+
+
+def _views_arg(views, operands: tuple, layout: str) -> tuple | None:
+    """``views`` checked against the 3-D ``(B, S, N)`` operands: a tuple of
+    three ``(column, heads, head_size)`` of ints, or None."""
+    if views is None:
+        return None
+    try:
+        views = tuple(tuple(int(n) for n in view) for view in views)
+        ok = len(views) == 3 and all(len(view) == 3 for view in views) and all(
+            float(n) == n for view in views for n in view)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise JitnnTypeError(f"{_OP}: views must be three (column, heads, head_size) "
+                             f"triples of ints, got {views!r}")
+    if layout != "bshd":
+        raise JitnnValueError(f"{_OP}: views need layout='bshd', got {layout!r}")
+    for name, t, (c, h, d) in zip(("query", "key", "value"), operands, views):
+        if t.ndim != 3 or c < 0 or h < 1 or d < 0 or c + h * d > t.shape[2]:
+            raise JitnnValueError(
+                f"{_OP}: {name} view (column {c}, {h} heads of {d}) must lie in the last "
+                f"axis of a 3-D (B, S, N) {name}, got {name} {t.shape}")
+    return views
 
 
 def _bhsd(array: np.ndarray, layout: str) -> np.ndarray:
@@ -225,7 +269,15 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
         aligned_empty(shape)
     if dest.size == 0:
         return dest
-    q, k, v = (_bhsd(plain_buffer(t), layout) for t in node.inputs[:3])
+    views = a.get("views")
+    if views is None:
+        q, k, v = (_bhsd(plain_buffer(t), layout) for t in node.inputs[:3])
+    else:                    # strided views of the fused projection: no copies
+        q, k, v = (_bhsd(_viewed(plain_buffer(t), view), layout)
+                   for t, view in zip(node.inputs[:3], views))
+        if node.memo is None:    # explain's line once the node is gone (jitnn/executor.py)
+            node.memo = SimpleNamespace(layouts=tuple(t._layout for t in node.inputs),
+                                        notes=tuple(_explain(node, value)))
     # (a mask of rank <= 3 broadcasts to 3-D operands' (1, N, Sq, Sk) as to (N, Sq, Sk))
     mask = plain_buffer(node.inputs[3]) if a["masked"] else None
     ctx.launcher.launch(attention_kernels.attention, q, k, v, _bhsd(dest, layout), mask,
@@ -234,7 +286,18 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
     return dest
 
 
-register_kind(NodeKind("attention", writes_into_buffer=True))
+def _explain(node: Node, value: Value) -> list[str]:
+    views = node.attrs.get("views")
+    if views is None:
+        return []
+    width = node.inputs[0].shape[-1]
+    parts = ", ".join(f"{name} {c}:{c + h * d}" for name, (c, h, d) in zip("QKV", views))
+    shared = "one" if len(set(map(id, node.inputs[:3]))) == 1 else "their"
+    return [f"Q, K and V read in place from {shared} (B, S, {width}) projection "
+            f"(columns {parts})"]
+
+
+register_kind(NodeKind("attention", writes_into_buffer=True, explain=_explain))
 
 register_op(OpDef(
     _OP, scaled_dot_product_attention, scaled_dot_product_attention_reference, webnn=None,

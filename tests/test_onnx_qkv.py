@@ -1,0 +1,217 @@
+"""The Q, K and V projections of a fused attention as one GEMM whose output
+the attention reads in place (jitnn/onnx/_qkv_patterns.py): three linears
+on one input (BERT, ViT) packed at load time, or one GEMM's Split (GPT-2)
+read as views; and the cases that must stay three GEMMs or copies. Each
+against the float64 reference of the ONNX graph."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import jitnn
+import jitnn.onnx
+from jitnn.onnx import _qkv_patterns
+from tests.helpers import random
+
+FUSED = "read in place from one"
+
+
+class Net:
+    """Nodes, float64 initializers and inputs of one graph, with fresh names
+    (float32 for jitnn, float64 for the reference: :meth:`model`)."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
+
+    def const(self, array, dtype=np.float64) -> str:
+        self.count += 1
+        self.inits.append((f"c{self.count}", np.asarray(array, dtype)))
+        return f"c{self.count}"
+
+    def input(self, name: str, shape) -> str:
+        self.inputs.append((name, list(shape), None))
+        return name
+
+    def __call__(self, op: str, *inputs: str, outputs: int = 1, **attrs):
+        self.count += 1
+        names = [f"{op.lower()}{self.count}_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op, list(inputs), names, name=names[0], **attrs))
+        return names[0] if outputs == 1 else names
+
+    def model(self, outputs: list[str], opset: int = 17, dtype=np.float32):
+        elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+        inits = [numpy_helper.from_array(a.astype(dtype) if a.dtype == np.float64 else a, n)
+                 for n, a in self.inits]
+        graph = helper.make_graph(
+            self.nodes, "qkv", [helper.make_tensor_value_info(n, t or elem, s)
+                                for n, s, t in self.inputs],
+            [helper.make_tensor_value_info(o, elem, None) for o in outputs], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict) -> str:
+    if kind == "none":
+        return scores
+    if kind == "add":                # BERT: a run-time (B, 1, 1, S) float mask
+        feed["mask"] = np.where(net.rng.random((b, 1, 1, s)) < 0.3, -1e4, 0.0).astype(np.float32)
+        return net("Add", scores, net.input("mask", (b, 1, 1, s)))
+    if kind == "causal_trilu":       # Trilu of ones, Where(tril, scores, -inf)
+        tril = net("Cast", net("Trilu", net.const(np.ones((s, s)), np.int64), upper=0),
+                   to=TensorProto.BOOL)
+        return net("Where", tril, scores, net.const(-np.inf))
+    assert kind == "where_not"       # masked_fill(dropped, -inf) on a run-time bool
+    feed["dropped"] = net.rng.random((b, 1, 1, s)) < 0.3
+    net.inputs.append(("dropped", [b, 1, 1, s], TensorProto.BOOL))
+    return net("Where", "dropped", net.const(-np.inf), scores)
+
+
+def run(model, feed: dict, ctx=None):
+    """jitnn's outputs and the plan of the first output (``jitnn.explain``)."""
+    ctx = ctx or jitnn.Context(num_threads=1)
+    converted = jitnn.onnx.prepare(model, ctx, input_shapes={k: v.shape for k, v in feed.items()})
+    plan = jitnn.explain(next(iter(converted.dispatch(feed).values())))
+    return converted.run(feed), plan
+
+
+def reference(net: Net, outputs: list[str], opset: int, feed: dict) -> dict:
+    """The graph's outputs in float64 (onnx's reference evaluator)."""
+    from onnx.reference import ReferenceEvaluator
+    model = net.model(outputs, opset, np.float64)
+    feed = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in feed.items()}
+    return dict(zip(outputs, ReferenceEvaluator(model).run(None, feed)))
+
+
+def check(built, tol: float = 2e-5, ctx=None) -> tuple[list[str], str]:
+    """jitnn against float64: (the plan's step labels, the plan)."""
+    net, outputs, opset, feed = built
+    got, plan = run(net.model(outputs, opset), feed, ctx)
+    for name, value in reference(net, outputs, opset, feed).items():
+        assert got[name].shape == value.shape, name
+        err = float(np.abs(got[name] - value).max()) / max(float(np.abs(value).max()), 1e-30)
+        assert err < tol, f"{name}: max error {err:.2e} of the largest magnitude"
+    labels = [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
+                                              re.MULTILINE)]
+    return labels, plan
+
+
+def _matmuls(labels: list[str]) -> int:
+    return sum(label.startswith("matmul") for label in labels)
+
+
+def _attention_net(net: Net, q, k, v, b: int, s: int, h: int, d: int, feed: dict,
+                   mask: str = "add") -> str:
+    """Q, K, V (B, S, H*D) split into heads, SDPA as the exporter writes it, heads merged."""
+    def heads(y, perm):
+        return net("Transpose", net("Reshape", y, net.const([b, s, h, d], np.int64)), perm=perm)
+    root = net.const(1 / math.sqrt(math.sqrt(d)))
+    scores = net("MatMul", net("Mul", heads(q, [0, 2, 1, 3]), root),
+                 net("Mul", heads(k, [0, 2, 3, 1]), root))
+    probs = net("Softmax", _mask(net, mask, scores, b, s, feed), axis=-1)
+    probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    out = net("Transpose", net("MatMul", probs, heads(v, [0, 2, 1, 3])), perm=[0, 2, 1, 3])
+    return net("Reshape", out, net.const([b, s, h * d], np.int64))
+
+
+def three_projections(mask: str = "add", b: int = 2, s: int = 7, h: int = 3, d: int = 5,
+                      biases=(True, True, True), k_input: bool = False,
+                      weight_input: bool = False, q_output: bool = False, seed: int = 0):
+    """BERT's self-attention: Q, K and V each ``MatMul(x, W) (+ bias)``.
+    ``k_input``: K projects another input; ``weight_input``: V's weight is
+    a graph input; ``q_output``: Q's projection is a graph output too."""
+    net = Net(seed)
+    e = h * d
+    feed = {"x": random((b, s, e), seed)}
+    x = net.input("x", (b, s, e))
+    ys = {"q": x, "k": x, "v": x}
+    if k_input:
+        feed["y"] = random((b, s, e), seed + 1)
+        ys["k"] = net.input("y", (b, s, e))
+    proj = {}
+    for (name, src), bias in zip(ys.items(), biases):
+        array = net.rng.standard_normal((e, e)) / math.sqrt(e)
+        if weight_input and name == "v":
+            feed["w"] = array.astype(np.float32)
+            w = net.input("w", (e, e))
+        else:
+            w = net.const(array)
+        y = net("MatMul", src, w)
+        proj[name] = net("Add", y, net.const(net.rng.standard_normal(e) * 0.1)) if bias else y
+    out = _attention_net(net, proj["q"], proj["k"], proj["v"], b, s, h, d, feed, mask)
+    return net, [out] + ([proj["q"]] if q_output else []), 17, feed
+
+
+def split_projection(mask: str = "causal_trilu", b: int = 2, s: int = 6, h: int = 2,
+                     d: int = 7, sizes: str = "input", seed: int = 0):
+    """GPT-2's attention: one ``MatMul(x, W) + bias`` of width 3 E split on the
+    last axis into Q, K, V (the sizes as an input, an attribute or equal parts)."""
+    net = Net(seed)
+    e = h * d
+    feed = {"x": random((b, s, e), seed)}
+    x = net.input("x", (b, s, e))
+    w = net.const(net.rng.standard_normal((e, 3 * e)) / math.sqrt(e))
+    y = net("Add", net("MatMul", x, w), net.const(net.rng.standard_normal(3 * e) * 0.1))
+    if sizes == "input":
+        q, k, v = net("Split", y, net.const([e] * 3, np.int64), axis=2, outputs=3)
+    elif sizes == "attribute":
+        q, k, v = net("Split", y, axis=-1, split=[e] * 3, outputs=3)
+    else:
+        q, k, v = net("Split", y, axis=2, outputs=3)
+    out = _attention_net(net, q, k, v, b, s, h, d, feed, mask)
+    return net, [out], 17 if sizes != "attribute" else 12, feed
+
+
+@pytest.mark.parametrize("mask", ["add", "causal_trilu", "where_not", "none"])
+@pytest.mark.parametrize("b,s,h,d", [(2, 7, 3, 5), (1, 9, 2, 16), (3, 4, 1, 3)])
+def test_three_projections_are_one_gemm(mask, b, s, h, d):
+    labels, plan = check(three_projections(mask, b, s, h, d))
+    assert _matmuls(labels) == 1, labels
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+    assert FUSED in plan, plan
+
+
+def test_projection_without_bias_packs_a_zero_bias():
+    labels, plan = check(three_projections(biases=(True, False, True)))
+    assert _matmuls(labels) == 1 and FUSED in plan, labels
+    labels, plan = check(three_projections("none", biases=(False, False, False)))
+    assert labels.count("matmul") == 1 and FUSED in plan, labels
+
+
+def test_two_threads_and_the_unpacked_conversion_agree():
+    built = three_projections("add", 2, 7, 3, 5)
+    _, plan = check(built, ctx=jitnn.Context(num_threads=2))
+    assert FUSED in plan
+    saved, _qkv_patterns.ENABLED = _qkv_patterns.ENABLED, False
+    try:
+        labels, plan = check(built)
+    finally:
+        _qkv_patterns.ENABLED = saved
+    assert FUSED not in plan and _matmuls(labels) == 3, labels
+
+
+@pytest.mark.parametrize("case", ["k_input", "weight_input", "q_output"])
+def test_projections_that_stay_apart(case):
+    """Another input for K, a weight given at run time, Q's projection read
+    outside the attention: three products, the same numbers."""
+    labels, plan = check(three_projections(**{case: True}))
+    assert FUSED not in plan, plan
+    assert _matmuls(labels) == 3, labels
+
+
+@pytest.mark.parametrize("sizes", ["input", "attribute", "equal"])
+@pytest.mark.parametrize("mask", ["causal_trilu", "add"])
+def test_split_parts_are_views_of_the_product(sizes, mask):
+    labels, plan = check(split_projection(mask, sizes=sizes))
+    assert not {"split", "slice"} & set(labels), labels
+    assert _matmuls(labels) == 1 and FUSED in plan, labels
+    saved, _qkv_patterns.ENABLED = _qkv_patterns.ENABLED, False
+    try:
+        labels, plan = check(split_projection(mask, sizes=sizes))
+    finally:
+        _qkv_patterns.ENABLED = saved
+    assert FUSED not in plan and "split" in labels, labels
