@@ -121,7 +121,7 @@ KEY_BLOCK = -(-64 // MR) * MR
 _TILE = MR * QB
 #: the tiles after the last whole MR-tile of keys or output columns: TAIL of
 #: them (TAIL * QB / VEC accumulators, 8 on AVX-512), so the padding is < TAIL
-TAIL = 4
+TAIL = min(4, MR)
 _TAIL_TILE = TAIL * QB
 
 
