@@ -11,7 +11,8 @@ loop vectorizer turns into SIMD code (AVX2, AVX-512), and the chain engine
 applies one function per loop (``math_span``: one loop per code, the code
 looked up once per span). They are kept out of ``epilogue.activate``, which
 every conv2d and matmul kernel compiles: a code here costs those kernels
-nothing. The chain's gelu (:func:`gelu`, < 4 ulp) is here too.
+nothing. The chain's gelu is ``epilogue.vector_gelu`` (< 4.2 ulp), every GELU's,
+imported here as :func:`gelu`.
 
 =============== ==== ============== ============================================
 name            code param0, 1      value (float32 accuracy, measured by the
@@ -65,7 +66,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from ._config import FASTMATH, jit
-from .epilogue import _float_from_bits, expm1_reduced, vector_exp
+from .epilogue import _float_from_bits, expm1_reduced, fma, vector_exp
+from .epilogue import vector_gelu as gelu       # the chain's gelu (conv, matmul epilogues too)
 
 
 def _inline(function):
@@ -102,21 +104,6 @@ def _bits_of_float(typingctx, x):
         return builder.bitcast(args[0], ir.IntType(32))
 
     return types.int32(x), codegen
-
-
-@intrinsic
-def fma(typingctx, a, b, c):
-    """``a * b + c`` with one rounding (``llvm.fma``; vectorizes): written
-    out, ``x * y - x * y`` is folded to 0 before contraction could keep the
-    product's rounding error, and contraction needs FMA units: without them
-    (x86-64's baseline) ``llvm.fma`` is a libm call, still one rounding."""
-    if not (a == b == c == types.float32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-
-    return types.float32(a, b, c), codegen
 
 
 # --- log, log1p, expm1 ----------------------------------------------------------
@@ -329,72 +316,6 @@ def scalar_pow(x, y):
     special cases: ``pow(x, 0) = 1``, ``pow(-8, 1/3) = NaN``, ``pow(0, -1) =
     inf``); not vectorized."""
     return np.float32(math.pow(np.float64(x), np.float64(y)))
-
-
-#: 1 / sqrt(2) as a sum of two floats
-_INV_SQRT2 = _F(0.7071067690849304)
-_INV_SQRT2_LOW = _F(1.2101617485882343e-08)
-
-
-#: ln(erfc(t)) + t^2 = G(t - 2) for t in [0, 4], one polynomial for the whole
-#: of gelu's range (Chebyshev fit, degree 11: 2.5e-8; in float32 Horner 2.5e-7)
-_GELU_ERFC = tuple(_F(c) for c in (-1.3649412393569946, -0.4181608259677887,
-                                    0.07624869793653488, -0.01646505855023861,
-                                    0.0035721093881875277, -0.0007325399783439934,
-                                    0.0001338371803285554, -2.0560913981171325e-05,
-                                    2.6803320452017942e-06, 1.2712969521544437e-07,
-                                    -3.400320736091089e-07, 7.857524053633824e-08))
-_LOG2E = _F(1.4426950408889634)
-_LN2_HIGH = _F(0.693359375)                # ln 2 in two parts: n * high is exact
-_LN2_LOW = _F(-2.12194440e-4)
-_ROUND = _F(12582912.0)                    # 1.5 * 2**23: adding it rounds to an integer
-
-
-@_inline
-def gelu(x):
-    """``0.5 x (1 + erf(x / sqrt 2))`` (< 4.2 ulp against float64 down to x =
-    -5.6, then 0: |gelu| < 4.4e-8), the element-wise chain's gelu and the
-    matmul epilogue's. One formula for every ``x``, no branch evaluated twice:
-    with ``z = x / sqrt 2`` and ``t = min(|z|, 4)``, ``e = erfc(t) = e**(G(t)
-    - t^2)`` and ``1 + erf(z)`` is ``e`` for ``z < 0`` (erfc itself, accurate
-    relative to itself: no ``1 + erf`` that cancels), ``2 - e`` above, 0 below
-    ``z = -4``. ``t^2`` is a sum of two floats (FMA) and e**'s reduced argument
-    ``G - t^2 - n ln 2`` takes in its low part: a float32 exponent near -15
-    would be off by 8 ulp of its e**; ``z`` carries its rounding error along
-    (erfc magnifies it 2 z^2 times). The exponent lies in [-18, 0], so e** needs no clamping and its
-    ``2**n`` is one normal float (as ``epilogue._silu``'s). The erf form with
-    two polynomials (|z| < 1 and above) and a general e** took 1.14 ns per
-    float, this one 0.80 (AVX-512, 1 thread, 262144 floats)."""
-    z = x * _INV_SQRT2
-    z_low = fma(x, _INV_SQRT2, -z) + x * _INV_SQRT2_LOW    # z's rounding error
-    a = abs(z)
-    t = min(a, _FOUR)                                       # NaN stays NaN
-    t_low = (z_low if z > _ZERO else -z_low) if a <= _FOUR else _ZERO   # (inf: NaN)
-    u = t - _TWO
-    g = _GELU_ERFC[11]
-    g = g * u + _GELU_ERFC[10]
-    g = g * u + _GELU_ERFC[9]
-    g = g * u + _GELU_ERFC[8]
-    g = g * u + _GELU_ERFC[7]
-    g = g * u + _GELU_ERFC[6]
-    g = g * u + _GELU_ERFC[5]
-    g = g * u + _GELU_ERFC[4]
-    g = g * u + _GELU_ERFC[3]
-    g = g * u + _GELU_ERFC[2]
-    g = g * u + _GELU_ERFC[1]
-    g = g * u + _GELU_ERFC[0]
-    high = t * t
-    low = fma(t, t, -high)                      # the rounding error of t^2
-    s = g - high
-    n = (s * _LOG2E + _ROUND) - _ROUND
-    # r = s - n ln 2 with the low parts: -high - n ln2_high is exact from t = 0.6
-    # up (a multiple of high's ulp below 2 high) and off by 3e-8 at most below,
-    # where it replaces the TwoSum of g - high (5 operations)
-    r = (fma(-n, _LN2_HIGH, -high) + g) + fma(-n, _LN2_LOW, -(low + _TWO * t * t_low))
-    e = (expm1_reduced(r) + _ONE) * _float_from_bits((np.int32(n) + 127) << 23)
-    one_plus = e if z < _ZERO else _TWO - e
-    one_plus = _ZERO if z < -_FOUR else one_plus
-    return _HALF * x * one_plus
 
 
 #: 2 sqrt(2 / pi) and the cube's coefficient of the tanh GELU (float64: see gelu_tanh)

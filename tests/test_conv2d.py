@@ -198,3 +198,20 @@ def test_pytorch_generated_conv2d_cases_from_onnx(case):
                        dilations=tuple(attrs["dilations"]), padding=(top, bottom, left, right),
                        groups=attrs.get("group", 1)).numpy()
     np.testing.assert_allclose(got, outputs[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("c,kernel", [(1, 1), (3, 3), (7, 1), (9, 3), (17, 1)])
+def test_a_following_gelu_is_the_convs_epilogue(c, kernel):
+    """conv2d then gelu runs as one kernel (the epilogue's vectorized erf
+    GELU) on odd channel counts and sizes, two images, pre-activations
+    spread over about -10..10 so that both tails of erf are reached."""
+    ctx = jitnn.Context()
+    x, w, b = random((2, c, 7, 5), 20 + c, 4.0), random((2 * c + 1, c, kernel, kernel), 21), \
+        random((2 * c + 1,), 22)
+    y = jitnn.gelu(jitnn.conv2d(ctx.tensor(x), ctx.tensor(w), b, padding=kernel // 2))
+    assert "conv2d + gelu" in jitnn.explain(y)
+    with assert_schedule(ctx, kernels=1):
+        got = y.numpy()
+    want = conv2d_reference(x, w, b, padding=kernel // 2, activation="gelu")
+    assert np.abs(want).max() > 3 and want.min() < -0.1
+    _check(got, want, c * kernel * kernel)

@@ -631,11 +631,6 @@ def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
         return None
     attrs = dict(node.attrs)
     inputs = node.inputs
-    if kind == "activation" and args[0] == epilogue.GELU:
-        # the conv epilogue's GELU calls libm's scalar erf per element: a
-        # 1x1 conv 96 -> 384 on 56x56 took 15.6 ms with it, against 1.8 ms
-        # for the conv and ~1.2 ms for the element-wise pass's vectorized GELU
-        return None
     if kind == "activation" and attrs["activation"][0] == epilogue.NONE:
         attrs["activation"] = tuple(args)
     elif (kind == "math" and args[0] == vmath.MATH_OPS["hard_sigmoid"]
