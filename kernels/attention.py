@@ -79,6 +79,11 @@ thread (80 GFLOP/s), 5.3 ms on 2; S = 128 0.78 / 0.44 ms. PyTorch 2.13's
 SDPA: 10.7 / 5.9 and 0.78 / 0.51 ms; jitnn's unfused matmul, mul, add,
 softmax, matmul: 19.9 / 14.2 and 1.47 / 1.13 ms. The cost of the layout:
 fewer than ``QB`` rows (decoding, ``Sq = 1``) still run a whole tile.
+Short sequences too (Swin's 49-token windows: 64 lanes for 49 rows, about 35
+GFLOP/s on 1 thread, as PyTorch's SDPA). Tried there and dropped, both no
+faster in alternated runs: keys as the lanes (one block of keys, MR-row
+tiles, a row softmax: as many FMAs once padded, plus horizontal
+reductions), and a broadcast mask transposed once so tasks add it by vectors.
 
 **Rows with nothing to attend to.** A key masked by a boolean mask scores
 ``float32 lowest`` (``-3.4e38``), finite, so a row whose every key is masked
