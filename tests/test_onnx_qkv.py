@@ -105,22 +105,27 @@ def _matmuls(labels: list[str]) -> int:
 
 
 def _attention_net(net: Net, q, k, v, b: int, s: int, h: int, d: int, feed: dict,
-                   mask: str = "add") -> str:
-    """Q, K, V (B, S, H*D) split into heads, SDPA as the exporter writes it, heads merged."""
-    def heads(y, perm):
-        return net("Transpose", net("Reshape", y, net.const([b, s, h, d], np.int64)), perm=perm)
+                   mask: str = "add", kv_heads: int | None = None) -> str:
+    """Q, K, V (B, S, H*D) split into heads (K and V: ``kv_heads``, which the
+    MatMuls broadcast), SDPA as the exporter writes it, heads merged."""
+    def heads(y, perm, count=h):
+        return net("Transpose", net("Reshape", y, net.const([b, s, count, d], np.int64)),
+                   perm=perm)
+    kv_heads = kv_heads or h
     root = net.const(1 / math.sqrt(math.sqrt(d)))
     scores = net("MatMul", net("Mul", heads(q, [0, 2, 1, 3]), root),
-                 net("Mul", heads(k, [0, 2, 3, 1]), root))
+                 net("Mul", heads(k, [0, 2, 3, 1], kv_heads), root))
     probs = net("Softmax", _mask(net, mask, scores, b, s, feed), axis=-1)
     probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
-    out = net("Transpose", net("MatMul", probs, heads(v, [0, 2, 1, 3])), perm=[0, 2, 1, 3])
+    out = net("Transpose", net("MatMul", probs, heads(v, [0, 2, 1, 3], kv_heads)),
+              perm=[0, 2, 1, 3])
     return net("Reshape", out, net.const([b, s, h * d], np.int64))
 
 
 def three_projections(mask: str = "add", b: int = 2, s: int = 7, h: int = 3, d: int = 5,
                       biases=(True, True, True), k_input: bool = False,
-                      weight_input: bool = False, q_output: bool = False, seed: int = 0):
+                      weight_input: bool = False, q_output: bool = False, seed: int = 0,
+                      kv_heads: int | None = None):
     """BERT's self-attention: Q, K and V each ``MatMul(x, W) (+ bias)``.
     ``k_input``: K projects another input; ``weight_input``: V's weight is
     a graph input; ``q_output``: Q's projection is a graph output too."""
@@ -134,15 +139,16 @@ def three_projections(mask: str = "add", b: int = 2, s: int = 7, h: int = 3, d: 
         ys["k"] = net.input("y", (b, s, e))
     proj = {}
     for (name, src), bias in zip(ys.items(), biases):
-        array = net.rng.standard_normal((e, e)) / math.sqrt(e)
+        n = e if name == "q" or kv_heads is None else kv_heads * d
+        array = net.rng.standard_normal((e, n)) / math.sqrt(e)
         if weight_input and name == "v":
             feed["w"] = array.astype(np.float32)
-            w = net.input("w", (e, e))
+            w = net.input("w", (e, n))
         else:
             w = net.const(array)
         y = net("MatMul", src, w)
-        proj[name] = net("Add", y, net.const(net.rng.standard_normal(e) * 0.1)) if bias else y
-    out = _attention_net(net, proj["q"], proj["k"], proj["v"], b, s, h, d, feed, mask)
+        proj[name] = net("Add", y, net.const(net.rng.standard_normal(n) * 0.1)) if bias else y
+    out = _attention_net(net, proj["q"], proj["k"], proj["v"], b, s, h, d, feed, mask, kv_heads)
     return net, [out] + ([proj["q"]] if q_output else []), 17, feed
 
 
@@ -215,3 +221,13 @@ def test_split_parts_are_views_of_the_product(sizes, mask):
     finally:
         _qkv_patterns.ENABLED = saved
     assert FUSED not in plan and "split" in labels, labels
+
+
+@pytest.mark.parametrize("mask", ["add", "causal_trilu"])
+def test_one_key_value_head_runs_the_projections_apart(mask):
+    """Multi-query attention (K and V of one head, broadcast by the MatMuls):
+    the attention runs its grouped layout, which reads Q, K and V as they are;
+    the three projections stay apart and give the same numbers."""
+    labels, plan = check(three_projections(mask, 2, 6, 4, 5, kv_heads=1))
+    assert "scaled_dot_product_attention" in labels and FUSED not in plan, labels
+    assert _matmuls(labels) == 3, labels
