@@ -63,6 +63,14 @@ How it is fast (see the design notes on Numba kernels):
   third of a 1x1 conv over 32 input channels). ``cb`` (and the lanes per
   input block ``ci``) are compile-time constants: one driver per block size,
   built by a factory, whose helpers ask for literals with ``numba.literally``.
+* **Row tiles.** With 32 vector registers, a direct tile whose P pixels are
+  adjacent in one output row addresses them as one base pointer plus
+  constants (:func:`.geometry.row_tile_pixels`: P divides the interior's
+  width, so rows hold whole tiles): the offset tables' tile keeps a general
+  register per pixel and spills past 6 to 8 pixels. Groups narrower than a
+  tile's B blocks (ResNeXt's 8-wide groups on 8-channel blocks) run tiles of
+  one block and up to 28 pixels, so that no product is with the
+  block-diagonal filter's zeros (:func:`.plan.tile_input_share`).
 * **Moved-back last tile.** When a run of pixels (direct: the interior
   region; depthwise: a row's interior columns) does not end on a whole tile,
   its last tile starts ``P`` pixels before the end instead: it recomputes some

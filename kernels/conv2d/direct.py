@@ -94,7 +94,8 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
 
 @jit(standalone=True)
 def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0, og1,
-                k_start, k_end, interior, groups_outside, epilogue, cb, ci, P, B, plain):
+                k_start, k_end, interior, groups_outside, epilogue, cb, ci, P, B, plain,
+                row_step):
     """Output pixels ``k_start .. k_end-1`` of image ``n``, of ``region``
     (``interior``: a tuple ``(r0, r1, c0, c1, kh0, kh1, kw0, kw1)``, a row of
     the regions in the module docstring) or of the border pixels, for
@@ -111,6 +112,12 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     group's weights stay in L1 when they fit); otherwise every group of one
     tile, then the next tile (the tile's input stays in L1).
 
+    ``row_step``: 0, or the input stride between horizontally adjacent
+    output pixels (``sw * cb``): a whole interior tile whose pixels lie in
+    one output row then runs the register tile with constant pixel offsets
+    (``register_tile.conv_tile``'s ``pixel_step``); the others read the
+    offset tables.
+
     One call runs many tiles: every call of a numba function with array
     arguments costs atomic reference-count updates, shared between threads.
     """
@@ -119,6 +126,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     literally(P)
     literally(B)
     literally(plain)
+    literally(row_step)
     CB, OB, OH, OW, O = geom.CB, geom.OB, geom.OH, geom.OW, geom.O
     KH, KW, sh, sw, dh, dw, pt, pl = (geom.KH, geom.KW, geom.sh, geom.sw, geom.dh, geom.dw,
                                       geom.pt, geom.pl)
@@ -175,6 +183,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     current = -1
     nvalid = 0
     p_lo = 0
+    in_row = False
     for step in range(ntiles * ngroups):
         if groups_outside:
             tile = step % ntiles
@@ -201,6 +210,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                 row = k0 // width
                 oh = r0 + row
                 ow = c0 + k0 - row * width
+                in_row = row_step > 0 and ow + P <= c1
             for p in range(P):
                 if not interior:
                     oh, ow = _border_pixel(k0 + min(p, nvalid - 1), OH, OW, r0, r1, c0, c1)
@@ -231,12 +241,17 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             # and spills them; it runs below)
             ib = ib_begin[ob0]
             steps = (ib_end[ob0 + last] - ib) * taps
-            if last == B - 1:
-                conv_tile(P, B, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+            if last == B - 1 and in_row:
+                conv_tile(P, B, cb, ci, plain, row_step, src, xb, tap_x, taps, steps,
+                          ib * s_ib, s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias,
+                          ob0 * cb, resf, has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo,
+                          hi)
+            elif last == B - 1:
+                conv_tile(P, B, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
                           s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             elif not plain:
-                conv_tile(P, 1, cb, ci, plain, src, xb, tap_x, taps, steps, ib * s_ib,
+                conv_tile(P, 1, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
                           s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
             if post and not interior:
@@ -353,7 +368,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
 
 @jit(standalone=True)
 def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_end, n, og0,
-               og1, group_fits_l1, epilogue, cb, ci, P, B, plain):
+               og1, group_fits_l1, epilogue, cb, ci, P, B, plain, row_step):
     """Chunk ``c`` (a row of ``chunks``: a region's or the border's pixels) of
     image ``n`` for output-block groups ``og0 .. og1-1``: :func:`_conv_tiles`."""
     literally(cb)
@@ -361,6 +376,7 @@ def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_en
     literally(P)
     literally(B)
     literally(plain)
+    literally(row_step)
     KH, KW = geom.KH, geom.KW
     r = chunks[c, 0]
     interior = r >= 0
@@ -372,14 +388,15 @@ def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_en
     # border tiles fill a patch per tile: keep them tile-major
     _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, og0, og1,
                 chunks[c, 1], chunks[c, 2], interior, interior and group_fits_l1, epilogue,
-                cb, ci, P, B, plain)
+                cb, ci, P, B, plain, row_step)
 
 
-def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int):
+def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int, row_step: int = 0):
     """The parallel driver for block ``cb`` reading ``ci`` lanes per input
-    block (cb, or C for a ``plain`` input), tiles of P pixels x B blocks. cb,
-    ci, P, B and plain are compile-time constants captured in the closure, so
-    the numba cache keeps one entry per (cb, ci, plain, P, B)."""
+    block (cb, or C for a ``plain`` input), tiles of P pixels x B blocks,
+    ``row_step`` as in :func:`_conv_tiles`. cb, ci, P, B, plain and row_step
+    are compile-time constants captured in the closure, so the numba cache
+    keeps one entry per (cb, ci, plain, P, B, row_step)."""
 
     def conv_driver(xf, wf, bias, resf, yf, geometry, ib_begin, ib_end, regions, chunks,
                     passes, og_inner, group_fits_l1, has_res, clamp, lo, hi, post, act, p0,
@@ -401,7 +418,7 @@ def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int):
                 _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_end,
                            n, og0, og0 + per_task, group_fits_l1,
                            Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, ci, P, B,
-                           plain)
+                           plain, row_step)
         else:
             # tap by tap: a group's passes one after the other in its task (the
             # groups write apart: no barrier between the passes)
@@ -419,11 +436,11 @@ def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int):
                         # later passes add to the sums so far (an in-place residual)
                         _run_chunk(xf, wf, bias if starts else zeros, resf if starts else yf, yf,
                                    geom, regions, chunks, c, ib_begin, ib_end, n, og0, og0 + 1,
-                                   group_fits_l1, epilogue, cb, ci, P, B, plain)
+                                   group_fits_l1, epilogue, cb, ci, P, B, plain, row_step)
 
     conv_driver.__qualname__ = (f"conv_driver_cb{cb}_ci{ci}{'_plain' if plain else ''}"
                                 + ("" if (P, B) == direct_tile_shape(cb, plain) else
-                                   f"_{P}x{B}"))
+                                   f"_{P}x{B}") + (f"_row{row_step}" if row_step else ""))
     return parallel_kernel(conv_driver)
 
 
@@ -431,16 +448,17 @@ _conv_drivers: dict = {}
 
 
 def conv_driver(cb: int, ci: int, plain: bool = False, P: int | None = None,
-                B: int | None = None):
+                B: int | None = None, row_step: int = 0):
     """The compiled direct driver for block ``cb`` and ``ci`` lanes per input
     block, of a blocked or ``plain`` input, tiles of P x B (default:
-    :func:`.geometry.direct_tile_shape`'s; made once). It also runs the 1x1
-    convolutions that :mod:`.conv1x1` does not (padding, groups)."""
+    :func:`.geometry.direct_tile_shape`'s; made once), ``row_step`` as in
+    :func:`_conv_tiles`. It also runs the 1x1 convolutions that
+    :mod:`.conv1x1` does not (padding, groups)."""
     if P is None or B is None:
         P, B = direct_tile_shape(cb, plain)
-    key = (cb, ci, plain, P, B)
+    key = (cb, ci, plain, P, B, row_step)
     driver = _conv_drivers.get(key)
     if driver is None:
         driver = _conv_drivers.setdefault(
-            key, made_by(conv_driver, key, _make_conv_driver(cb, ci, plain, P, B)))
+            key, made_by(conv_driver, key, _make_conv_driver(cb, ci, plain, P, B, row_step)))
     return driver

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._config import AVX512_TUNED, VECTOR_REGISTERS, jit
+from .._config import AVX512_TUNED, VECTOR_LANES, VECTOR_REGISTERS, jit
 
 BLOCK_SIZES = (1, 4, 8, 16, 32)
 
@@ -42,7 +42,7 @@ _TILE_ELEMENTS = 384
 #: the depthwise tile's budget (its pixels: :func:`depthwise_tile_pixels`)
 _DEPTHWISE_TILE_ELEMENTS = 96
 _MAX_LANES = 32
-_MAX_TILE_PIXELS = 16
+_MAX_TILE_PIXELS = 28
 
 #: the direct driver's passes (rows ``(first chunk, end chunk, mode)``): one
 #: pass computes the whole result (bias, residual, the sum, activation); tap
@@ -171,6 +171,37 @@ def direct_tile_shape(cb: int, plain: bool, out_blocks: int = 0) -> tuple[int, i
     if plain and cb == 8 and VECTOR_REGISTERS >= 32 and out_blocks and out_blocks % 4 == 0:
         return 6, 4
     return conv_tile_shape(cb)
+
+
+def row_tile_pixels(cb: int, B: int, width: int, least: int, most: int | None = None,
+                    largest: bool = False) -> int:
+    """Pixels of the direct tile whose pixels are adjacent in one output row
+    (``register_tile.conv_tile``'s ``pixel_step``), B output blocks, for an
+    interior ``width`` pixels wide; 0 where none fits. The smallest (or
+    ``largest``) divisor of the width from ``least`` to ``most`` that fits
+    the vector registers beside B weight vectors and a broadcast, so that a
+    row holds whole tiles (the
+    tiles run along the interior's rows, wrapping at row ends: a tile across
+    two rows, or a border tile, reads the offset tables with the same P).
+    Only with 32 vector registers: with 16 the default tile fills them.
+
+    Its addresses are one base pointer plus constants, where the offset
+    tables' tile keeps one general register per pixel (there, 12 x 2 and
+    8 x 2 ran 20-25 % slower than 6 x 2 on Zen 4). Block 8, 1 thread, Zen 4:
+    7 x 2 and 14 x 2 ran the same, both 2-8 % faster than the tables' 6 x 2
+    on RegNetX's grouped convs; the smallest divisor keeps border tiles
+    cheap."""
+    if VECTOR_REGISTERS < 32:
+        return 0
+    lanes = VECTOR_LANES if AVX512_TUNED else min(VECTOR_LANES, 8)
+    registers = max(1, cb // lanes)             # per pixel and block
+    fits = min(_MAX_TILE_PIXELS, _TILE_ELEMENTS // (B * cb),
+               (VECTOR_REGISTERS - B * registers - 1) // (B * registers))
+    most = fits if most is None else min(most, fits)
+    for P in (range(most, least - 1, -1) if largest else range(least, most + 1)):
+        if width % P == 0:
+            return P
+    return 0
 
 
 def conv1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:

@@ -23,8 +23,8 @@ from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
 from .direct import conv_driver
 from .geometry import (PASS_WHOLE, ConvGeometry, DepthwiseGeometry, _clip_range,
                        conv1x1_tile_shape, conv2d_output_size, depthwise_tile_pixels,
-                       direct_chunks, direct_tile_shape, gemm1x1_tile_shape, tap_passes,
-                       tap_regions, tiny_region_share)
+                       direct_chunks, direct_tile_shape, gemm1x1_tile_shape, row_tile_pixels,
+                       tap_passes, tap_regions, tiny_region_share)
 
 PATHS = ("direct", "1x1", "depthwise", "first_layer")
 #: ``algorithm`` choices: Winograd F(4x4, 3x3) where it applies and pays
@@ -58,6 +58,10 @@ _TAP_PASS_MIN_TASKS = 4
 # 56 rather than 28: 3x3 at 56 x 56, 1 thread, Zen 4, block 8, alternated, medians:
 # 144 ch 216 -> 174 us, 96 ch 148 -> 122 us (each task pads 6 rows on its stack).
 _DW_PAD_WIDTH = 56
+
+# A tile of one output block that reads the offset tables: 12 pixels (6 and
+# 16 measured slower: see _plan_conv2d)
+_GROUPED_TABLE_PIXELS = 12
 
 # All weights that fit comfortably in L2 (512 KiB here): then a task runs
 # every output-block group over its pixels (og_inner), else one group.
@@ -242,6 +246,19 @@ def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
     return chunk, kcb, gsets
 
 
+def tile_input_share(ib_begin: np.ndarray, ib_end: np.ndarray, B: int) -> float:
+    """Input blocks the direct tiles of B output blocks run (each block over
+    the union of the tile's blocks' ranges) over those its blocks read: 1.0
+    without groups, 2.0 for groups of one output block in tiles of 2 (half
+    the products are with the zeros of the block-diagonal filter)."""
+    run = need = 0
+    for ob0 in range(0, len(ib_begin), B):
+        last = min(ob0 + B, len(ib_begin)) - 1
+        run += int(ib_end[last] - ib_begin[ob0]) * (last - ob0 + 1)
+        need += int(np.sum(ib_end[ob0:last + 1] - ib_begin[ob0:last + 1]))
+    return run / max(1, need)
+
+
 # --- geometry -------------------------------------------------------------------
 
 def direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
@@ -374,19 +391,40 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     regions, share = tap_regions(geom) if not plain else (None, 1.0)
     by_regions = share <= _TAP_REGION_SHARE and \
         tiny_region_share(regions, P) <= _TINY_REGION_SHARE
+    # groups narrower than a tile's blocks: one block per tile, so that no
+    # product is with the filter's zeros, and more pixels in its place
+    narrow = not plain and B > 1 and tile_input_share(packed.ib_begin, packed.ib_end, B) > 1.0
+    if narrow:
+        B, P = 1, _GROUPED_TABLE_PIXELS
     border = OH * OW - (geom.r1 - geom.r0) * (geom.c1 - geom.c0)
     if by_regions:
         # many taps read only padding: each region runs its in-input taps
         border = 0
-    elif not plain and border >= _PAD_COPY_SHARE * OH * OW:
+    elif not plain and (border >= _PAD_COPY_SHARE * OH * OW or (narrow and border and
+                                                                 row_tile_pixels(cb, 1, OW, P))):
         # many border pixels: pad the (blocked) input once, then every pixel
-        # is interior
+        # is interior. So too for the narrow groups' long row tiles, whose
+        # border tiles would read the offset tables (ResNeXt-50's 4-wide
+        # groups, 128 channels at 56 x 56: 27 x 1 tiles and the border
+        # 1006 us, padded and 28 x 1 824 us)
         pad_copy = (N, geom.CB, H, W, cb, pad)
         geom = direct_geometry(N, C, H + pt + pb, W + pl + pr, cb, False, OB, OH, OW, KH, KW,
                                sh, sw, dh, dw, 0, 0, O)
         border = 0
     if not by_regions:               # the interior, every tap, and the border
         regions = np.array([[geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW]], np.int64)
+    row_step = 0
+    if not plain and not by_regions:
+        # tiles along the interior's rows (geometry.row_tile_pixels): one
+        # block, the most pixels (ResNeXt-50's 8-wide groups, 256 channels
+        # at 28 x 28, block 8, 1 thread, Zen 4: the tables' 6 x 2 697 us,
+        # 12 x 1 539 us, 14 x 1 459 us, 28 x 1 417 us); two blocks, the
+        # fewest from the default's, and at most 8 when border tiles read
+        # the tables with the same P (11 x 2 on 55 columns: 4 % slower)
+        row = row_tile_pixels(cb, B, geom.c1 - geom.c0, P, largest=B == 1,
+                              most=None if B == 1 or not border else 8)
+        if row:
+            P, row_step = row, sw * cb
     og_inner = packed.weights.nbytes <= _L2_WEIGHT_BYTES
     # Pixels per task, whole tiles: about one output row; at least 16 tiles
     # when a task has one group, so it reuses that group's weights (loaded
@@ -403,6 +441,6 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES and \
             N * -(-OB // B) >= _TAP_PASS_MIN_TASKS:
         regions, chunks, passes = tap_passes(geom, chunk)
-    return launch(conv_driver(cb, C if plain else cb, plain, P, B),
+    return launch(conv_driver(cb, C if plain else cb, plain, P, B, row_step),
                   (tuple(geom), packed.ib_begin, packed.ib_end, regions, chunks, passes,
                    og_inner, group_fits_l1, has_res) + epilogue, pad_copy)

@@ -45,7 +45,7 @@ memory.
 
 ``conv_tile`` (the direct conv: any pixel positions, taps within a block)::
 
-    conv_tile(P, B, cb, lanes, lanes_apart,
+    conv_tile(P, B, cb, lanes, lanes_apart, pixel_step,
               x, pixel_x, tap_x, taps, steps, x_offset, x_block_stride,
               w, w_offset, w_block_stride, w_out_stride,
               bias, bias_offset, residual, use_residual,
@@ -69,7 +69,13 @@ memory.
   ``w_offset`` (the packed filter's order). ``lanes`` and ``lanes_apart``
   are literals;
 * the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``
-  for the pixels ``p >= first_pixel``.
+  for the pixels ``p >= first_pixel``;
+* ``pixel_step`` (a literal) 0 reads every pixel's offsets from
+  ``pixel_x`` and ``pixel_y``; otherwise the tile's pixels are adjacent in
+  one output row: pixel ``p`` is at ``pixel_x[0] + p * pixel_step`` of the
+  input and ``pixel_y[0] + p * cb`` of the output. Then every address is a
+  base pointer plus a constant, where P offsets from the tables take P
+  general registers (more than 8 pixels spilled them in the hot loop).
 
 ``depthwise_tile`` (one output block; each lane its own channel)::
 
@@ -358,7 +364,8 @@ def fma_tile(typingctx, P, B, cb, x, x_offset, x_block_stride, blocks, w, w_offs
 
 
 @intrinsic
-def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, steps,
+def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, tap_x, taps,
+              steps,
               x_offset, x_block_stride, w, w_offset, w_block_stride, w_out_stride, bias,
               bias_offset, residual, use_residual, y, y_offset, pixel_y, y_block_stride,
               first_pixel, clamp, lo, hi):
@@ -366,13 +373,16 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
     shape = _tile_shape(P, B, cb)
     if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
             not isinstance(lanes_apart, types.BooleanLiteral) or \
-            lanes.literal_value < 1 or \
+            not isinstance(pixel_step, types.IntegerLiteral) or \
+            lanes.literal_value < 1 or pixel_step.literal_value < 0 or \
             not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
             not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y)):
         return None
     lanes_per_step, separate_lanes = lanes.literal_value, lanes_apart.literal_value
     index = types.intp
-    signature = types.void(P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, index, index,
+    adjacent_step = pixel_step.literal_value
+    signature = types.void(P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, tap_x, index,
+                           index,
                            index, index,
                            w, index, index, index, bias, index, residual, types.boolean,
                            y, index, pixel_y, index, index, types.boolean, types.float32,
@@ -382,9 +392,9 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
          w_arg, w_offset, w_block_stride, w_out_stride, bias_arg, bias_offset, residual_arg,
          use_residual, y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo,
-         hi) = args[5:]
+         hi) = args[6:]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
-         pixel_y_data) = (_array_data(context, builder, sig.args[5 + i], args[5 + i])
+         pixel_y_data) = (_array_data(context, builder, sig.args[6 + i], args[6 + i])
                           for i in (0, 1, 2, 7, 11, 13, 15, 17))
         tile = _TileEmitter(builder, *shape)
         const, add, times = tile.const, tile.add, tile.times
@@ -395,8 +405,15 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, x, pixel_x, tap_x, taps, 
 
         def entry_at(i):                 # tap_x[i], i not a constant
             return builder.load(builder.gep(tap_x_data, [i]), align=8)
-        pixel_x = [entry(pixel_x_data, p) for p in range(P)]
-        pixel_y = [entry(pixel_y_data, p) for p in range(P)]
+        if adjacent_step:
+            # pixel 0's offsets join the bases, the others are constants past them
+            x_offset = add(x_offset, entry(pixel_x_data, 0))
+            y_offset = add(y_offset, entry(pixel_y_data, 0))
+            pixel_x = [const(p * adjacent_step) for p in range(P)]
+            pixel_y = [const(p * cb) for p in range(P)]
+        else:
+            pixel_x = [entry(pixel_x_data, p) for p in range(P)]
+            pixel_y = [entry(pixel_y_data, p) for p in range(P)]
 
         def output_offset(p, b):
             return add(y_offset, pixel_y[p], times(y_block_stride, b))

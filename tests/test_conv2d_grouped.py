@@ -1,0 +1,146 @@
+"""Grouped direct convolutions (kernels/conv2d/) against the float64 reference:
+group widths of 1 to 4 blocks and widths that are not a multiple of the
+block (3, 7, 9 channels), odd sizes, strides 1 and 2, batches of 2, blocks
+4, 8 and 16, 1 and 2 threads; and the tiles the plan picks for them (one
+block per tile when a tile's blocks would read each other's groups, tiles
+along the rows with constant pixel offsets: ``geometry.row_tile_pixels``).
+"""
+
+import numba
+import numpy as np
+import pytest
+
+from jitnn.kernels import _config, conv2d as K, layout
+from jitnn.kernels.conv2d import geometry, plan as conv_plan
+from jitnn.kernels.epilogue import RELU
+from jitnn.kernels.filter_packing import group_input_block_ranges
+from tests.helpers import random, reference
+
+
+def _blocked(x: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    out = np.empty((n, -(-c // block), h, w, block), np.float32)
+    layout.nchw_to_blocked(np.ascontiguousarray(x), out)
+    return out
+
+
+def run_grouped(n, c, o, h, w, strides, groups, block, padding=(1, 1, 1, 1), seed=0):
+    """Run a 3x3 grouped conv with bias and relu through the kernels, check it
+    against the reference; returns (launch, blocked output)."""
+    rng = np.random.default_rng(seed)
+    x = random((n, c, h, w), rng)
+    w_oihw = random((o, c // groups, 3, 3), rng)
+    b = random((o,), rng)
+    packed = K.pack_conv2d_filter(w_oihw, c, groups, block)
+    oh = K.conv2d_output_size(h, 3, strides, 1, padding[0], padding[1])
+    ow = K.conv2d_output_size(w, 3, strides, 1, padding[2], padding[3])
+    ob = -(-o // block)
+    bias = np.zeros(ob * block, np.float32)
+    bias[:o] = b
+    xin = _blocked(x, block)
+    out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
+    launch = K.conv2d_launch(xin, packed, out, (strides, strides), (1, 1), padding, False, True,
+                             RELU, algorithm="direct")
+    K.run_conv2d_launch(launch, xin, out, bias)
+    assert not np.isnan(out).any(), "some output element was not written"
+    lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
+    assert np.all(lanes[:, o:] == 0), "padding lanes must be zero"
+    got = np.empty((n, o, oh, ow), np.float32)
+    layout.blocked_to_nchw(out, got)
+    geom = dict(strides=strides, padding=padding, groups=groups)
+    expected = np.maximum(reference("conv2d")(x, w_oihw, b, **geom), 0)
+    scale = reference("conv2d")(np.abs(x), np.abs(w_oihw), np.abs(b), **geom)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1.6e-6 * (1.0 + scale.max()))
+    return launch, out
+
+
+# (n, c, o, h, w, stride, groups): group widths 1-4 blocks of 8, 3 / 7 / 9
+# channels, more outputs than inputs per group, a map with border tiles (58)
+CASES = [
+    (1, 16, 16, 14, 14, 1, 2),       # 1 block per group
+    (2, 32, 32, 28, 28, 1, 2),       # 2 blocks
+    (1, 48, 48, 13, 11, 2, 2),       # 3 blocks: a tile of 2 across two groups
+    (1, 64, 64, 9, 9, 1, 2),         # 4 blocks
+    (2, 12, 12, 10, 10, 1, 4),       # 3 channels a group, a partial last block
+    (1, 28, 28, 7, 12, 2, 4),        # 7 channels
+    (1, 36, 36, 15, 15, 1, 4),       # 9 channels: blocks across groups
+    (1, 32, 64, 14, 14, 2, 4),       # 8 in, 16 out per group
+    (1, 32, 32, 58, 58, 1, 2),       # interior 56 wide, border tiles
+    (1, 16, 16, 58, 58, 1, 2),       # narrow groups: padded, one long row tile
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"c{c[1]}o{c[2]}_{c[3]}x{c[4]}_s{c[5]}_g{c[6]}")
+def test_grouped_block8(case):
+    n, c, o, h, w, stride, groups = case
+    run_grouped(n, c, o, h, w, stride, groups, 8)
+
+
+@pytest.mark.parametrize("block, case", [
+    (4, (1, 8, 8, 12, 12, 1, 2)), (4, (2, 12, 12, 9, 13, 2, 2)), (4, (1, 16, 16, 14, 14, 1, 2)),
+    (16, (1, 32, 32, 12, 12, 1, 2)), (16, (2, 48, 48, 14, 14, 1, 3)),
+    (16, (1, 36, 36, 11, 9, 2, 4))], ids=str)
+def test_grouped_blocks_4_16(block, case):
+    n, c, o, h, w, stride, groups = case
+    run_grouped(n, c, o, h, w, stride, groups, block)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[8], CASES[9]], ids=str)
+def test_grouped_two_threads_match_one(case):
+    saved = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            results.append(run_grouped(*case, 8)[1])
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], CASES[8]], ids=str)
+def test_row_tiles_sum_as_the_tables(monkeypatch, case):
+    """Row tiles run the same sums in the same order as the offset tables'
+    tile: the same bits, tile shape aside (where both run whole tiles: the
+    partial tiles' loop in numba rounds differently)."""
+    launch, rows = run_grouped(*case, 8)
+    monkeypatch.setattr(conv_plan, "row_tile_pixels", lambda *args, **kwargs: 0)
+    tables, out = run_grouped(*case, 8)
+    assert launch.driver is not tables.driver or geometry.VECTOR_REGISTERS < 32
+    np.testing.assert_array_equal(rows, out)
+
+
+def test_tile_input_share():
+    # 16 channels a group on blocks of 8: 2 blocks a group, tiles of 2 share it
+    assert conv_plan.tile_input_share(*group_input_block_ranges(64, 64, 4, 8, 8), 2) == 1.0
+    # 8 channels a group: each tile of 2 runs both blocks' inputs for each
+    assert conv_plan.tile_input_share(*group_input_block_ranges(64, 64, 8, 8, 8), 2) == 2.0
+    assert conv_plan.tile_input_share(*group_input_block_ranges(64, 64, 8, 8, 8), 1) == 1.0
+    assert conv_plan.tile_input_share(*group_input_block_ranges(64, 64, 1, 8, 8), 2) == 1.0
+
+
+@pytest.mark.skipif(geometry.VECTOR_REGISTERS < 32, reason="row tiles need 32 vector registers")
+def test_row_tile_pixels_divide_the_row():
+    assert geometry.row_tile_pixels(8, 2, 28, 6) == 7
+    assert geometry.row_tile_pixels(8, 2, 54, 6) == 6
+    assert geometry.row_tile_pixels(8, 2, 55, 6, most=8) == 0
+    assert geometry.row_tile_pixels(8, 1, 28, 12, largest=True) == 28
+    assert geometry.row_tile_pixels(8, 1, 7, 12, largest=True) == 0
+    # never more accumulators than the registers hold beside the weights
+    for cb in (4, 8, 16, 32):
+        for B in (1, 2):
+            P = geometry.row_tile_pixels(cb, B, 2 * 3 * 5 * 7, 1, largest=True)
+            lanes = _config.VECTOR_LANES if _config.AVX512_TUNED else min(_config.VECTOR_LANES, 8)
+            registers = max(1, cb // lanes)
+            assert P * B * registers + B + 1 <= geometry.VECTOR_REGISTERS
+            assert P * B * cb <= geometry._TILE_ELEMENTS
+
+
+@pytest.mark.skipif(geometry.VECTOR_REGISTERS < 32, reason="row tiles need 32 vector registers")
+def test_plan_picks_one_block_tiles_for_narrow_groups():
+    launch, _ = run_grouped(1, 16, 16, 28, 28, 1, 2, 8)       # 8 channels a group
+    name = launch.driver.serial.py_func.__qualname__
+    assert "_28x1_row8" in name, name
+    launch, _ = run_grouped(1, 32, 32, 28, 28, 1, 2, 8)       # 16: 2 blocks a tile
+    name = launch.driver.serial.py_func.__qualname__
+    assert "_7x2_row8" in name, name
