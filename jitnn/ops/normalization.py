@@ -264,24 +264,31 @@ def _flat(value, default: float, order: tuple, size: int, padded: int) -> np.nda
     return out
 
 
-def _blocked_affine(attrs: dict, derived: list | None = None) -> tuple:
-    """The blocked norm's scale and bias as the kernel takes them (``(K * L,)``,
-    zero past the channels), made once per scale and bias Value; ``derived``
-    gets each ``(value, key, form)`` (what a :class:`Binding` checks)."""
-    view, order, size = attrs["view"], attrs["order"], attrs["channels"]
-    padded = view[1] * view[3]
+def _affine(attrs: dict, size: int, padded: int, key: tuple,
+            derived: list | None = None) -> tuple:
+    """A layer norm's scale and bias as its kernel takes them (``(padded,)``,
+    zero from ``size`` on), made once per scale and bias Value under ``key``;
+    ``derived`` gets each ``(value, key, form)`` (what a :class:`Binding` checks)."""
+    order = attrs["order"]
     found = []
     for name, default in (("scale", 1.0), ("bias", 0.0)):
         value = attrs[name]
         if value is None:
             found.append(_flat(None, default, order, size, padded))
             continue
-        key = ("layer_norm_blocked", order, padded)
         form = value._derive(key, lambda v=value, d=default: _flat(v, d, order, size, padded))
         if derived is not None:
             derived.append((value, key, form))
         found.append(form)
     return found[0], found[1]
+
+
+def _blocked_affine(attrs: dict, derived: list | None = None) -> tuple:
+    """The blocked norm's scale and bias (``(K * L,)``, zero past the channels)."""
+    view = attrs["view"]
+    padded = view[1] * view[3]
+    return _affine(attrs, attrs["channels"], padded,
+                   ("layer_norm_blocked", attrs["order"], padded), derived)
 
 
 def run_layer_norm_blocked(ctx: "Context", node: Node, value: Value,
@@ -323,21 +330,9 @@ register_kind(NodeKind("layer_norm_blocked", writes_into_buffer=True))
 
 
 def _rows_affine(attrs: dict, derived: list | None = None) -> tuple:
-    """The row norm's scale and bias as the kernel takes them (``(D,)``), made
-    once per scale and bias Value (as :func:`_blocked_affine`)."""
-    order, size = attrs["order"], attrs["size"]
-    found = []
-    for name, default in (("scale", 1.0), ("bias", 0.0)):
-        value = attrs[name]
-        if value is None:
-            found.append(_flat(None, default, order, size, size))
-            continue
-        key = ("layer_norm_rows", order)
-        form = value._derive(key, lambda v=value, d=default: _flat(v, d, order, size, size))
-        if derived is not None:
-            derived.append((value, key, form))
-        found.append(form)
-    return found[0], found[1]
+    """The row norm's scale and bias (``(D,)``)."""
+    return _affine(attrs, attrs["size"], attrs["size"], ("layer_norm_rows", attrs["order"]),
+                   derived)
 
 
 def run_layer_norm_rows(ctx: "Context", node: Node, value: Value,
