@@ -311,21 +311,9 @@ def layer_norm_rows(x, scale, bias, epsilon, out):
     """``out[m] = (x[m] - mean) / sqrt(var + epsilon) * scale + bias`` with the
     mean and variance of row ``x[m]``. ``x, out: (M, D)``; ``scale, bias: (D,)``
     float32. ``out`` may be ``x`` (in place). Returns ``out``."""
-    _check_io(x, out, 2)
-    M, D = x.shape
-    for name, v in (("scale", scale), ("bias", bias)):
-        _check(name, v, 1)
-        if v.shape != (D,):
-            raise ValueError(f"normalization: {name} must have shape ({D},), got {v.shape}")
-    eps = _epsilon(epsilon)
-    if x.size == 0:
-        return out
-    groups = _groups_of(M, x.size)
-    xf, outf = x.reshape(-1), out.reshape(-1)
-    if groups == 1:
-        _rows(xf, outf, D, scale, bias, eps, 0, M)
-    else:
-        _rows_parallel(xf, outf, D, scale, bias, eps, M, groups)
+    call = bind_layer_norm_rows(x, scale, bias, epsilon, out, numba_threads())
+    if call is not None:
+        call[0](*call[1])
     return out
 
 
