@@ -206,6 +206,36 @@ def test_short_and_window_sizes(D, threads):
                      _want(q, k, v, causal=True), tol=TOL)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", ["float", "bool"])
+def test_row_masks_give_the_masks_bits(mode, threads):
+    """A mask made a RowMask once gives the bits of the mask as given: per
+    window and head (Swin's 49 tokens), broadcast over batch or heads, rows
+    and keys around the tiles' edges, odd head sizes, batch > 1, several key
+    blocks, and dead keys skipped (the causal values)."""
+    rng = np.random.default_rng(5)
+    for B, H, Sq, Sk, D, mshape in ((3, 2, 49, 49, 32, (3, 2, 49, 49)),
+                                    (2, 3, 49, 49, 33, (1, 3, 49, 49)),
+                                    (2, 2, 1, 7, 8, (2, 1, 1, 7)),
+                                    (1, 2, 33, 150, 16, (33, 150)),
+                                    (2, 1, 70, 70, 24, (2, 1, 70, 1))):
+        q, k, v = random((B, H, Sq, D), rng), random((B, H, Sk, D), rng), \
+            random((B, H, Sk, D + 3), rng)
+        mask = np.asarray(random(mshape, rng, scale=2.0)) if mode == "float" else \
+            np.asarray(rng.random(mshape) > 0.3, np.uint8)
+        rows = A.row_mask(mask, Sq, Sk)
+        got = _run(q, k, v, rows, threads=threads, key_block=A.KEY_BLOCK if Sk < 100 else 50)
+        assert_close(got, _want(q, k, v, mask), tol=TOL)
+        np.testing.assert_array_equal(got, _run(q, k, v, mask, threads=threads,
+                                                key_block=A.KEY_BLOCK if Sk < 100 else 50))
+    q, k, v = random((1, 2, 100, 16), 1), random((1, 2, 100, 16), 2), random((1, 2, 100, 8), 3)
+    causal = _causal_mask(100, 100, np.finfo(np.float32).min)
+    np.testing.assert_array_equal(_run(q, k, v, A.row_mask(causal, 100, 100), threads=threads),
+                                  _run(q, k, v, causal=True, threads=threads))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        _run(q, k, v, A.row_mask(causal[:50], 50, 100))
+
+
 def _causal_mask(rows, keys, fill):
     return np.triu(np.full((rows, keys), fill, np.float32), 1)
 

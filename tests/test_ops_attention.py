@@ -279,6 +279,33 @@ def test_graph_with_bshd_and_constant_mask():
         assert_close(out, reference(qa, qa, qa, random((20, 20), 4), layout="bshd"), tol=TOL)
 
 
+def test_per_row_masks_computed_and_given_across_runs():
+    """Per-row masks (read by the kernel as row blocks made once per Value):
+    a constant one (Swin's bias and shift mask, 49 tokens per window, batch
+    of windows > 1) kept over runs, one given at each run and one computed
+    in the graph from it (new values every run: never a stale copy), and a
+    boolean one."""
+    ctx = jitnn.default_context()
+    b = jitnn.GraphBuilder(ctx)
+    q = b.input("q", (4, 3, 49, 32))
+    given = b.input("mask", (4, 1, 49, 49))
+    bits = b.input("bits", (49, 49), dtype="uint8")
+    fixed = random((4, 3, 49, 49), 8, scale=2.0)
+    y1 = b.scaled_dot_product_attention(q, q, q, b.constant(fixed))
+    y2 = b.scaled_dot_product_attention(q, q, q, b.add(given, b.constant(fixed[:1, :1])))
+    y3 = b.scaled_dot_product_attention(q, q, q, bits)
+    g = b.build({"y1": y1, "y2": y2, "y3": y3})
+    outs = {name: np.empty((4, 3, 49, 32), np.float32) for name in ("y1", "y2", "y3")}
+    for seed in (1, 2, 3):
+        qa = random((4, 3, 49, 32), seed)
+        ma = random((4, 1, 49, 49), seed + 10, scale=2.0)
+        keep = (np.random.default_rng(seed).random((49, 49)) > 0.4).astype(np.uint8)
+        ctx.compute(g, {"q": qa, "mask": ma, "bits": keep}, outs)
+        assert_close(outs["y1"], reference(qa, qa, qa, fixed), tol=TOL)
+        assert_close(outs["y2"], reference(qa, qa, qa, ma + fixed[:1, :1]), tol=TOL)
+        assert_close(outs["y3"], reference(qa, qa, qa, keep), tol=TOL)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thread_counts_give_the_same_bits(threads):
     q, k, v = _qkv(1, 3, 70, 130, 24)

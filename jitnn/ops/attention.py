@@ -279,11 +279,25 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
             node.memo = SimpleNamespace(layouts=tuple(t._layout for t in node.inputs),
                                         notes=tuple(_explain(node, value)))
     # (a mask of rank <= 3 broadcasts to 3-D operands' (1, N, Sq, Sk) as to (N, Sq, Sk))
-    mask = plain_buffer(node.inputs[3]) if a["masked"] else None
+    mask = _kernel_mask(node.inputs[3], *a["dims"][2:4]) if a["masked"] else None
     ctx.launcher.launch(attention_kernels.attention, q, k, v, _bhsd(dest, layout), mask,
                         scale=a["scale"], causal=a["causal"],
                         nan_to_zero=a.get("nan_to_zero", False))
     return dest
+
+
+def _kernel_mask(mask: Value, rows: int, keys: int):
+    """The mask as the kernel reads it. One with a value per query row (Swin's
+    relative bias and shift mask, a causal mask given as values) is made a
+    ``RowMask`` (its row blocks transposed as the kernel's scores are) once
+    per Value and kept with its derived forms: a constant mask once per
+    model, a computed one once per run; one value per key (BERT's padding
+    mask) is read as it is."""
+    data = plain_buffer(mask)       # outside the value's lock (see Value._derive)
+    if rows == 1 or data.ndim < 2 or data.shape[-2] == 1:
+        return data
+    return mask._derive(("attention_rows", rows, keys),
+                        lambda: attention_kernels.row_mask(data, rows, keys))
 
 
 def _explain(node: Node, value: Value) -> list[str]:
