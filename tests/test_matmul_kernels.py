@@ -323,6 +323,43 @@ def test_packed_b_is_reused(threads, monkeypatch):
         _check(out, *_reference(a, w_then, b_t=True, bias=np.ones(300)), f"M={M}")
 
 
+def test_k_blocks_are_even():
+    """K is cut into the fewest blocks of at most KC, all of one depth but
+    the last, which is shorter by fewer k-steps than there are blocks."""
+    for K in (1, 7, blocking.KC - 1, blocking.KC, blocking.KC + 1, blocking.KC + 37,
+              3 * blocking.KC // 2, 3 * blocking.KC, 3 * blocking.KC + 5):
+        kc = mm.k_block(K)
+        blocks = -(-K // kc)
+        assert kc <= blocking.KC and blocks == -(-K // blocking.KC), (K, kc)
+        assert 0 <= kc * blocks - K < blocks, (K, kc)
+    assert mm.pack_b(np.zeros((3 * blocking.KC // 2, 5), np.float32)).kc == 3 * blocking.KC // 4
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_k_blocks_of_an_uneven_split(threads, monkeypatch):
+    """K = 2 KC + 2 (three blocks, the last one shorter), packed
+    beforehand and in the driver, with an epilogue reading bias, residual and
+    GELU on the last block, against float64; and the packed weights read back
+    (jitnn.ops.matmul.unpacked_b) as they were."""
+    from jitnn.ops.matmul import unpacked_b
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    rng = np.random.default_rng(5)
+    M, N, K = 2 * mm.MR + 3, 2 * mm.NR + 7, 2 * blocking.KC + 2
+    a = random((M, K), rng)
+    b = random((K, N), rng)
+    bias = random((N,), rng)
+    residual = random((M, N), rng)
+    want, bound = _reference(a, b, bias=bias, residual=residual, act=GELU)
+    packed = mm.pack_b(b, threads=threads)
+    assert packed.kc == mm.k_block(K) == -(-K // 3) and 2 * packed.kc < K
+    assert np.array_equal(unpacked_b(packed, False), b)
+    for operand in (packed, b):
+        out = np.full((M, N), np.nan, np.float32)
+        mm.gemm(a, operand, out, bias=bias, residual=residual, activation=GELU,
+                threads=threads)
+        _check(out, want, bound, f"packed={operand is packed}")
+
+
 # --- batches ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -423,12 +460,16 @@ def test_out_must_not_overlap_an_input(size):
 def test_cache_blocks_follow_the_cache_sizes():
     """The cache sizes are read (sysfs on Linux: CPython's os.sysconf often
     lacks their names) and the blocks follow them: KC k-steps of one L1d line
-    each, at most 512; MC rows of A whose block takes two thirds of L2."""
+    each, at most 512, times the cache lines of a B panel row (2 on AVX-512),
+    with the B panel at most an eighth of L2; MC rows of A whose block takes
+    two thirds of L2."""
     l1 = blocking._cache_size(1, -1)
     l2 = blocking._cache_size(2, -1)
     if os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
         assert 4096 <= l1 < l2, (l1, l2)
-    assert blocking.KC == max(16, min(512, blocking._L1D // 64))
+    lines = max(1, mm.NR * 4 // 64)
+    assert blocking.KC == max(16, min(512 * lines, blocking._L1D // 64 * lines,
+                                      blocking._L2 // 8 // (mm.NR * 4)))
     assert blocking.MC % mm.MR == 0 and blocking.MC * blocking.KC * 4 <= blocking._L2 * 2 // 3 \
         or blocking.MC == mm.MR
 

@@ -42,11 +42,13 @@ same way, one row block at a time, into a per-task buffer:
 change the order in which packing reads them; nothing is transposed in memory.
 
 **Cache blocking** (:data:`KC`, :data:`MC`, :data:`NC`, derived from the L1d
-and L2 sizes; 512, 168, 4080 for AVX2 with a 32 KiB L1d and a 512 KiB L2):
-a task owns a block of at most ``MC`` rows and ``NC`` columns of ``out`` and
-walks K in blocks of ``KC``. For each K-block it packs its rows of A (``MC x
-KC`` floats, 336 KiB: stays in L2), then for each B panel (``KC x NR``, 32 KiB
-on AVX2: stays in L1; 64 KiB on AVX-512: streams from L2) runs the register
+and L2 sizes; 512, 168, 4080 for AVX2 with a 32 KiB L1d and a 512 KiB L2;
+1024, 168, 4064 for AVX-512 with a 32 KiB L1d and a 1 MiB L2): a task owns a
+block of at most ``MC`` rows and ``NC`` columns of ``out`` and walks K in
+blocks of ``kc = k_block(K)`` (K cut evenly into blocks of at most ``KC``).
+For each K-block it packs its rows of A (``MC x KC`` floats, 336 KiB on AVX2,
+672 KiB on AVX-512: stays in L2), then for each B panel (``KC x NR``, 32 KiB
+on AVX2: stays in L1; 128 KiB on AVX-512: streams from L2) runs the register
 tile down the A panels (:func:`_macro_kernel`). The first K-block stores the
 tiles, later ones add to them, and the last one applies the epilogue in the
 registers before its store.
@@ -89,12 +91,12 @@ import numba
 import numpy as np
 
 from ..epilogue import ACTIVATIONS, LAST_ACTIVATION, NONE
-from .blocking import KC, MC, MR, NC, NR, VEC
+from .blocking import KC, MC, MR, NC, NR, VEC, k_block
 from .drivers import PATHS, gemm_driver, matmul_small
 from .packing import pack_b_parallel, pack_b_serial
 
 __all__ = ["KC", "MC", "MR", "NC", "NR", "PATHS", "VEC", "PackedB", "batched_matmul", "gemm",
-           "gemm_driver", "matmul_small", "pack_b", "plan_blocks"]
+           "gemm_driver", "k_block", "matmul_small", "pack_b", "plan_blocks"]
 
 #: products with M * N * K up to this many multiply-adds take the direct path
 DIRECT_MAX_MACS = 64 ** 3
@@ -276,7 +278,7 @@ def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
         else:
             kc, b_data, b = b.kc, b.data, _NO_B
     if not packed:
-        kc, b_data = KC, _NOT_PACKED
+        kc, b_data = k_block(K), _NOT_PACKED
     # the direct path reads B once, in place: for tiny products and few rows
     direct = not packed and (macs <= DIRECT_MAX_MACS or M <= DIRECT_MAX_ROWS or K == 0)
     try:  # the drivers raise ValueError when out overlaps an input
@@ -451,8 +453,9 @@ def pack_b(b, b_transpose=False, threads=None):
     b3, b_t = _operand(op, "b", b, b_transpose, b.ndim)
     K, N = (b3.shape[2], b3.shape[1]) if b_t else (b3.shape[1], b3.shape[2])
     data = np.empty((b3.shape[0], K * (-(-N // NR)) * NR), np.float32)
+    kc = k_block(K)
     if data.size:
         if threads is None:
             threads = numba.get_num_threads() if data.size >= (1 << 18) else 1
-        (pack_b_parallel if threads > 1 else pack_b_serial)(b3, b_t, KC, data)
-    return PackedB(data, K, N, KC)
+        (pack_b_parallel if threads > 1 else pack_b_serial)(b3, b_t, kc, data)
+    return PackedB(data, K, N, kc)

@@ -60,20 +60,33 @@ def _cache_size(level: int, default: int) -> int:
 _L1D = _cache_size(1, 32 * 1024)
 _L2 = _cache_size(2, 512 * 1024)
 
-#: K-block depth: as many k-steps as L1d has 64-byte lines (512 for 32 KiB),
-#: at most 512. A B panel row of NR floats is one line on AVX2, so its panel
-#: (KC x NR) fills L1d; on AVX-512 it is two and the panel streams from L2,
-#: which has the bandwidth for it (128 bytes per 28 FMAs) while the deeper
-#: block halves the passes over the output tiles and the calls per tile.
+#: float32 lanes of a cache line (64 bytes), and the lines a B panel row of NR
+#: floats spans: 1 on AVX2, 2 on AVX-512 (at least 1: SSE, NEON)
+_LINE_FLOATS = 16
+_NR_LINES = max(1, NR // _LINE_FLOATS)
+#: K-block depth at most: as many k-steps as L1d has 64-byte lines (512 for
+#: 32 KiB), at most 512, times the lines of a B panel row. On AVX2 a row is
+#: one line, so the B panel (KC x NR) fills L1d; on AVX-512 it is two, the
+#: panel streams from L2 either way, which has the bandwidth for it (128 bytes
+#: per 28 FMAs), and a deeper block means fewer passes over the output tiles
+#: (each pass loads and stores every tile of the task once) and fewer calls
+#: per tile. The panel is kept to an eighth of L2 (128 KiB of 1 MiB).
 #: AVX2, 1024^3, 1 thread: KC = 256 0.90x OpenBLAS, 512 0.93-0.95x, 768 no
-#: better. AVX-512 at half width (Zen 4, MR x NR = 14 x 32), 1 thread, best
-#: of rounds alternated with OpenBLAS in one process, KC = 256 -> 512:
-#: 512^3 1.00 -> 1.02x, 1024^3 1.00 -> 1.04x, 2048^3 1.02 -> 1.06x.
-KC = max(16, min(512, _L1D // 64))
+#: better. AVX-512 at half width (Zen 4, MR x NR = 14 x 32, 1 MiB L2), 1
+#: thread, best of rounds alternated with OpenBLAS in one process, KC = 256 ->
+#: 512: 512^3 1.00 -> 1.02x, 1024^3 1.00 -> 1.04x, 2048^3 1.02 -> 1.06x; then
+#: KC = 512 -> 1024 (MC 336 -> 168), thread CPU time, best of 15 rounds
+#: alternated in one process (shared host): 1024^3 99.7 -> 102.6 GFLOP/s,
+#: 2048^3 105.1 -> 108.3, 336 x 1024 x 1024 96.4 -> 101.9; at BERT's and
+#: ViT's shapes (with a bias) 128 x 2304 x 768 100.1 -> 105.5, 128 x 3072 x
+#: 768 97.0 -> 105.7, 197 x 768 x 3072 99.9 -> 101.2, 197 x 2304 x 768
+#: 98.2 -> 102.6 (K = 768 was a block of 512 and one of 256).
+KC = max(16, min(512 * _NR_LINES, _L1D // 64 * _NR_LINES, _L2 // 8 // (NR * 4)))
 #: rows per task at most: the packed A block (MC x KC) takes two thirds of L2,
 #: leaving room for the B panel and output tiles passing through.
 #: 512 KiB L2, KC = 512: MC = 168 (336 KiB); 96 and 240 measured the same.
-#: 1 MiB, KC = 512, MR = 14: MC = 336; 672 measured no better.
+#: 1 MiB, KC = 512, MR = 14: MC = 336; 672 measured no better; KC = 1024:
+#: MC = 168, 168 and 336 measured the same (1 thread, M = 197 .. 2048).
 MC = max(MR, ((_L2 * 2 // 3) // (KC * 4)) // MR * MR)
 #: columns per task at most: a B block (KC x NC, 8 MiB) stays in the L3 while
 #: the row blocks that share it run. 4080 is BLIS's value (a multiple of NR).
@@ -89,6 +102,20 @@ _DIRECT_W = 4 * NR
 _DIRECT_BLOCK = SMALL_K * _DIRECT_W
 _GEMV_TILE = 4 * VEC  # partial sums of the transposed one-row product
 _ROW_TILE = 4 * NR  # accumulators of the one-row kernel on packed B
+
+
+
+def k_block(K: int) -> int:
+    """The K-block depth of a product with ``K`` k-steps: ``K`` cut into the
+    fewest blocks of at most :data:`KC`, all of one depth (the last one
+    shorter by fewer k-steps than there are blocks), so that no short last
+    block makes a pass over the output tiles for little work: K = 1536 in two
+    blocks of 768, not 1024 and 512 (K = 768 with KC = 512: two of 384)."""
+    if K <= KC:
+        return max(1, K)
+    blocks = -(-K // KC)
+    return -(-K // blocks)
+
 
 _ONE = np.float32(1.0)
 _ZERO = np.float32(0.0)
