@@ -82,10 +82,16 @@ SDPA: 10.7 / 5.9 and 0.78 / 0.51 ms; jitnn's unfused matmul, mul, add,
 softmax, matmul: 19.9 / 14.2 and 1.47 / 1.13 ms. The cost of the layout:
 fewer than ``QB`` rows (decoding, ``Sq = 1``) still run a whole tile.
 Short sequences too (Swin's 49-token windows: 64 lanes for 49 rows, about 35
-GFLOP/s on 1 thread, as PyTorch's SDPA). Tried there and dropped, both no
-faster in alternated runs: keys as the lanes (one block of keys, MR-row
-tiles, a row softmax: as many FMAs once padded, plus horizontal
-reductions), and a broadcast mask transposed once so tasks add it by vectors.
+GFLOP/s on 1 thread, as PyTorch's SDPA, before the two changes below). There
+the work around the two products counts: a per-row mask read one row per
+lane, and Q's and the output's transposes, each about a tenth of a window's
+time; a mask made a :class:`RowMask` once is added by vectors, and the
+transposes go through 8 x 8 tiles. Tried there and dropped, no faster in
+alternated runs: keys as the lanes (one block of keys, MR-row tiles, a row
+softmax: as many FMAs once padded, plus horizontal reductions); Q, K and V
+read as strided views of the (B, S, 3, H, D) projection instead of the
+transposed copies (Swin: the 5-D transpose and the head merge not copied,
+but the kernel 1.2-1.45x slower on the strided rows, Swin-T 1 % slower).
 
 **Rows with nothing to attend to.** A key masked by a boolean mask scores
 ``float32 lowest`` (``-3.4e38``), finite, so a row whose every key is masked
@@ -120,8 +126,10 @@ from .epilogue import vector_exp
 from .matmul import MR, NR
 from .stack import atomic_add, stack_empty
 
-#: query rows per task: two SIMD vectors (the matrix products' NR)
+#: query rows per task: two SIMD vectors (the matrix products' NR; a multiple
+#: of 8, the side of the transposing tiles)
 QB = NR
+assert QB % 8 == 0, QB
 #: keys per block: about 64, a multiple of MR so that every score tile is whole
 #: (66 on AVX2: 11 tiles; 70 on AVX-512: 5 tiles)
 KEY_BLOCK = -(-64 // MR) * MR
@@ -160,14 +168,53 @@ _STRONG = np.float32(-1e30)
 @jit()
 def _pack_queries(qf, base, qs, rows, D, scale, qt):
     """``qt[d, i] = scale * q[i, d]`` for the task's ``rows`` query rows (row
-    ``i`` at ``base + i * qs``); rows past them are zero."""
-    for d in range(D):
-        for i in range(QB):
-            qt[np.uint64(d * QB + i)] = _ZERO
-    for i in range(rows):
-        row = base + i * qs
-        for d in range(D):
-            qt[np.uint64(d * QB + i)] = qf[np.uint64(row + d)] * scale
+    ``i`` at ``base + i * qs``); the lanes past them repeat the last row
+    (their scores are never stored). Through 8 x 8 tiles on the stack: 8 rows
+    read along D, written along the rows (the row-by-row scalar transpose was
+    about a tenth of a Swin window's time)."""
+    tile = numba.carray(stack_empty(64, np.float32), (8, 8))
+    for i0 in range(0, QB, 8):
+        for d0 in range(0, D - 7, 8):
+            for a in range(8):
+                row = base + min(i0 + a, rows - 1) * qs + d0
+                for c in range(8):
+                    tile[a, c] = qf[np.uint64(row + c)] * scale
+            for c in range(8):
+                for a in range(8):
+                    qt[np.uint64((d0 + c) * QB + i0 + a)] = tile[a, c]
+        for d in range(D // 8 * 8, D):
+            for a in range(8):
+                row = base + min(i0 + a, rows - 1) * qs
+                qt[np.uint64(d * QB + i0 + a)] = qf[np.uint64(row + d)] * scale
+
+
+@jit()
+def _store(of, base, os_, rows, Dv, ot, l):
+    """``out[i, c] = ot[c, i] / l[i]`` for the task's ``rows`` rows (row ``i``
+    at ``base + i * os_``), the transpose back through 8 x 8 tiles as in
+    :func:`_pack_queries`."""
+    inverse = numba.carray(stack_empty(QB, np.float32), QB)
+    for i in range(QB):
+        inverse[i] = _ONE / l[i]
+    tile = numba.carray(stack_empty(64, np.float32), (8, 8))
+    full = rows // 8 * 8
+    for i0 in range(0, full, 8):
+        for c0 in range(0, Dv - 7, 8):
+            for c in range(8):
+                for a in range(8):
+                    tile[a, c] = ot[np.uint64((c0 + c) * QB + i0 + a)] * inverse[i0 + a]
+            for a in range(8):
+                row = base + (i0 + a) * os_ + c0
+                for c in range(8):
+                    of[np.uint64(row + c)] = tile[a, c]
+        for c in range(Dv // 8 * 8, Dv):
+            for a in range(8):
+                of[np.uint64(base + (i0 + a) * os_ + c)] = \
+                    ot[np.uint64(c * QB + i0 + a)] * inverse[i0 + a]
+    for i in range(full, rows):
+        row = base + i * os_
+        for c in range(Dv):
+            of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse[i]
 
 
 @jit()
@@ -427,17 +474,15 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         _rescale(ot, dv_rows, alpha)
         _accumulate(vf, v_base + j0 * g[_VS], g[_VS], keys, Dv, st, ot)
     o_base = b * g[_OB] + h * g[_OH] + i0 * g[_OS]
-    nan_zero = g[_NAN_ZERO] != 0
-    for i in range(rows):
+    if g[_NAN_ZERO] == 0:
+        _store(of, o_base, g[_OS], rows, Dv, ot, l)
+        return
+    for i in range(rows):       # exporters' Where(IsNaN(x), 0, x) guard, in the store
         inverse = _ONE / l[i]
         row = o_base + i * g[_OS]
-        if nan_zero:            # exporters' Where(IsNaN(x), 0, x) guard, in the store
-            for c in range(Dv):
-                r = ot[np.uint64(c * QB + i)] * inverse
-                of[np.uint64(row + c)] = r if r == r else _ZERO
-        else:
-            for c in range(Dv):
-                of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse
+        for c in range(Dv):
+            r = ot[np.uint64(c * QB + i)] * inverse
+            of[np.uint64(row + c)] = r if r == r else _ZERO
 
 
 @parallel_kernel
