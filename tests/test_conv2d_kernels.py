@@ -194,8 +194,8 @@ DEPTHWISE = [
 # input is padded once instead).
 DEPTHWISE_STACK_PADDED = [
     # (n, c, h, w, kernel, strides, dilations, padding, rows padded in the task)
-    (1, 8, 40, 20, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
-    (1, 8, 12, 56, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # 56 wide: padded too
+    (1, 8, 40, 20, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), True),
+    (1, 8, 60, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),       # narrower than a tile
     (2, 9, 30, 16, (5, 5), (1, 1), (2, 2), (4, 4, 4, 4), True),
     (1, 17, 60, 12, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
     (1, 8, 20, 28, (7, 7), (1, 1), (2, 2), (6, 6, 6, 6), False),
@@ -213,6 +213,38 @@ def test_depthwise_padding_on_the_stack(case):
     assert (pad_rows > 0) == in_task and (launch.pad_copy is None) == in_task
     if in_task:  # several row chunks per plane
         assert min(oh, 2048 // (geom[6] * 8), pad_rows) < oh
+
+
+# 3x3 and 5x5 at stride 1 and 2 on rows at least a tile wide: every column in
+# register tiles, masked over the borders (no padded copy), wide tiles inside
+# (kernels.conv2d.depthwise._DW_WIDE). Channels that leave the last block
+# partial (1, 3, 7, 9, 17: single pixels there), odd sizes, a batch, padding
+# wider than the kernel reaches (tiles wholly in the padding), blocks 4/8/16.
+DEPTHWISE_EDGE_TILES = [
+    # (n, c, h, w, kernel, strides, padding, block)
+    (1, 16, 9, 7, (3, 3), (1, 1), (1, 1, 1, 1), 8),        # one tile, masked both sides
+    (2, 24, 11, 56, (3, 3), (1, 1), (1, 1, 1, 1), 8),      # edge, 3 wide, edge
+    (1, 8, 6, 112, (3, 3), (2, 2), (1, 1, 1, 1), 8),
+    (1, 17, 13, 29, (5, 5), (1, 1), (2, 2, 2, 2), 8),
+    (3, 9, 7, 31, (5, 5), (2, 2), (2, 2, 2, 2), 8),
+    (1, 7, 8, 33, (3, 3), (2, 2), (0, 1, 0, 1), 4),        # asymmetric, odd width
+    (1, 3, 5, 23, (5, 5), (1, 1), (1, 3, 4, 6), 4),        # padding past the kernel's reach
+    (1, 1, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4),         # one channel: not depthwise
+    (1, 2, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4),
+    (2, 32, 10, 28, (3, 3), (1, 1), (1, 1, 1, 1), 16),
+    (1, 48, 8, 57, (5, 5), (2, 2), (2, 2, 2, 2), 16),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_EDGE_TILES)
+def test_depthwise_edge_tiles(case):
+    n, c, h, w, kernel, strides, padding, block = case
+    for residual, activation in ((True, (CLAMP, -1.0, 1.0)), (False, (SIGMOID, 0.0, 0.0))):
+        packed = run_case(n, c, c, h, w, kernel, strides, (1, 1), padding, groups=c,
+                          block=block, activation=activation, residual=residual, seed=h + w)
+    if packed.path == "depthwise":     # (one channel is a plain conv)
+        for launch in packed.launches.values():
+            assert launch.tail[2] == 0 and launch.pad_copy is None    # no padded input
 
 
 @pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: f"c{c[1]}m{c[2]}_{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}_s{c[6][0]}_d{c[7][0]}")

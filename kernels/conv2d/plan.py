@@ -19,7 +19,7 @@ from ..buffers import aligned_empty
 from ..epilogue import CLAMP, LAST_ACTIVATION, NONE, RELU
 from . import winograd
 from .conv1x1 import conv1x1_driver
-from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode
+from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode, edge_tiles
 from .direct import conv_driver
 from .geometry import (PASS_WHOLE, ConvGeometry, DepthwiseGeometry, _clip_range,
                        conv1x1_tile_shape, conv2d_output_size, depthwise_tile_pixels,
@@ -351,7 +351,9 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if packed.path == "depthwise":
         CB = _blocks(C, cb)
         pad_copy = None
-        # border columns run pixel by pixel, and so does a row whose interior
+        # The common 3x3 and 5x5 at stride 1 and 2 run their border columns in
+        # masked tiles (depthwise.edge_tiles: no padding). Otherwise border
+        # columns run pixel by pixel, and so does a row whose interior
         # is narrower than a tile: then pad the input, each task its own rows
         # on its stack (pad_rows of them), or the whole input once when a row
         # is too wide for that buffer; with stride 1 up to _DW_PAD_WIDTH wide
@@ -359,7 +361,7 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         # ch; 56 x 56: see _DW_PAD_WIDTH).
         owa, owb = _clip_range.py_func(-pl, sw, OW, W - (KW - 1) * dw)
         pad_rows = 0
-        if packed.multiplier == 1 and (pl or pr) and (
+        if packed.multiplier == 1 and (pl or pr) and not edge_tiles(cb, KW, sw, dw, OW) and (
                 owb - owa < depthwise_tile_pixels(cb) or (sw == 1 and OW <= _DW_PAD_WIDTH)):
             # output rows per task whose padded input rows fit the stack buffer
             row_floats = ((OW - 1) * sw + (KW - 1) * dw + 1) * cb

@@ -93,6 +93,11 @@ memory.
   per row;
 * the result goes to ``y_offset + p * cb`` for the pixels ``p >= first_pixel``.
 
+``depthwise_edge_tile(..., column_lo, column_hi)`` (the sliding case only:
+literal taps and pixel step, no ``tap_stride``) is the same tile over the
+input's left or right border: it loads only the tile's input columns in
+``[column_lo, column_hi)`` (masked loads) and takes the others as zeros.
+
 All three clamp the result to ``[lo, hi]`` when ``clamp`` (``min(max(v, lo),
 hi)`` with NaN passing through, as numba's min and max do).
 """
@@ -519,23 +524,90 @@ def depthwise_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, tap_st
     return signature, codegen
 
 
+@intrinsic
+def depthwise_edge_tile(typingctx, P, cb, pixel_step, x, x_offset, row_stride, rows, taps, w,
+                        w_offset, bias, bias_offset, residual, use_residual, y, y_offset,
+                        first_pixel, clamp, lo, hi, column_lo, column_hi):
+    """``depthwise_tile`` with a literal ``taps`` and ``pixel_step`` (dilation
+    1, the tap stride ``cb``) over the border of the input: it reads only its
+    input columns ``column_lo <= c < column_hi`` (``c`` from 0, the tile's
+    first input column, to ``(P - 1) * stride + taps``), the others are zero
+    padding. Rows outside the input are the caller's: it clips ``rows``."""
+    shape = _tile_shape(P, types.IntegerLiteral(1), cb)
+    if (shape is None or not all(_is_array(a) for a in (x, w, bias, residual, y))
+            or not isinstance(taps, types.IntegerLiteral)
+            or not isinstance(pixel_step, types.IntegerLiteral)
+            or pixel_step.literal_value % cb.literal_value):
+        return None
+    index = types.intp
+    signature = types.void(P, cb, pixel_step, x, index, index, index, taps, w, index, bias,
+                           index, residual, types.boolean, y, index, index, types.boolean,
+                           types.float32, types.float32, index, index)
+
+    def codegen(context, builder, sig, args):
+        (x_offset, row_stride, rows, _, _, w_offset, _, bias_offset, _, use_residual, _,
+         y_offset, first_pixel, clamp, lo, hi, column_lo, column_hi) = args[4:]
+        x_data, w_data, bias_data, residual_data, y_data = (
+            _array_data(context, builder, sig.args[i], args[i]) for i in (3, 8, 10, 12, 14))
+        tile = _TileEmitter(builder, *shape)
+        cb = shape[2]
+
+        def output_offset(p, b):
+            return tile.add(y_offset, tile.const(p * cb))
+
+        acc = tile.plus_residual([tile.load(bias_data, bias_offset)] * shape[0], use_residual,
+                                 residual_data, output_offset)
+        sums = _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, rows,
+                                       sig.args[7].literal_value,
+                                       sig.args[2].literal_value // cb, w_data, w_offset,
+                                       (column_lo, column_hi))
+        tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 def _depthwise_rows_sliding(builder, tile, acc, x_data, x_offset, row_stride, rows, taps,
-                            stride, w_data, w_offset):
+                            stride, w_data, w_offset, columns=None):
     """Dilation 1, ``taps`` and ``stride`` known: per kernel row, each of the
     ``(P - 1) * stride + taps`` input columns is loaded once and feeds the
     pixels it is a tap of (column ``c`` is tap ``t`` of pixel ``(c - t) /
     stride``). A 3x3 tile of 7 pixels loads ``3 x 9`` vectors at stride 1 and
     ``3 x 15`` at stride 2 instead of ``3 x 3 x 7``: FMA-bound instead of
-    load-bound at stride 1. Returns the sums."""
+    load-bound at stride 1. With ``columns`` (``(lo, hi)``, i64 values), only
+    columns ``lo <= c < hi`` are read, the others are zero (masked loads: a
+    tile over the input's border reads nothing outside it). Returns the sums."""
     const, P, cb = tile.const, tile.P, tile.cb
     first_x, first_w = builder.gep(x_data, [x_offset]), builder.gep(w_data, [w_offset])
+    count = (P - 1) * stride + taps
+    if columns is not None:
+        # one mask per column, the same for every kernel row (hoisted here)
+        i1s = ir.VectorType(ir.IntType(1), cb)
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(tile.vector, [tile.vector.as_pointer(), _I32, i1s, tile.vector]),
+            f"llvm.masked.load.v{cb}f32.p0")
+        masks = []
+        for column in range(count):
+            inside = builder.and_(builder.icmp_signed("<=", columns[0], const(column)),
+                                  builder.icmp_signed(">", columns[1], const(column)))
+            splat = builder.insert_element(ir.Constant(i1s, None), inside, ir.Constant(_I32, 0))
+            masks.append(builder.shuffle_vector(splat, splat,
+                                                ir.Constant(ir.VectorType(_I32, cb), [0] * cb)))
+
+    def load_column(x_row, column):
+        if columns is None:
+            return tile.load(x_row, const(column * cb))
+        return builder.call(masked_load, [tile.pointer(x_row, const(column * cb)),
+                                          ir.Constant(_I32, 4), masks[column],
+                                          ir.Constant(tile.vector, None)])
 
     def row_step(values):
         x_row, w_row = values[:2]
         weights = [tile.load(w_row, const(t * cb)) for t in range(taps)]
         new = list(values[2:])
-        for column in range((P - 1) * stride + taps):
-            value = tile.load(x_row, const(column * cb))
+        for column in range(count):
+            value = load_column(x_row, column)
             for t in range(taps):
                 p, off_grid = divmod(column - t, stride)   # the pixel this column is tap t of
                 if off_grid == 0 and 0 <= p < P:
