@@ -183,6 +183,30 @@ class Bindings:
         self.views: dict[tuple[int, tuple], np.ndarray] = {}
         self.last_views: list = [None] * steps     # per step: (stable array, its view)
         self.misses = [0] * steps
+        #: per step with no buffer slot (its value is kept: a graph output), the
+        #: array its kernel wrote at the run before, handed to it again
+        self.kept: list = [None] * steps
+
+    def kept_out(self, index: int, node: Node) -> np.ndarray | None:
+        """The array step ``index`` (a kept value's, no slot) wrote last run,
+        for a kernel that writes into the buffer it is given; None at first.
+        A program runs one call at a time and its outputs are copied out
+        before the next, so the array is free again: the step then writes in
+        place (no allocation) and may be bound, as an intermediate's is."""
+        kept = self.kept[index]
+        return kept if kept is not None and kept is not False else None
+
+    def keep(self, index: int, node: Node, data: np.ndarray) -> None:
+        """After step ``index`` (no slot) ran: keep the array it wrote, if it
+        is its own (not over an input's memory), for :meth:`kept_out`."""
+        if self.kept[index] is not None or not kind_of(node).writes_into_buffer:
+            return
+        own = isinstance(data, np.ndarray) and data.flags.c_contiguous and not any(
+            isinstance(v._data, np.ndarray) and np.may_share_memory(data, v._data)
+            for v in node.inputs)
+        self.kept[index] = data if own else False
+        if own:
+            self.stable[id(data)] = data
 
     def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
                  index: int):
@@ -269,7 +293,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             else:
                 node = captured.node
                 if not step.buffer:
-                    out = None
+                    out = None if bindings is None else bindings.kept_out(index, node)
                 elif bindings is None:
                     out = _out_from_slot(slots, step.buffer, captured.shape)
                 else:
@@ -285,6 +309,8 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 else:
                     ctx.launcher.tracing(reorders)
                     data = run_node(ctx, node, v, out)
+                    if bindings is not None and not step.buffer:
+                        bindings.keep(index, node, data)
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
                 v._data = data

@@ -26,14 +26,17 @@ What a program holds, and what it remakes at every run:
   and the tensors made from literal arguments during the recording dispatch;
 * the arrays of the plan's reused intermediate buffers (its slots), kept
   between runs so that a run allocates none of them: per program at most the
-  plan's peak memory less its outputs. A graph keeps up to
-  :data:`IDLE_PROGRAMS` programs; they go when the graph goes.
+  plan's peak memory less its outputs; and the array each output's kernel
+  wrote (outputs are copied into the caller's arrays before the next run),
+  handed to it again. A graph keeps up to :data:`IDLE_PROGRAMS` programs;
+  they go when the graph goes.
 
 From its second run on, a step whose arrays are the program's own (its
 buffers and constants, the same objects at every run) runs as one kernel
 call bound to them at the run before (:class:`jitnn.executor.Bindings`):
 a convolution then costs one numba call instead of ~9 us of Python for its
-op's checks and planning. Every binding is checked against the step's
+op's checks and planning (a classifier's few-row product too: its packed
+weight and bias are derived forms, checked like a conv's filter). Every binding is checked against the step's
 Values before it is used; a step whose arrays are new at every run (it
 reads a graph input, or its filter is one) goes through its op as before. A
 conv that pads its input first or takes scratch memory is bound as well: those

@@ -24,12 +24,14 @@ from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels.buffers import aligned_empty
 from ..kernels import matmul as mm
+from ..kernels.matmul import gemv as gemv_kernels
 from ..limits import real_arg
 from ..kernels import epilogue
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import exact
 from ..tensor import Node, Tensor, Value
-from ._common import as_tensor, context_of, parse_activation, pending, plain_buffer, value_of
+from ._common import (Binding, as_tensor, context_of, parse_activation, pending, plain_buffer,
+                      value_of)
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -91,6 +93,38 @@ def unpacked_b(packed: "mm.PackedB", transpose: bool) -> np.ndarray:
     return np.ascontiguousarray(out.T) if transpose else out
 
 
+def _packed_gemv_b(ctx, b: Value, transpose: bool) -> "gemv_kernels.PackedGemvB":
+    """``b`` packed once for products of at most ``gemv_kernels.MAX_ROWS`` rows
+    (kernels/matmul/gemv.py), the packing kept on ``b`` as :func:`_packed_b`'s."""
+    key = ("gemv_b", transpose)
+    packed = b._derived.get(key)
+    if packed is not None:
+        return packed
+    values = plain_buffer(b)
+    if values.ndim != 2:         # (K,) is (K, 1); (1, 1, K, N) one matrix
+        values = values.reshape(-1, 1) if values.ndim == 1 else values.reshape(values.shape[-2:])
+
+    def pack():
+        packed = gemv_kernels.pack_gemv_b(values, transpose)
+        ctx.launcher.count(filter_packs=1, filter_pack_bytes=packed.nbytes)
+        return packed
+    packed = b._derive(key, pack)
+
+    def unpacked() -> np.ndarray:
+        matrix = packed.unpacked()
+        return (np.ascontiguousarray(matrix.T) if transpose else matrix).reshape(b.shape)
+    b._drop_plain(unpacked)
+    return packed
+
+
+def _uses_gemv(m: int, n: int, k: int, a_transpose: bool) -> bool:
+    """A product of a few rows on a packed weight (a classifier at batch 1, a
+    decode step) streams the weight once through gemv_kernels: the GEMM's
+    packed row path reads four panels' K-blocks at once (four streams 32 KB
+    apart) and packs for register tiles that one row cannot fill."""
+    return m <= gemv_kernels.MAX_ROWS and not a_transpose and _worth_packing(m, n, k)
+
+
 def _worth_packing(m: int, n: int, k: int) -> bool:
     # Tiny products take the kernel's direct path, which reads B as it is.
     return m * n * k > mm.DIRECT_MAX_MACS
@@ -130,6 +164,13 @@ def matmul(a, b, *, activation=None) -> Tensor:
     if not batch:
         # Two matrices: the kernel's gemm, with its direct path for tiny products.
         return _matrix_product(ctx, a, b, m, k, n, out_shape, code, p0, p1)
+    a_count = math.prod(a_shape[:-2])
+    if math.prod(b_shape[:-2]) == 1 and a_count == math.prod(batch) \
+            and _uses_gemv(a_count * m, n, k, False):
+        # one weight and a few rows in all (a decode step's (1, 1, K) @ (K, N)):
+        # one product of a's rows, on the gemv path, with the gemm's fusions
+        return _gemm_node(ctx, "matmul", a, b, None, a_count * m, k, n, out_shape, 1.0, 0.0,
+                          False, False, code, p0, p1)
     groups = int(np.prod(batch, dtype=np.int64))
     a_count = int(np.prod(a_shape[:-2], dtype=np.int64))
     b_count = int(np.prod(b_shape[:-2], dtype=np.int64))
@@ -164,19 +205,40 @@ def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
                       code, p0, p1)
 
 
+def _through_view(a: Value, size: int) -> Value:
+    """The blocked value behind a pending flatten or reshape ``a`` when its
+    buffer already holds ``a``'s values in order (``(N, C, 1, 1)`` with C a
+    whole number of blocks: a global pool's output), so that the product reads
+    it in place: the flatten, a step of its own otherwise (a Python call
+    between two kernels, ~40 us in MobileNetV2 at batch 1 after the last conv
+    has pushed the interpreter out of the caches), does not run at all."""
+    node = a._node
+    if node is None or node.op not in ("flatten", "reshape") or node.kind != "opaque" \
+            or len(node.inputs) != 1:
+        return a
+    source = node.inputs[0]
+    block = layouts.block_of(source._layout)
+    if block is None or source.ndim != 4 or source._dtype != a._dtype or source.size != size:
+        return a
+    n, c, h, w = source._shape if source._axes == "nchw" else \
+        (source._shape[0], source._shape[3], source._shape[1], source._shape[2])
+    return source if h * w == 1 and c % block == 0 else a
+
+
 def _gemm_node(ctx, op: str, a: Tensor, b: Tensor, c: Tensor | None, m: int, k: int, n: int,
                out_shape: tuple[int, ...], alpha: float, beta: float, a_transpose: bool,
                b_transpose: bool, code: int, p0: float, p1: float) -> Tensor:
     """A pending ``act(alpha * op(a) @ op(b) + beta * c)`` (plain ``(M, N)``, viewed as
     ``out_shape``): a node the scheduler may give a bias/residual ``c`` and an
     activation from the ops that follow it."""
-    attrs = {"a": value_of(a), "b": value_of(b), "c": value_of(c), "alpha": float(alpha),
+    attrs = {"a": _through_view(value_of(a), m * k), "b": value_of(b), "c": value_of(c),
+             "alpha": float(alpha),
              "beta": float(beta), "a_transpose": bool(a_transpose),
              "b_transpose": bool(b_transpose), "activation": (code, p0, p1),
              "mkn": (m, k, n)}
     inputs = (attrs["a"], attrs["b"]) + ((attrs["c"],) if c is not None else ())
     # the node's whole description, given its inputs (a, b, then c if given)
-    sig = ("gemm", op, exact(attrs["alpha"]), exact(attrs["beta"]), attrs["a_transpose"],
+    sig = ("gemm", op, attrs["a"]._layout, exact(attrs["alpha"]), exact(attrs["beta"]), attrs["a_transpose"],
            attrs["b_transpose"], code, exact(float(p0)), exact(float(p1)), (m, k, n),
            c is None)
     node = Node(op, inputs, kind="matmul", attrs=attrs, run=run_gemm, flops=2 * m * n * k,
@@ -197,6 +259,11 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     left, b = plain_buffer(a["a"]), a["b"]
     if left.ndim != 2:                       # numpy's 1-D operands of matmul
         left = left.reshape(m, k)
+    if _uses_gemv(m, n, k, a["a_transpose"]):
+        kernel, args, _ = _gemv_call(ctx, a, left, dest)
+        ctx.launcher.launch(kernel, *args)
+        return out if out is not None and out.size == m * n and out.shape == value.shape \
+            else dest.reshape(value.shape)
     if _worth_packing(m, n, k):
         right, b_transpose = _packed_b(ctx, b, a["b_transpose"]), False
     else:
@@ -216,6 +283,53 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     # bind to it (a replayed plan hands out the same view every run)
     return out if out is not None and out.size == m * n and out.shape == value.shape \
         else dest.reshape(value.shape)
+
+
+def _gemv_call(ctx, a: dict, left: np.ndarray, dest: np.ndarray) -> tuple:
+    """The gemv kernel, its arguments and the derived forms they hold
+    (``(value, key, form)``: the packed weight, the addends) for a node's
+    ``attrs`` ``a``; checked."""
+    key = ("gemv_b", a["b_transpose"])
+    packed = _packed_gemv_b(ctx, a["b"], a["b_transpose"])
+    derived = [(a["b"], key, packed)]
+    m, _, n = a["mkn"]
+    addends = []
+    for v in (a["c"], a.get("residual")):
+        if v is None:
+            addends.append(None)
+            continue
+        # the kernel's (1, Mc, Nc) array, kept on the value: a constant's is
+        # the same array at every run, so a bound call can hold it
+        values = plain_buffer(v)
+        form = v._derive(("gemv_addend", m, n), lambda: gemv_kernels.as_addend(
+            "c", _as_addend(values, m, n), m, n))
+        derived.append((v, ("gemv_addend", m, n), form))
+        addends.append(form)
+    code, p0, p1 = a["activation"]
+    kernel, args = gemv_kernels.gemv_call(
+        left, packed, dest, alpha=a["alpha"], beta=a["beta"] if a["c"] is not None else 0.0,
+        c=addends[0], residual=addends[1], activation=code, param0=p0, param1=p1,
+        threads=ctx.num_threads)
+    return kernel, args, tuple(derived)
+
+
+def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
+    """The gemv call :func:`run_gemm` just made, bound to its arrays (the other
+    paths are not bound: they run through the op)."""
+    a = node.attrs
+    m, k, n = a["mkn"]
+    if not _uses_gemv(m, n, k, a["a_transpose"]) or result.size != m * n \
+            or a["a"]._data is None:
+        return None
+    left = plain_buffer(a["a"])
+    left = left.reshape(m, k) if left.ndim != 2 else left
+    kernel, args, derived = _gemv_call(ctx, a, left, result.reshape(m, n))
+    return Binding(kernel, args, ((a["a"], a["a"]._data),), derived, result,
+                   ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_gemm.bind = bind_gemm
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, a_transpose: bool = False,
