@@ -21,7 +21,8 @@ them (a few milliseconds each).
 * :func:`fork_scout`: at a plan's first run in a cold process, a forked
   child scouts the plan's steps while the parent runs them; the pool
   compiles what the child found, last steps first, while the parent
-  compiles from the first (jitnn/executor.py).
+  compiles from the first (jitnn/executor.py); the conv tuner's candidates
+  that the formula would not run come after all that (:func:`optional`).
 
 Environment: ``JITNN_COMPILE_WORKERS`` is the number of worker processes
 (default: one per core, less the process's own when it compiles too; ``0``
@@ -63,6 +64,10 @@ class Request(NamedTuple):
     argtypes: tuple
     literals: tuple
     name: str
+    #: only a run of a candidate the run may not keep needs it (the conv
+    #: tuner's candidate that the formula would not run, :func:`optional`):
+    #: compiled after every needed one
+    optional: bool = False
 
 
 # --- the scout -----------------------------------------------------------------------
@@ -102,6 +107,8 @@ class _Scout:
 
     def __init__(self):
         self.requests: dict[tuple, Request] = {}
+        #: depth of :func:`optional` blocks: what they find is optional
+        self.optional = 0
 
     def intercept(self, kernel, args) -> tuple[bool, Callable | None]:
         """``(handled, what to call instead)`` for a call of ``kernel`` with
@@ -117,9 +124,14 @@ class _Scout:
         if argtypes in kernel.overloads or _is_cached(kernel, argtypes):
             return True, _skip
         key = (recipe, argtypes)
-        if key not in self.requests:
+        found = self.requests.get(key)
+        if found is None:
             self.requests[key] = Request(recipe, argtypes, tuple(_literal(a) for a in args),
-                                         function.__qualname__)
+                                         function.__qualname__, self.optional > 0)
+        elif found.optional and not self.optional:
+            # needed after all: it goes where the run first needs it
+            del self.requests[key]
+            self.requests[key] = found._replace(optional=False)
         return True, _skip
 
 
@@ -127,6 +139,32 @@ def scouting() -> bool:
     """Whether this thread is in a scouted run (:func:`scout`): its kernels'
     outputs are garbage, so nothing it measures means anything."""
     return getattr(_scouts, "active", None) is not None
+
+
+@contextlib.contextmanager
+def optional(really: bool = True):
+    """In a scouted run, the kernels first found inside this block are
+    optional (``really``): a run of a candidate the caller may drop (the conv
+    tuner runs each candidate once when scouted, and a cold run keeps the
+    formula's until the others are compiled). Pools compile them after every
+    needed one. Outside a scouted run it does nothing."""
+    state = getattr(_scouts, "active", None)
+    if state is None or not really:
+        yield
+        return
+    state.optional += 1
+    try:
+        yield
+    finally:
+        state.optional -= 1
+
+
+def ahead_order(requests: list[Request]) -> list[Request]:
+    """What a pool compiles ahead while a plan's first run compiles from its
+    first step: the needed kernels last found first (the run reaches them
+    last), then the optional ones (:func:`optional`) in the order found."""
+    return ([r for r in reversed(requests) if not r.optional]
+            + [r for r in requests if r.optional])
 
 
 def _skip(*args, **kws) -> None:
@@ -539,8 +577,8 @@ def wait_all(futures: list[concurrent.futures.Future],
 def fork_scout(run: Callable[[], object], submit: Callable[[list[Request]], None],
                timeout: float = 60.0) -> bool:
     """Scout ``run()`` in a forked child while this process goes on, and hand
-    what the child found to ``submit`` (from a background thread, last
-    found first). The child runs no kernel but the value-returning ones:
+    what the child found to ``submit`` (from a background thread, in
+    :func:`ahead_order`). The child runs no kernel but the value-returning ones:
     every jitnn dispatcher's compiled code is forgotten there (numba's table
     of it), so each call is intercepted; its output goes nowhere. Returns
     False, doing nothing, where ``os.fork`` is missing."""
@@ -601,7 +639,7 @@ def fork_scout(run: Callable[[], object], submit: Callable[[list[Request]], None
             os.waitpid(pid, 0)
         if chunks:
             with contextlib.suppress(Exception):
-                submit(list(reversed(pickle.loads(b"".join(chunks)))))
+                submit(ahead_order(pickle.loads(b"".join(chunks))))
 
     threading.Thread(target=collect, name="jitnn-scout", daemon=True).start()
     return True

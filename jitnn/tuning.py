@@ -31,8 +31,9 @@ in the file are not used either).
 ``jitnn.explain`` shows for each conv whether its algorithm was measured and
 the timings, ``jitnn info`` the file. A scouted run (kernels skipped, see
 ``jitnn.compile_pool.scout``) runs each candidate once, so that both are
-compiled ahead, and decides nothing; a candidate the formula would not run
-is timed only once its kernels are compiled (:func:`choose`).
+compiled ahead (the formula's with the run's kernels, the other after them:
+``compile_pool.optional``), and decides nothing; a candidate the formula
+would not run is timed only once its kernels are compiled (:func:`choose`).
 """
 
 from __future__ import annotations
@@ -339,8 +340,11 @@ def choose(key: str, candidates: Callable[[], Mapping[str, Callable[[], None]]],
     if not enabled():
         return None
     if compile_pool.scouting():
-        for run in candidates().values():
-            run()
+        # the others' kernels are optional: this run keeps the formula's
+        # until they are compiled (a cold run does not wait for them)
+        for name, run in candidates().items():
+            with compile_pool.optional(name != formula):
+                run()
         return None
     found = tuner().lookup(key)
     if found is not None:

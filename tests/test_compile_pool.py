@@ -130,6 +130,70 @@ print(json.dumps({{"compiled": COMPILED, "ok": bool(np.allclose(y, want))}}))
     assert not run["compiled"], run["compiled"]     # all from the cache
 
 
+# A conv the tuner has two candidates for (3x3, stride 1: direct and
+# Winograd), measuring on: the scout runs both, the real cold run only the
+# formula's (Winograd) until the other is compiled. The run's own compiles
+# (numba's compile events of jitnn's kernels called from Python, before
+# numba retypes them with literal arguments) get the key the scout gives.
+_TUNED_CONV = """
+import json, threading
+import numpy as np, jitnn
+import numba.core.event as event
+from numba.core import types
+from jitnn import compile_pool, registry
+from jitnn.kernels import _linking
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+w = (0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32)
+def workload():
+    ctx = jitnn.Context(num_threads=1)
+    return jitnn.relu(jitnn.conv2d(ctx.tensor(x), ctx.tensor(w), padding=1)).numpy()
+requests = compile_pool.scout(workload)
+compiled, depth = [], threading.local()
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        depth.value = getattr(depth, "value", 0) + 1
+        kernel, args = ev.data["dispatcher"], tuple(ev.data["args"])
+        recipe = _linking.kernel_recipe(kernel)
+        if depth.value == 1 and recipe is not None and not compile_pool.returns_value(
+                kernel.py_func) and not any(isinstance(a, types.Literal) for a in args):
+            compiled.append(((recipe, args), kernel.py_func.__qualname__))
+    def on_end(self, ev):
+        depth.value -= 1
+event.register("numba:compile", Compiles())
+y = workload()
+want = np.maximum(registry.reference("conv2d")(x, w, padding=1), 0)
+found = {(r.recipe, r.argtypes): r for r in requests}
+print(json.dumps({
+    "needed": [r.name for r in requests if not r.optional],
+    "optional": [r.name for r in requests if r.optional],
+    "compiled": [name for _, name in compiled],
+    "missed": [name for key, name in compiled if key not in found],
+    "compiled_optional": [name for key, name in compiled if key in found and found[key].optional],
+    "ok": bool(np.allclose(y, want, rtol=1e-4, atol=1e-4))}))
+"""
+
+
+def test_the_scout_predicts_every_kernel_a_cold_run_compiles(tmp_path):
+    run = _run(_TUNED_CONV, tmp_path, JITNN_COMPILE_WORKERS="0", JITNN_TUNE="1")
+    assert run["ok"]
+    # the run compiled (an empty cache), the Winograd driver among them ...
+    assert any(name.startswith("winograd_driver") for name in run["compiled"]), run
+    # ... and every one of its kernels was predicted, as needed
+    assert run["missed"] == [] and run["compiled_optional"] == [], run
+    # the direct candidate's driver was predicted too, as optional, and not compiled
+    assert any(name.startswith("conv_driver") for name in run["optional"]), run
+    assert not any(name.startswith("conv_driver") for name in run["compiled"]), run
+    assert not set(run["optional"]) & set(run["needed"]), run
+
+
+def test_ahead_order_puts_the_needed_last_found_first_then_the_optional():
+    def request(name, optional=False):
+        return compile_pool.Request((name,), (), (), name, optional)
+    found = [request("a"), request("b", True), request("c"), request("d", True), request("e")]
+    assert [r.name for r in compile_pool.ahead_order(found)] == ["e", "c", "a", "b", "d"]
+
+
 def test_returns_value_reads_the_code():
     def nothing(x):
         x[0] = 1
