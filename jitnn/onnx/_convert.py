@@ -517,7 +517,26 @@ def op_concat(cv: Converter, inputs, attrs):
     items = [v for v in inputs if v is not None and math.prod(shape_of(v)) > 0] or inputs[:1]
     if len(items) == 1:
         return [cv.operand(items[0])]
-    return [cv.op("concat", [cv.operand(v) for v in items], int(attrs["axis"]))]
+    operands = [cv.operand(v) for v in items]
+    axis = int(attrs["axis"]) % rank_of(items[0])
+    picked = _slices_of_one(cv, operands, axis)
+    if picked is not None:
+        return [cv.op("gather", picked[0], picked[1], axis)]
+    return [cv.op("concat", operands, axis)]
+
+
+def _slices_of_one(cv: Converter, operands: list, axis: int) -> tuple | None:
+    """``(source, indices)`` when every operand is a step-1 Slice of one
+    source along the concat's ``axis`` only (a roll, Swin's cyclic shift:
+    ``Concat(x[s:], x[:s])``): the concat is one gather of ``source`` at the
+    slices' indices, one copy instead of one per slice and the concat's (the
+    slices, read by nothing else, are never run). Else None."""
+    sources = [cv.origins.of(y) for y in operands]
+    if any(o is None or o[0] != "slice" or o[2] != axis or o[1] is not sources[0][1]
+           for o in sources):
+        return None
+    return sources[0][1], np.concatenate([np.arange(o[3], o[4], dtype=np.int64)
+                                          for o in sources])
 
 
 def op_flatten(cv: Converter, inputs, attrs):
@@ -674,8 +693,14 @@ def op_slice(cv: Converter, inputs, attrs):
             starts.append(picked.start if len(picked) else 0)
             sizes.append((len(picked) - 1) * picked.step + 1 if len(picked) else 0)
             strides.append(picked.step)
-    if any((b, n, s) != (0, d, 1) for b, n, s, d in zip(starts, sizes, strides, shape)):
-        y = cv.op("slice", y, starts, sizes, strides=strides)
+    moved = [axis for axis, (b, n, s, d) in enumerate(zip(starts, sizes, strides, shape))
+             if (b, n, s) != (0, d, 1)]
+    if moved:
+        source, y = y, cv.op("slice", y, starts, sizes, strides=strides)
+        if len(moved) == 1 and strides[moved[0]] == 1 and not reversed_axes:
+            # (a Concat of such slices of one source is one gather: _slices_of_one)
+            a = moved[0]
+            cv.origins.note(y, "slice", source, a, starts[a], starts[a] + sizes[a])
     for axis, picked in reversed_axes:
         y = cv.op("gather", y, np.array(list(picked), np.int64), axis)
     return [y]

@@ -24,7 +24,8 @@ from ..graph import Operand
 
 class Origins:
     """How an operand was made from another: ``("reshape", source, shape)``,
-    ``("transpose", source, perm)`` or ``("gather", source, indices, axis)``."""
+    ``("transpose", source, perm)``, ``("gather", source, indices, axis)`` or
+    ``("slice", source, axis, start, stop)`` (a step-1 slice of one axis)."""
 
     def __init__(self) -> None:
         self._made: dict[int, tuple] = {}
