@@ -159,6 +159,11 @@ def test_classifier_reads_the_pooled_vector_and_runs_bound(threads):
     assert not any("flatten" in label for label in labels), labels
     gemm_index = next(i for i, label in enumerate(labels) if label.startswith("gemm"))
     assert program.bindings.steps[gemm_index]
+    # the pool's bound call is its compiled kernel, not the checking wrapper
+    from jitnn.kernels import pool as pool_kernels
+    pool_binding = program.bindings.steps[labels.index("global_average_pool2d")]
+    assert pool_binding and pool_binding.kernel is not pool_kernels.global_average_pool2d
+    assert type(pool_binding.kernel).__name__ == "builtin_function_or_method"
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((1, 1, 700), (700, 600)),
