@@ -24,7 +24,9 @@ has no dependency between iterations, so LLVM's loop vectorizer turns it into
 AVX2 code without reassociating any sum (jitnn compiles without ``reassoc``).
 A narrow ``inner`` (1: a contiguous row, e.g. a plain NCHW tensor over H and
 W; ``cb``: a blocked tensor) is read as rows of 64 contiguous lanes, 64 // inner
-pixels each, whose partial results and the tail are combined at the end.
+pixels each, whose partial results and the tail are combined at the end;
+such rows (every op but log-sum-exp) run a lean body of their own,
+:func:`_narrow_tasks`, with max and min accumulated in float32 (exact).
 Parallel over the ``outer`` rows (and over chunks of ``inner`` when it is
 wide), in contiguous ranges, one per thread; small inputs run serially.
 """
@@ -235,12 +237,90 @@ def _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last):
                     _finish(op, acc[l], R, shift[l]))
 
 
+@jit(standalone=True)
+def _narrow_tasks(xf, outf, R, inner, op, lanes, first, last):
+    """Outer rows ``[first, last)`` of a narrow ``inner`` that divides
+    ``lanes`` (1: a contiguous row; cb: a blocked tensor over H and W), every
+    op but log-sum-exp: what :func:`_reduce_tasks` does for such rows, without
+    its per-task generality (lane chunks, two passes, the tail as a loop
+    segment, tuple-returning lane combines). That machinery cost ~130 ns per
+    row, three times the reading of a 49-pixel row of a 2048x7x7 mean.
+    Rows of ``lanes`` contiguous floats, ``per = lanes // inner`` pixels each,
+    the tail pixels into the first lanes. Max and min keep float32
+    accumulators (exact, and twice the lanes per vector); NaN carried as
+    numpy's ``maximum``."""
+    kind = _kind_of(op)
+    acc = np.empty(lanes, np.float64)
+    ext = np.empty(lanes, np.float32)
+    shift = np.empty(1, np.float64)                     # (unused: no exp pass)
+    per = lanes // inner
+    rows = R // per
+    left = (R - rows * per) * inner                     # tail floats, < lanes
+    init = _initial(kind)
+    for o in range(first, last):
+        base = o * R * inner
+        if kind == _MAX or kind == _MIN:
+            for l in range(lanes):
+                ext[l] = np.float32(init)
+            for segment in range(2 if left else 1):     # the rows, then the tail
+                p0 = base if segment == 0 else base + rows * lanes
+                count = rows if segment == 0 else 1
+                width = lanes if segment == 0 else left
+                if kind == _MAX:
+                    for i in range(count):
+                        p = p0 + i * lanes
+                        for l in range(width):
+                            v = xf[np.uint64(p + l)]
+                            e = ext[l]
+                            ext[l] = v if (v > e) | (v != v) else e
+                else:
+                    for i in range(count):
+                        p = p0 + i * lanes
+                        for l in range(width):
+                            v = xf[np.uint64(p + l)]
+                            e = ext[l]
+                            ext[l] = v if (v < e) | (v != v) else e
+            for c in range(inner):
+                value = np.float64(ext[c])
+                for j in range(1, per):
+                    value = _combine(kind, value, np.float64(ext[j * inner + c]))
+                outf[np.uint64(o * inner + c)] = np.float32(value)
+            continue
+        for l in range(lanes):
+            acc[l] = init
+        if kind == _ADD:                                # sum, mean, log-sum: inlined here
+            for i in range(rows):
+                p = base + i * lanes
+                for l in range(lanes):
+                    acc[l] += np.float64(xf[np.uint64(p + l)])
+            p = base + rows * lanes
+            for l in range(left):
+                acc[l] += np.float64(xf[np.uint64(p + l)])
+        else:
+            _accumulate(xf, base, rows, lanes, lanes, kind, acc, shift)
+            if left:
+                _accumulate(xf, base + rows * lanes, 1, left, left, kind, acc, shift)
+        for c in range(inner):
+            value = acc[c]
+            for j in range(1, per):
+                value = _combine(kind, value, acc[j * inner + c])
+            outf[np.uint64(o * inner + c)] = np.float32(_finish(op, value, R, 0.0))
+
+
 @jit(parallel=True)
 def _reduce_parallel(xf, outf, R, inner, op, row_lanes, tasks, groups):
     for g in prange(groups):
         # int64: a prange index is unsigned in the parallel compile
         first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
         _reduce_tasks(xf, outf, R, inner, op, row_lanes, first, last)
+
+
+
+@jit(parallel=True)
+def _narrow_parallel(xf, outf, R, inner, op, lanes, tasks, groups):
+    for g in prange(groups):
+        first, last = np.int64(g) * tasks // groups, (np.int64(g) + 1) * tasks // groups
+        _narrow_tasks(xf, outf, R, inner, op, lanes, first, last)
 
 
 # --- checked wrappers ------------------------------------------------------------
@@ -261,6 +341,12 @@ def _groups(tasks: int, elements: int) -> int:
     return min(tasks, threads)
 
 
+def is_narrow(inner: int, code: int) -> bool:
+    """Whether :func:`reduce` runs ``(outer, R, inner)`` with
+    :func:`_narrow_tasks` (a narrow ``inner``, any op but log-sum-exp)."""
+    return inner <= _ROW_LANES and _ROW_LANES % inner == 0 and code != LOG_SUM_EXP
+
+
 def reduce(x, out, op):
     """``out[o, i]`` = reduction ``op`` (a name of :data:`OPS` or its code)
     of ``x[o, :, i]``. ``x: (outer, R, inner)``, ``out: (outer, inner)``,
@@ -278,9 +364,16 @@ def reduce(x, out, op):
         raise ValueError("reduce: out must not overlap x")
     if out.size == 0:
         return out
+    xf, outf = x.reshape(-1), out.reshape(-1)
+    if is_narrow(inner, code):
+        groups = _groups(outer, x.size)
+        if groups == 1:
+            _narrow_tasks(xf, outf, R, inner, code, _ROW_LANES, 0, outer)
+        else:
+            _narrow_parallel(xf, outf, R, inner, code, _ROW_LANES, outer, groups)
+        return out
     tasks = outer * ((inner + _LANE_CHUNK - 1) // _LANE_CHUNK)
     groups = _groups(tasks, x.size)
-    xf, outf = x.reshape(-1), out.reshape(-1)
     if groups == 1:
         _reduce_tasks(xf, outf, R, inner, code, _ROW_LANES, 0, tasks)
     else:

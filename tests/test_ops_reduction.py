@@ -244,12 +244,38 @@ def test_kernel_serial_and_parallel_runs_agree(op, threads):
         out = np.empty((view[0], view[2]), np.float32)
         reduce_kernels.reduce(data, out, op)
         single = np.empty_like(out)
-        reduce_kernels._reduce_tasks(data.reshape(-1), single.reshape(-1), view[1], view[2],
-                                     reduce_kernels.OPS[op], reduce_kernels._ROW_LANES, 0,
-                                     view[0] * -(-view[2] // reduce_kernels._LANE_CHUNK))
+        code = reduce_kernels.OPS[op]
+        if reduce_kernels.is_narrow(view[2], code):
+            reduce_kernels._narrow_tasks(data.reshape(-1), single.reshape(-1), view[1],
+                                         view[2], code, reduce_kernels._ROW_LANES, 0, view[0])
+        else:
+            reduce_kernels._reduce_tasks(data.reshape(-1), single.reshape(-1), view[1],
+                                         view[2], code, reduce_kernels._ROW_LANES, 0,
+                                         view[0] * -(-view[2] // reduce_kernels._LANE_CHUNK))
         np.testing.assert_array_equal(out, single)
         want = _want(op, data, axes=[1])
         _check(op, out, want)
+
+
+
+@pytest.mark.parametrize("inner", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("op", [o for o in OPS if o != "log_sum_exp"])
+def test_narrow_rows_against_reference(op, inner):
+    """The narrow path (rows of 64 lanes, several pixels each, the tail in
+    the first lanes): pixel counts below, at and past a row and a row pair,
+    a NaN in the rows or the tail for max and min."""
+    assert reduce_kernels.is_narrow(inner, reduce_kernels.OPS[op])
+    per = reduce_kernels._ROW_LANES // inner
+    for R in sorted({1, 3, 7, 9, 17, 49, per - 1, per, per + 1, 2 * per + 3}):
+        data = _data(op, (3, R, inner), R)
+        out = np.empty((3, inner), np.float32)
+        reduce_kernels.reduce(data, out, op)
+        _check(op, out, _want(op, data, axes=[1]))
+        if op in ("max", "min"):
+            data[1, R - 1, inner - 1] = np.nan          # the tail's (or a row's) last lane
+            data[2, 0, 0] = np.inf if op == "max" else -np.inf
+            reduce_kernels.reduce(data, out, op)
+            np.testing.assert_array_equal(out, _want(op, data, axes=[1]).astype(np.float32))
 
 
 def test_reduction_errors():
