@@ -144,3 +144,15 @@ def test_plan_picks_one_block_tiles_for_narrow_groups():
     launch, _ = run_grouped(1, 32, 32, 28, 28, 1, 2, 8)       # 16: 2 blocks a tile
     name = launch.driver.serial.py_func.__qualname__
     assert "_7x2_row8" in name, name
+
+
+@pytest.mark.skipif(geometry.VECTOR_REGISTERS < 32, reason="row tiles need 32 vector registers")
+def test_a_strided_conv_pads_its_input_for_the_row_tile_the_others_run():
+    """3x3 stride 2 on 56 x 56: the interior (27 columns) has no row tile and
+    the border is 7 % of the output; padded, its 28 columns take the 7 x 2 row
+    tile, the driver of the stride-2 conv on 28 x 28 (padded for its 14 %
+    border): one driver to compile, not two."""
+    launch, out = run_grouped(1, 16, 16, 56, 56, 2, 1, 8)
+    other, _ = run_grouped(1, 16, 16, 28, 28, 2, 1, 8)
+    assert launch.pad_copy is not None and launch.driver is other.driver
+    assert "_7x2_row16" in launch.driver.serial.py_func.__qualname__

@@ -402,13 +402,21 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if by_regions:
         # many taps read only padding: each region runs its in-input taps
         border = 0
-    elif not plain and (border >= _PAD_COPY_SHARE * OH * OW or (narrow and border and
-                                                                 row_tile_pixels(cb, 1, OW, P))):
+    elif not plain and border and (
+            border >= _PAD_COPY_SHARE * OH * OW
+            or (narrow and row_tile_pixels(cb, 1, OW, P))
+            or (sw > 1 and B > 1 and row_tile_pixels(cb, B, OW, P)
+                and not row_tile_pixels(cb, B, geom.c1 - geom.c0, P, most=8))):
         # many border pixels: pad the (blocked) input once, then every pixel
         # is interior. So too for the narrow groups' long row tiles, whose
         # border tiles would read the offset tables (ResNeXt-50's 4-wide
         # groups, 128 channels at 56 x 56: 27 x 1 tiles and the border
-        # 1006 us, padded and 28 x 1 824 us)
+        # 1006 us, padded and 28 x 1 824 us), and for a strided conv whose
+        # interior has no row tile where the whole width has one: the row
+        # tile of the other stride-2 convs, one driver fewer to compile, and
+        # faster (3x3 stride 2, block 8, 1 thread, Zen 4, alternated: 128
+        # channels on 56 x 56, the tables' 6 x 2 3.33 ms, padded 7 x 2 2.62;
+        # 64 channels on 112 x 112, 3.21 and 2.83)
         pad_copy = (N, geom.CB, H, W, cb, pad)
         geom = direct_geometry(N, C, H + pt + pb, W + pl + pr, cb, False, OB, OH, OW, KH, KW,
                                sh, sw, dh, dw, 0, 0, O)
