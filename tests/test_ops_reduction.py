@@ -246,8 +246,9 @@ def test_kernel_serial_and_parallel_runs_agree(op, threads):
         single = np.empty_like(out)
         code = reduce_kernels.OPS[op]
         if reduce_kernels.is_narrow(view[2], code):
+            lanes = reduce_kernels.narrow_lanes(view[1], view[2], code)
             reduce_kernels._narrow_tasks(data.reshape(-1), single.reshape(-1), view[1],
-                                         view[2], code, reduce_kernels._ROW_LANES, 0, view[0])
+                                         view[2], code, lanes, 0, view[0])
         else:
             reduce_kernels._reduce_tasks(data.reshape(-1), single.reshape(-1), view[1],
                                          view[2], code, reduce_kernels._ROW_LANES, 0,
@@ -261,12 +262,16 @@ def test_kernel_serial_and_parallel_runs_agree(op, threads):
 @pytest.mark.parametrize("inner", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("op", [o for o in OPS if o != "log_sum_exp"])
 def test_narrow_rows_against_reference(op, inner):
-    """The narrow path (rows of 64 lanes, several pixels each, the tail in
-    the first lanes): pixel counts below, at and past a row and a row pair,
-    a NaN in the rows or the tail for max and min."""
-    assert reduce_kernels.is_narrow(inner, reduce_kernels.OPS[op])
-    per = reduce_kernels._ROW_LANES // inner
-    for R in sorted({1, 3, 7, 9, 17, 49, per - 1, per, per + 1, 2 * per + 3}):
+    """The narrow path (rows of 16-128 lanes, several pixels each, the tail
+    in the first lanes): pixel counts below, at and past a row and the point
+    where the width doubles, a NaN in the rows or the tail for max and min."""
+    code = reduce_kernels.OPS[op]
+    assert reduce_kernels.is_narrow(inner, code)
+    counts = {1, 3, 7, 9, 17, 49, 130, 1031}
+    for lanes in (16, 32, 64, 128):                    # around each width's first rows
+        per = lanes // inner
+        counts |= {per - 1, per, per + 1, 6 * per - 1, 6 * per, 6 * per + 1, 7 * per + 3}
+    for R in sorted(c for c in counts if c > 0):
         data = _data(op, (3, R, inner), R)
         out = np.empty((3, inner), np.float32)
         reduce_kernels.reduce(data, out, op)

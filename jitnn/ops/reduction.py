@@ -31,6 +31,7 @@ first index on ties: ONNX's ``select_last_index=0``) and cumulative_sum
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -103,19 +104,19 @@ def run_view(shape: tuple[int, ...], axes: tuple[int, ...]):
     over ``axes``: ``(None, (outer, R, inner))`` when the reduced axes are
     adjacent once size-1 axes are left out, else ``(perm, (outer, R, 1))``:
     transpose by ``perm`` (kept axes, then reduced) first."""
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     reduced = [a for a in sorted(axes) if shape[a] != 1]
-    count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(shape[a] for a in axes)
     if not reduced:                                   # only size-1 axes: nothing to add up
         return None, (size, 1, 1)
     real = [i for i, d in enumerate(shape) if d != 1]
     where = [real.index(a) for a in reduced]
     if where == list(range(where[0], where[0] + len(where))):
-        outer = int(np.prod([shape[i] for i in real[:where[0]]], dtype=np.int64))
-        inner = int(np.prod([shape[i] for i in real[where[-1] + 1:]], dtype=np.int64))
+        outer = math.prod(shape[i] for i in real[:where[0]])
+        inner = math.prod(shape[i] for i in real[where[-1] + 1:])
         return None, (outer, count, inner)
     kept = [i for i in range(len(shape)) if i not in axes]
-    outer = int(np.prod([shape[i] for i in kept], dtype=np.int64))
+    outer = math.prod(shape[i] for i in kept)
     return tuple(kept) + tuple(sorted(axes)), (outer, count, 1)
 
 
@@ -294,7 +295,8 @@ def _reduce(op: str, x, axes, keep_dimensions) -> Tensor:
     axes = axes_arg(name, axes, x.ndim)
     keep = _bool_arg(name, "keep_dimensions", keep_dimensions)
     out_shape = _reduced_shape(x.shape, axes, keep)
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    # math.prod, not np.prod: ~7 us of a 50 us eager call on small inputs
+    count = math.prod(x.shape[a] for a in axes)
     if count == 0 and x.dtype != FLOAT32 and op in ("max", "min"):
         raise JitnnValueError(f"{name}: an integer maximum or minimum over no element "
                               f"(axes {list(axes)} of input {x.shape}) has no value")
