@@ -45,6 +45,18 @@ def test_layer_norm_over_channels_stays_blocked(kind, channels):
         assert_close(got.numpy(), want, tol=2e-6)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_layer_norm_over_channels_of_many_tiles(kind):
+    """Pixel counts past one tile of the groups kernel (1024 floats per
+    block), with a partial last tile, for every block width."""
+    x = random((2, 19, 37, 41), 45) * 2 - 1
+    scale, bias = _affine((19,), 46)
+    got = jitnn.layer_normalization(make(x, kind), scale, bias, axes=[1])
+    assert got.layout == expected_layout(kind)
+    assert_close(got.numpy(), reference("layer_normalization")(x, scale, bias, axes=[1]),
+                 tol=2e-6)
+
+
 @pytest.mark.parametrize("kind", ["nChw8c", "block16"])
 def test_layer_norm_over_channels_with_nhwc_axes(kind):
     nhwc = random((2, 5, 3, 9), 41)
