@@ -194,6 +194,25 @@ def test_ahead_order_puts_the_needed_last_found_first_then_the_optional():
     assert [r.name for r in compile_pool.ahead_order(found)] == ["e", "c", "a", "b", "d"]
 
 
+def test_a_plan_with_only_optional_kernels_left_starts_no_worker():
+    class Pool:
+        def __init__(self):
+            self.submitted = []
+
+        def submit(self, request):
+            self.submitted.append(request.name)
+            return compile_pool.concurrent.futures.Future()
+
+    def request(name, optional=False):
+        return compile_pool.Request((name,), (), (), name, optional)
+    warm = Pool()
+    assert compile_pool.submit_found(warm, [request("b", True), request("d", True)]) == 0
+    assert warm.submitted == []
+    cold = Pool()
+    found = compile_pool.ahead_order([request("a"), request("b", True), request("c")])
+    assert compile_pool.submit_found(cold, found) == 3 and cold.submitted == ["c", "a", "b"]
+
+
 def test_returns_value_reads_the_code():
     def nothing(x):
         x[0] = 1
