@@ -281,9 +281,20 @@ def _narrow_tasks(xf, outf, R, inner, op, lanes, first, last):
                             v = xf[np.uint64(p + l)]
                             e = ext[l]
                             ext[l] = v if (v < e) | (v != v) else e
+            w = lanes                                   # fold halves (as below)
+            while w > inner and w > 16:
+                w //= 2
+                if kind == _MAX:
+                    for l in range(w):
+                        v, e = ext[l + w], ext[l]
+                        ext[l] = v if (v > e) | (v != v) else e
+                else:
+                    for l in range(w):
+                        v, e = ext[l + w], ext[l]
+                        ext[l] = v if (v < e) | (v != v) else e
             for c in range(inner):
                 value = np.float64(ext[c])
-                for j in range(1, per):
+                for j in range(1, w // inner):
                     value = _combine(kind, value, np.float64(ext[j * inner + c]))
                 outf[np.uint64(o * inner + c)] = np.float32(value)
             continue
@@ -301,9 +312,17 @@ def _narrow_tasks(xf, outf, R, inner, op, lanes, first, last):
             _accumulate(xf, base, rows, lanes, lanes, kind, acc, shift)
             if left:
                 _accumulate(xf, base + rows * lanes, 1, left, left, kind, acc, shift)
+        # the pixels of a row, folded in halves down to 16 lanes (vector steps,
+        # not per - 1 dependent scalar ones per element: 63 for a contiguous
+        # row), then the last few lanes in turn (short folds cost more)
+        w = lanes
+        while w > inner and w > 16:
+            w //= 2
+            for l in range(w):
+                acc[l] = _combine(kind, acc[l], acc[l + w])
         for c in range(inner):
             value = acc[c]
-            for j in range(1, per):
+            for j in range(1, w // inner):
                 value = _combine(kind, value, acc[j * inner + c])
             outf[np.uint64(o * inner + c)] = np.float32(_finish(op, value, R, 0.0))
 
