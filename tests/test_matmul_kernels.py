@@ -113,6 +113,31 @@ def test_irregular_large(a_t, b_t, threads):
     _check(out, *_reference(a, b, a_t, b_t))
 
 
+def test_plan_blocks_cuts_short_wide_products_along_n():
+    """With several threads a product with few rows and many columns is cut
+    into column blocks (each streams its part of B once), one with as many
+    rows as columns into row blocks, as before; column blocks keep at least
+    _MIN_SPLIT_PANELS panels; every thread has work; and the blocks still
+    compute the product (against float64)."""
+    nr, mr, least = mm.NR, mm.MR, mm._MIN_SPLIT_PANELS
+    M, N = 9 * mr + 2, 72 * nr                          # BERT's 128 x 2304 on AVX-512
+    m_blocks, n_blocks = mm.plan_blocks(1, M, N, 2)
+    assert m_blocks == 1 and n_blocks >= 2 * mm._TASKS_PER_THREAD, (m_blocks, n_blocks)
+    m_blocks, n_blocks = mm.plan_blocks(1, 40 * mr, 40 * mr, 2)   # square: rows
+    assert n_blocks == 1 and m_blocks >= 2 * mm._TASKS_PER_THREAD, (m_blocks, n_blocks)
+    m_blocks, n_blocks = mm.plan_blocks(1, M, (2 * least - 1) * nr, 2)   # narrow
+    assert -(-(2 * least - 1) // n_blocks) >= least or n_blocks == 1, (m_blocks, n_blocks)
+    assert m_blocks * n_blocks >= 2, (m_blocks, n_blocks)
+    rng = np.random.default_rng(3)
+    K = 40
+    for M, N in ((M, 8 * least * nr + 5), (M, (2 * least - 1) * nr)):
+        a, b = random((M, K), rng), random((K, N), rng)
+        bias = random((N,), rng)
+        out = np.full((M, N), np.nan, np.float32)
+        mm.gemm(a, mm.pack_b(b), out, bias=bias, threads=2)
+        _check(out, *_reference(a, b, bias=bias), f"M = {M}, N = {N}")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_last_row_panel_of_every_height(threads):
     """Products whose last row panel has 1 .. MR - 1 rows (the short tiles of

@@ -113,6 +113,9 @@ PARALLEL_MIN_MACS = 1 << 20
 #: blocks read B more often (256^3 on 2 threads: 2 tasks per thread 150
 #: GFLOP/s, 4 per thread 143; 512^3 and 1024^3 the same either way)
 _TASKS_PER_THREAD = 2
+#: column panels that a column block of a product cut along N keeps at least
+#: (see plan_blocks): narrower blocks spend more on packing A than they save
+_MIN_SPLIT_PANELS = 4
 
 
 # --- the Python API ---------------------------------------------------------
@@ -236,8 +239,19 @@ def plan_blocks(G, M, N, threads):
     """Row and column blocks per product: ``(m_blocks, n_blocks)``.
 
     Blocks are at most ``MC`` rows and ``NC`` columns. With several threads,
-    products are cut further (rows first: each row block packs its own A;
-    then columns) until there are about ``_TASKS_PER_THREAD`` tasks per thread.
+    products are cut further until there are about ``_TASKS_PER_THREAD``
+    tasks per thread: rows first (each row block packs its own A; then
+    columns), unless fewer row blocks and more column blocks move less data.
+    Each row block streams all of its product's B (``K x N``) past its rows
+    and each column block packs all of its A rows (``M x K``), so a cut costs
+    about ``m_blocks * N + n_blocks * M`` (times K): a short, wide product
+    (a transformer's 128 tokens against a 768 x 2304 weight) is cut along N,
+    so that the weight is read once, and each column block keeps all the row
+    tiles under each B panel. 2 threads, 8 cold weights in turn, GFLOP/s,
+    rows (4 x 1) -> columns (1 x 4): 128 x 2304 x 768 160 -> 201, 128 x 768 x
+    768 169 -> 185, 128 x 512 x 512 177 -> 182; 197 x 3072 x 768 208 either
+    way. A column block keeps at least :data:`_MIN_SPLIT_PANELS` panels
+    (128 x 256 x 512: 4 x 1 164, 2 x 2 175, 1 x 4 154).
     """
     m_panels = -(-M // MR)
     n_panels = -(-N // NR)
@@ -246,9 +260,16 @@ def plan_blocks(G, M, N, threads):
     if threads > 1:
         want = threads * _TASKS_PER_THREAD
         if G * m_blocks * n_blocks < want:
+            base_m, base_n = m_blocks, n_blocks
             m_blocks = min(m_panels, max(m_blocks, -(-want // (G * n_blocks))))
             if G * m_blocks * n_blocks < want:
                 n_blocks = min(n_panels, max(n_blocks, -(-want // (G * m_blocks))))
+            # fewer row blocks, more column blocks, for the same task count
+            cost = m_blocks * N + n_blocks * M
+            for mb in range(base_m, m_blocks):
+                nb = max(base_n, -(-want // (G * mb)))
+                if nb <= n_panels // _MIN_SPLIT_PANELS and mb * N + nb * M < cost:
+                    m_blocks, n_blocks, cost = mb, nb, mb * N + nb * M
         # With few tasks, a count that the threads divide evenly: 13 equal
         # tasks on 2 threads take 7 rounds, 14 smaller ones take 7 shorter ones.
         while (G * m_blocks * n_blocks) % threads and G * m_blocks * n_blocks < 16 * threads:
