@@ -418,11 +418,10 @@ def _absorb(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     if consumer.kind == "eltwise_plain" and consumer.inputs[0] is v and len(steps) == 1 \
             and steps[0][0] == "activation":
         if steps[0][1] == epilogue.GELU and attrs.get("reshaped"):
-            # the ONNX linear pattern puts GELU after the reshape to keep it a
-            # pass of its own (jitnn/onnx/_patterns.py, GELU_IN_EPILOGUE): BERT-base,
-            # 1 thread, in the epilogue 1.6 % slower end to end with the two-branch
-            # erf; with the one-polynomial gelu, pass vs epilogue alternated in one
-            # process: 251.6 vs 250.8 ms (9 rounds), 248.0 vs 246.1 (15), within noise
+            # a GELU after the reshape is one the ONNX linear pattern keeps as
+            # a pass of its own (jitnn/onnx/_patterns.py: the tanh form, or any
+            # with GELU_IN_EPILOGUE off); the erf form it fuses before the
+            # reshape, where the 2-D product's epilogue runs it over each tile
             return None
         attrs["activation"] = tuple(steps[0][1:])
         return node.replace(attrs=attrs, fused=node.fused + (consumer.op,))

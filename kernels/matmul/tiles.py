@@ -32,9 +32,8 @@ def _epilogue_rows(out, i0, j0, m, n, alpha, beta, c, bias, residual,
     absent; ``bias`` is ``(N,)`` or ``(0,)``. ``beta == 0`` ignores ``c``
     (the BLAS rule: C is then not read, so a NaN in C does not leak).
 
-    gelu is vmath's (erf as polynomials, the element-wise pass's own, so a
-    fused GELU gives the bits of the separate pass): the libm ``erf`` of
-    ``epilogue.activate`` kept the loop scalar. Each chunk is computed in a
+    gelu is vmath's (erf as one polynomial, the element-wise pass's own, so
+    a fused GELU gives the bits of the separate pass). Each chunk is computed in a
     stack buffer ``t`` that nothing else can point to, so its loops vectorize
     without alias checks (working on ``out``
     directly, every store could alias the next load of ``c`` or ``bias``).
