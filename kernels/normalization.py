@@ -9,7 +9,8 @@ Buffers (float32, C-contiguous):
   ``scale, bias: (D,)``. :func:`bind_layer_norm_rows` checks the same once and
   returns the kernel call, for a replayed plan's bound step.
 * :func:`rms_norm_rows`: ``x, out: (M, D)``, each row scaled by the inverse
-  root mean square of its ``D`` values (Llama's RMSNorm); ``scale: (D,)``.
+  root mean square of its ``D`` values (Llama's RMSNorm); ``scale: (D,)``;
+  :func:`bind_rms_norm_rows` binds it as :func:`bind_layer_norm_rows` does.
 * :func:`layer_norm_groups`: ``x, out: (A, K, P, L)``, normalized for each
   ``(a, p)`` over its ``K * L`` values ``x[a, :, p, :]``, of which the first
   ``channels`` count (the others are padding lanes, zero); ``scale, bias:
@@ -40,8 +41,9 @@ the cancellation matters only for a mean ~10^7 times the deviation), since
 the ``k`` blocks of a tile lie far apart.
 
 How it is fast. Rows: 8 float64 partial sums in a stack array (2 ymm
-registers), then the epilogue, a vectorized loop of a subtract, a multiply
-and an FMA per element. Groups: pixels in tiles of ``T`` (``T * L`` about
+registers; RMS: 16, two add chains, one pass for the sum of squares), then
+the epilogue, a vectorized loop of a subtract, a multiply and an FMA per
+element. Groups: pixels in tiles of ``T`` (``T * L`` about
 1024 floats, contiguous for each ``k``), the per-(pixel, lane) sums of a tile
 accumulated in a scratch array over ``k`` (a lane loop with no carried
 dependency: the loop vectorizer takes it), then summed over lanes; the tile
@@ -139,13 +141,38 @@ def _rows_parallel(xf, outf, D, scale, bias, eps, rows, groups):
         _rows(xf, outf, D, scale, bias, eps, first, last)
 
 
+@jit()
+def _row_sumsq(xf, base, count):
+    """The sum of ``x^2`` over a contiguous row in 16 partial float64 sums:
+    two independent vector chains (2 zmm, or 4 ymm on AVX2), where
+    :func:`_row_m2`'s 8 are one zmm chain, bound by the add's latency (128
+    rows of 512, 1 thread, Zen 4: 7.2 -> 5.3 us; 32 or 64 sums spill: 6.5,
+    9.8 us)."""
+    s = numba.carray(stack_empty(16, np.float64), 16)
+    chunks = count // 16
+    for l in range(16):
+        s[l] = 0.0
+    for c in range(chunks):
+        p = base + c * 16
+        for l in range(16):
+            v = np.float64(xf[np.uint64(p + l)])
+            s[l] += v * v
+    total = 0.0
+    for l in range(16):
+        total += s[l]
+    for i in range(chunks * 16, count):
+        v = np.float64(xf[np.uint64(base + i)])
+        total += v * v
+    return total
+
+
 @jit(standalone=True)
 def _rms_rows(xf, outf, D, scale, eps, first, last):
-    # the sum of squares is _row_m2 about 0: one read for the statistic, one
-    # for the scaling, while the row is in L1
+    # one read of the row for the statistic, one for the scaling, while the
+    # row is in L1
     for row in range(first, last):
         base = row * D
-        r = np.float32(_rstd(_row_m2(xf, base, D, 0.0), D, eps))
+        r = np.float32(_rstd(_row_sumsq(xf, base, D), D, eps))
         for d in range(D):
             outf[np.uint64(base + d)] = xf[np.uint64(base + d)] * r * scale[d]
 
@@ -357,21 +384,32 @@ def layer_norm_rows(x, scale, bias, epsilon, out):
     return out
 
 
+def _check_rows(x, out, epsilon, params: dict) -> float:
+    """Checks ``x, out: (M, D)`` and each of ``params`` ``(D,)``; the epsilon."""
+    _check_io(x, out, 2)
+    D = x.shape[1]
+    for name, v in params.items():
+        _check(name, v, 1)
+        if v.shape != (D,):
+            raise ValueError(f"normalization: {name} must have shape ({D},), got {v.shape}")
+    return _epsilon(epsilon)
+
+
+def _row_groups(x, threads: int) -> int:
+    M = x.shape[0]
+    return 1 if x.size < _PARALLEL_MIN or M < 2 or threads == 1 else min(M, threads)
+
+
 def bind_layer_norm_rows(x, scale, bias, epsilon, out, threads: int):
     """``(kernel, args)``: ``kernel(*args)`` computes :func:`layer_norm_rows` on
     these arrays (checked here once) on ``threads`` numba threads; None for an
     empty ``x``. For a replayed plan's bound step (as
     :func:`bind_layer_norm_groups`)."""
-    _check_io(x, out, 2)
-    M, D = x.shape
-    for name, v in (("scale", scale), ("bias", bias)):
-        _check(name, v, 1)
-        if v.shape != (D,):
-            raise ValueError(f"normalization: {name} must have shape ({D},), got {v.shape}")
-    eps = _epsilon(epsilon)
+    eps = _check_rows(x, out, epsilon, {"scale": scale, "bias": bias})
     if x.size == 0:
         return None
-    groups = 1 if x.size < _PARALLEL_MIN or M < 2 or threads == 1 else min(M, threads)
+    M, D = x.shape
+    groups = _row_groups(x, threads)
     xf, outf = x.reshape(-1), out.reshape(-1)
     if groups == 1:
         return _rows, (xf, outf, D, scale, bias, eps, 0, M)
@@ -382,21 +420,24 @@ def rms_norm_rows(x, scale, epsilon, out):
     """``out[m] = x[m] / sqrt(mean(x[m]^2) + epsilon) * scale``, the mean over
     row ``x[m]``. ``x, out: (M, D)``; ``scale: (D,)`` float32. ``out`` may be
     ``x`` (in place). Returns ``out``."""
-    _check_io(x, out, 2)
-    M, D = x.shape
-    _check("scale", scale, 1)
-    if scale.shape != (D,):
-        raise ValueError(f"normalization: scale must have shape ({D},), got {scale.shape}")
-    eps = _epsilon(epsilon)
+    call = bind_rms_norm_rows(x, scale, epsilon, out, numba_threads())
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def bind_rms_norm_rows(x, scale, epsilon, out, threads: int):
+    """``(kernel, args)`` of :func:`rms_norm_rows` on these arrays, checked
+    once, for a replayed plan's bound step (as :func:`bind_layer_norm_rows`)."""
+    eps = _check_rows(x, out, epsilon, {"scale": scale})
     if x.size == 0:
-        return out
-    groups = _groups_of(M, x.size)
+        return None
+    M, D = x.shape
+    groups = _row_groups(x, threads)
     xf, outf = x.reshape(-1), out.reshape(-1)
     if groups == 1:
-        _rms_rows(xf, outf, D, scale, eps, 0, M)
-    else:
-        _rms_rows_parallel(xf, outf, D, scale, eps, M, groups)
-    return out
+        return _rms_rows, (xf, outf, D, scale, eps, 0, M)
+    return _rms_rows_parallel, (xf, outf, D, scale, eps, M, groups)
 
 
 def layer_norm_groups(x, scale, bias, epsilon, channels, out):

@@ -311,6 +311,37 @@ def test_rms_norm_graph_operands_and_errors():
         jitnn.rms_normalization(t, axes=[3])
 
 
+
+@pytest.mark.parametrize("rows", [1, 3, 128])
+@pytest.mark.parametrize("d", [1, 7, 9, 17, 512, 4096])
+def test_replayed_rms_norm_is_a_bound_call_into_the_plan_buffer(d, rows):
+    """Llama's residual add -> RMSNorm over the last axis, computed again on
+    new inputs (batch 2): the norm is a node of its own kind that writes the
+    plan's buffer and, replayed, runs as one bound call reading the add's
+    buffer, with the float64 reference's numbers at every run (rows shorter
+    than, not a multiple of and many times the kernel's 16 partial sums;
+    2 threads on the large ones; no scale too). (x + x is exact, so the
+    reference sees the norm's very input.)"""
+    ctx = jitnn.Context(num_threads=2 if rows * d >= 32768 else 1)
+    shape = (2, rows, d)
+    for scale in (random((d,), 81) + 0.5, None):
+        b = jitnn.GraphBuilder(ctx)
+        x_in = b.input("x", shape)
+        y = b.rms_normalization(b.add(x_in, x_in), None if scale is None else
+                                b.constant(scale), axes=[2], epsilon=1e-5)
+        graph = b.build({"y": b.relu(y)})       # (the norm's output: a buffer of the plan)
+        out = np.empty(shape, np.float32)
+        for seed in range(3):
+            x = random(shape, 82 + seed) * 2 - 1
+            ctx.compute(graph, {"x": x}, {"y": out})
+            want = reference("rms_normalization")(2 * x.astype(np.float64), scale, axes=[2],
+                                                  epsilon=1e-5)
+            assert_close(out, np.maximum(want, 0.0), tol=4 * EPS32)
+        (program,) = graph._programs
+        kinds = [(c_.node.kind, bool(bound)) for c_, bound in
+                 zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+        assert ("rms_norm_rows", True) in kinds, kinds
+
 # --- instance_normalization ----------------------------------------------------------
 
 @pytest.mark.parametrize("kind", KINDS)

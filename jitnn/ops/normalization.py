@@ -21,8 +21,9 @@ kernels/normalization.py (statistics in float64):
   input normalized over other axes after it is read back (one reorder).
   ``scale`` and ``bias`` have the shape of the normalized axes in the order
   ``axes`` lists them (WebNN).
-* rms_normalization runs on plain data, one pass per row over the last axes
-  (other axis sets are transposed last, as above).
+* rms_normalization runs on plain data, one pass per row over the last axes,
+  into the plan's buffer and replayed as one bound call, as the row layer
+  norm (other axis sets are transposed last, as above).
 * instance_normalization of a blocked input in its own layout reads and
   writes the blocked buffer; plain NCHW and NHWC are read in place.
 
@@ -31,7 +32,7 @@ softmax works on plain data (a blocked input is read back first).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -335,23 +336,24 @@ def _rows_affine(attrs: dict, derived: list | None = None) -> tuple:
                    derived)
 
 
-def run_layer_norm_rows(ctx: "Context", node: Node, value: Value,
-                        out: np.ndarray | None) -> np.ndarray:
-    """The layer norm over each row of a plain tensor (its last axes), into
-    ``out`` (the plan's buffer) if given."""
+def _run_rows(ctx: "Context", node: Node, value: Value, out: np.ndarray | None,
+              launch: Callable) -> np.ndarray:
+    """A row norm of a plain tensor over its last axes, into ``out`` (the
+    plan's buffer) if given: ``launch(x, scale, bias, out)`` on ``(M, D)`` rows."""
     a = node.attrs
     data = plain_buffer(a["x"])
     scale, bias = _rows_affine(a)
     if out is None or out.shape != value.shape:
         out = aligned_empty(value.shape)
     rows = (data.size // max(a["size"], 1), a["size"])
-    ctx.launcher.launch(norm_kernels.layer_norm_rows, data.reshape(rows), scale, bias,
-                        a["epsilon"], out.reshape(rows))
+    launch(data.reshape(rows), scale, bias, out.reshape(rows))
     return out
 
 
-def bind_layer_norm_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
-    """The kernel call :func:`run_layer_norm_rows` just made, bound to its arrays."""
+def _bind_rows(ctx: "Context", node: Node, result: np.ndarray,
+               bind_kernel: Callable) -> Binding | None:
+    """The kernel call a row norm's run just made, bound to its arrays:
+    ``bind_kernel(x, scale, bias, out)`` on ``(M, D)`` rows gives it."""
     a = node.attrs
     x = a["x"]
     if x._data is None or not x._data.flags.c_contiguous or x._data.shape != x._shape:
@@ -359,16 +361,53 @@ def bind_layer_norm_rows(ctx: "Context", node: Node, result: np.ndarray) -> Bind
     derived: list = []
     scale, bias = _rows_affine(a, derived)
     rows = (x._data.size // max(a["size"], 1), a["size"])
-    call = norm_kernels.bind_layer_norm_rows(x._data.reshape(rows), scale, bias, a["epsilon"],
-                                             result.reshape(rows), ctx.num_threads)
+    call = bind_kernel(x._data.reshape(rows), scale, bias, result.reshape(rows))
     if call is None:
         return None
     return Binding(call[0], call[1], ((x, x._data),), tuple(derived), result, ctx.num_threads)
 
 
+def run_layer_norm_rows(ctx: "Context", node: Node, value: Value,
+                        out: np.ndarray | None) -> np.ndarray:
+    """The layer norm over each row of a plain tensor (its last axes), into
+    ``out`` (the plan's buffer) if given."""
+    eps = node.attrs["epsilon"]
+    return _run_rows(ctx, node, value, out, lambda x, s, b, o: ctx.launcher.launch(
+        norm_kernels.layer_norm_rows, x, s, b, eps, o))
+
+
+def bind_layer_norm_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_layer_norm_rows` just made, bound to its arrays."""
+    eps = node.attrs["epsilon"]
+    return _bind_rows(ctx, node, result, lambda x, s, b, o: norm_kernels.bind_layer_norm_rows(
+        x, s, b, eps, o, ctx.num_threads))
+
+
 run_layer_norm_rows.bind = bind_layer_norm_rows
 
 register_kind(NodeKind("layer_norm_rows", writes_into_buffer=True))
+
+
+def run_rms_norm_rows(ctx: "Context", node: Node, value: Value,
+                      out: np.ndarray | None) -> np.ndarray:
+    """The RMS norm over each row of a plain tensor (its last axes), into
+    ``out`` (the plan's buffer) if given (the row layer norm's helpers; its
+    bias is unused)."""
+    eps = node.attrs["epsilon"]
+    return _run_rows(ctx, node, value, out, lambda x, s, b, o: ctx.launcher.launch(
+        norm_kernels.rms_norm_rows, x, s, eps, o))
+
+
+def bind_rms_norm_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_rms_norm_rows` just made, bound to its arrays."""
+    eps = node.attrs["epsilon"]
+    return _bind_rows(ctx, node, result, lambda x, s, b, o: norm_kernels.bind_rms_norm_rows(
+        x, s, eps, o, ctx.num_threads))
+
+
+run_rms_norm_rows.bind = bind_rms_norm_rows
+
+register_kind(NodeKind("rms_norm_rows", writes_into_buffer=True))
 
 
 def layer_normalization(x, scale=None, bias=None, *, axes=None,
@@ -474,6 +513,18 @@ def rms_normalization(x, scale=None, *, axes=None, epsilon: float = 1e-5) -> Ten
     perm = None if ranked == list(range(x.ndim - len(ranked), x.ndim)) else \
         tuple(i for i in range(x.ndim) if i not in axes) + tuple(ranked)
     xv, sv = value_of(x), value_of(scale)
+    inputs = (x,) + ((scale,) if scale is not None else ())
+    axes_tag = x._axes if x.ndim == 4 else "nchw"
+
+    if perm is None and size and x.size:
+        # Llama's norm over the last axes: as the row layer norm, a node that
+        # writes into the plan's buffer and replays as one bound kernel call
+        attrs = {"x": xv, "scale": sv, "bias": None, "epsilon": epsilon, "order": order,
+                 "size": size}
+        node = Node(op, tuple(value_of(t) for t in inputs), kind="rms_norm_rows",
+                    attrs=attrs, run=run_rms_norm_rows,
+                    sig=("rms_norm_rows", exact(epsilon), order, size, sv is None))
+        return pending(ctx, x.shape, plain_layout(x.ndim, axes_tag), node, axes=axes_tag)
 
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)
@@ -488,9 +539,8 @@ def rms_normalization(x, scale=None, *, axes=None, epsilon: float = 1e-5) -> Ten
             out = np.ascontiguousarray(out.transpose(np.argsort(perm)))
         return out
 
-    axes_tag = x._axes if x.ndim == 4 else "nchw"
     return Tensor(ctx, x.shape, plain_layout(x.ndim, axes_tag), producer=produce_plain,
-                  axes=axes_tag, inputs=(x,) + ((scale,) if scale is not None else ()), op=op)
+                  axes=axes_tag, inputs=inputs, op=op)
 
 
 def instance_normalization(x, scale=None, bias=None, *, epsilon: float = 1e-5,
