@@ -1,8 +1,8 @@
 """Kernel cases of the inverted-residual networks' convolutions (MobileNetV2,
 EfficientNet, MnasNet), checked against the float64 reference (``run_case``):
 the 1x1 driver's weight prefetch on short chunks (both of its compiles) and
-its 6 x 4 tile, the first layer's 6 x 4 tile, the depthwise driver's row
-prefetch on large inputs."""
+its 6 x 4 tile, the first layer's 6 x 4 tile and its runs of row tiles, the
+depthwise driver's row prefetch on large inputs."""
 
 import numba
 import numpy as np
@@ -12,7 +12,7 @@ from jitnn.kernels import _config, conv2d as K, layout
 from jitnn.kernels.conv2d import conv1x1, depthwise, plan as conv_plan
 from jitnn.kernels.conv2d.geometry import (conv1x1_tile_shape, direct_tile_shape,
                                            gemm1x1_tile_shape)
-from jitnn.kernels.epilogue import CLAMP
+from jitnn.kernels.epilogue import CLAMP, HARD_SWISH, RELU, SILU
 from tests.helpers import apply_activation, random, reference
 
 
@@ -177,3 +177,36 @@ def test_first_layer_tile_in_fours(case):
     packed = run_case(n, c, o, h, w, (k, k), (s, s), padding=(p, p, p, p), block=8,
                       plain=True, seed=o + h)
     assert packed.path == "first_layer"
+
+
+# (n, c, o, h, w, kernel, stride, pad, block, activation, residual): the first
+# layer's row tiles run in runs along each interior row, a task per row, the
+# last tile moved back over the row's end (interior widths 13, 17, 26, 35 and
+# 14: 2-5 tiles a row); C = 1-4, blocks 4/8/16, two images, post-store
+# activations; 3 output blocks in twos (not whole groups: one tile a call)
+FIRST_LAYER_RUNS = [
+    (2, 3, 32, 21, 29, 3, 2, 1, 8, (HARD_SWISH, 0.0, 0.0), False),
+    (1, 2, 16, 15, 40, 7, 2, 3, 8, (CLAMP, 0.0, 6.0), True),
+    (1, 4, 8, 9, 30, 5, 1, 2, 4, (SILU, 0.0, 0.0), False),
+    (1, 1, 32, 8, 37, 3, 1, 1, 16, (RELU, 0.0, 0.0), True),
+    (2, 3, 24, 10, 30, 3, 2, 1, 8, (CLAMP, 0.0, 6.0), False),
+]
+
+
+@pytest.mark.parametrize("case", FIRST_LAYER_RUNS,
+                         ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_w{c[4]}k{c[5]}s{c[6]}b{c[8]}")
+def test_first_layer_row_runs(case):
+    n, c, o, h, w, k, s, p, block, activation, residual = case
+    packed = run_case(n, c, o, h, w, (k, k), (s, s), padding=(p, p, p, p), block=block,
+                      activation=activation, residual=residual, plain=True, seed=o + w)
+    # the plan: a chunk per interior row, every one of them whole
+    oh = K.conv2d_output_size(h, k, s, 1, p, p)
+    ow = K.conv2d_output_size(w, k, s, 1, p, p)
+    launch = K.conv2d_launch(np.zeros((n, c, h, w), np.float32), packed,
+                             np.zeros((n, -(-o // block), oh, ow, block), np.float32),
+                             (s, s), (1, 1), (p, p, p, p), algorithm="direct")
+    regions, chunks = launch.tail[3], launch.tail[4]
+    r0, r1, c0, c1 = regions[0, :4]
+    interior = chunks[chunks[:, 0] >= 0]
+    assert len(interior) == r1 - r0
+    assert np.all(interior[:, 2] - interior[:, 1] == c1 - c0)

@@ -19,6 +19,10 @@ block: ``cb`` blocked, ``C`` plain):
   in each output-block group's task
 
 A tile is P output pixels x B output blocks (:func:`.geometry.direct_tile_shape`).
+A plain input with a small window (the first layer's 3x3 over 3 channels:
+27 lanes a tile) runs a task per interior row and its tiles in runs along
+it, one register-tile call per run (setting each tile up in numba cost as
+much as its FMAs).
 Output pixels are split into regions that read the input in place and
 border pixels. A region is a rectangle of output pixels and the rectangle
 of taps they run; its pixels are numbered row-major over it, and a tile
@@ -184,13 +188,18 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     nvalid = 0
     p_lo = 0
     in_row = False
-    for step in range(ntiles * ngroups):
+    run = 1
+    # a plain input's row tiles run in runs along the row (one conv_tile call
+    # each: register_tile's ``tiles``) when every group has whole blocks
+    runs = plain and row_step > 0 and og1 * B <= OB and O >= og1 * B * cb
+    at = 0
+    while at < ntiles * ngroups:
         if groups_outside:
-            tile = step % ntiles
-            og = og0 + step // ntiles
+            tile = at % ntiles
+            og = og0 + at // ntiles
         else:
-            tile = step // ngroups
-            og = og0 + step % ngroups
+            tile = at // ngroups
+            og = og0 + at % ngroups
         if tile != current:
             current = tile
             k0 = k_start + tile * P
@@ -211,6 +220,10 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                 oh = r0 + row
                 ow = c0 + k0 - row * width
                 in_row = row_step > 0 and ow + P <= c1
+                run = 1
+                if runs and in_row and p_lo == 0:
+                    # whole tiles from here to the row's end (or the chunk's)
+                    run = max(1, min((c1 - ow) // P, (k_end - k0) // P))
             for p in range(P):
                 if not interior:
                     oh, ow = _border_pixel(k0 + min(p, nvalid - 1), OH, OW, r0, r1, c0, c1)
@@ -245,19 +258,27 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                 conv_tile(P, B, cb, ci, plain, row_step, src, xb, tap_x, taps, steps,
                           ib * s_ib, s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias,
                           ob0 * cb, resf, has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo,
-                          hi)
+                          hi, run)
             elif last == B - 1:
                 conv_tile(P, B, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
                           s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
-                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi, 1)
             elif not plain:
                 conv_tile(P, 1, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
                           s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
-                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi)
+                          has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi, 1)
             if post and not interior:
                 for p in range(p_lo, P):
                     for b in range(last + 1):
                         activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, cb, act, p0, p1)
+            # past the run's tiles: this group's (groups outside), or, after
+            # the tile's last group, every group's
+            if groups_outside:
+                at += run
+            elif og == og1 - 1:
+                at += 1 + (run - 1) * ngroups
+            else:
+                at += 1
             continue
         # partial tiles: the same steps in numba, accumulators on the stack
         # accumulators start from bias (+ residual)
@@ -347,6 +368,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                     lanes = min(cb, O - (ob0 + b) * cb)
                     activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
                                      act, p0, p1)
+        at += 1
     if post and interior:
         # A region's pixels get their activation once all are stored, a
         # row's run of them (contiguous) per block: per pixel it was a span

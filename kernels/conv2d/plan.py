@@ -66,6 +66,11 @@ _GROUPED_TABLE_PIXELS = 12
 # All weights that fit comfortably in L2 (512 KiB here): then a task runs
 # every output-block group over its pixels (og_inner), else one group.
 _L2_WEIGHT_BYTES = 256 * 1024
+# a plain input's tiles in runs along the interior's rows (see _plan_conv2d)
+# when a tile has at most this many (tap, channel) lanes; False: the offset
+# tables' tiles, one call each (for comparisons)
+_PLAIN_ROW_RUNS = True
+_PLAIN_RUN_LANES = 100
 # One group's weights that fit in L1 (32 KiB) beside the input: then a task
 # runs all its tiles for one group before the next group.
 _L1_WEIGHT_BYTES = 20 * 1024
@@ -440,6 +445,16 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     # when a task has one group, so it reuses that group's weights (loaded
     # into L2 once) over many tiles.
     chunk = P * max(-(-OW // P), 1 if og_inner else 16)
+    if plain and _PLAIN_ROW_RUNS and geom.c1 - geom.c0 >= P and \
+            KH * KW * C <= _PLAIN_RUN_LANES:
+        # a plain input: a task per interior row, its tiles in runs along it
+        # (direct._conv_tiles: one register-tile call per run; the last tile
+        # moved back over the row's end). Setting up each tile in numba cost
+        # about as much as its 27 lanes of FMAs. 224 x 224, 1 thread, Zen 4,
+        # kernel alone: 3 -> 32 channels 3x3/2 307 -> 269 us, 3 -> 16 227 ->
+        # 179, 3x3/1 1167 -> 927, 5x5/2 655 -> 637, 1 -> 32 7x7/2 489 -> 464;
+        # ResNet's 7x7/2 over 3 channels (147 lanes) 1 % slower: not there
+        row_step, chunk = sw, geom.c1 - geom.c0
     # a first-layer tile has few steps (9 over 3 channels for a 3x3 kernel):
     # setting up its pixels again for every group cost more than keeping a
     # group's weights in L1 saved (MobileNetV2's first conv: 399 -> 355 us)

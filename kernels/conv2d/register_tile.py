@@ -50,7 +50,7 @@ memory.
               w, w_offset, w_block_stride, w_out_stride,
               bias, bias_offset, residual, use_residual,
               y, y_offset, pixel_y, y_block_stride, first_pixel,
-              clamp, lo, hi)
+              clamp, lo, hi, tiles)
 
 * accumulator ``(p, b)`` starts as ``bias[bias_offset + b * cb ...]`` plus,
   when ``use_residual``, the residual at the output position;
@@ -76,6 +76,11 @@ memory.
   input and ``pixel_y[0] + p * cb`` of the output. Then every address is a
   base pointer plus a constant, where P offsets from the tables take P
   general registers (more than 8 pixels spilled them in the hot loop).
+  With a ``pixel_step``, ``tiles`` tiles run one after the other along the
+  row, each P pixels (``P * pixel_step`` input, ``P * cb`` output elements)
+  past the last: a first layer's tile has few steps (27 lanes for 3x3 over 3
+  channels), and setting up each tile in numba cost about as much again.
+  Without one, ``tiles`` is ignored (one tile).
 
 ``depthwise_tile`` (one output block; each lane its own channel)::
 
@@ -373,7 +378,7 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
               steps,
               x_offset, x_block_stride, w, w_offset, w_block_stride, w_out_stride, bias,
               bias_offset, residual, use_residual, y, y_offset, pixel_y, y_block_stride,
-              first_pixel, clamp, lo, hi):
+              first_pixel, clamp, lo, hi, tiles):
     """The direct conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, B, cb)
     if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
@@ -391,13 +396,13 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
                            index, index,
                            w, index, index, index, bias, index, residual, types.boolean,
                            y, index, pixel_y, index, index, types.boolean, types.float32,
-                           types.float32)
+                           types.float32, index)
 
     def codegen(context, builder, sig, args):
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
          w_arg, w_offset, w_block_stride, w_out_stride, bias_arg, bias_offset, residual_arg,
          use_residual, y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo,
-         hi) = args[6:]
+         hi, tiles) = args[6:]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
          pixel_y_data) = (_array_data(context, builder, sig.args[6 + i], args[6 + i])
                           for i in (0, 1, 2, 7, 11, 13, 15, 17))
@@ -420,24 +425,35 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
             pixel_x = [entry(pixel_x_data, p) for p in range(P)]
             pixel_y = [entry(pixel_y_data, p) for p in range(P)]
 
-        def output_offset(p, b):
-            return add(y_offset, pixel_y[p], times(y_block_stride, b))
+        def one_tile(offsets):
+            x_at, y_at = offsets
 
-        acc = [tile.load(bias_data, add(bias_offset, const(b * cb))) for p, b in tile.tiles]
-        acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
-        if separate_lanes:
-            sums = tile.k_loop(acc, steps, x_data, pixel_x, lambda entry: entry_at(entry),
-                               x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
-                               lanes=lanes_per_step, lanes_apart=True)
+            def output_offset(p, b):
+                return add(y_at, pixel_y[p], times(y_block_stride, b))
+
+            acc = [tile.load(bias_data, add(bias_offset, const(b * cb))) for p, b in tile.tiles]
+            acc = tile.plus_residual(acc, use_residual, residual_data, output_offset)
+            if separate_lanes:
+                sums = tile.k_loop(acc, steps, x_data, pixel_x, lambda entry: entry_at(entry),
+                                   x_at, x_block_stride, taps, w_data, w_offset, w_out_stride,
+                                   lanes=lanes_per_step, lanes_apart=True)
+            else:
+                # (x offset, weight offset) pairs: one cache line holds both
+                sums = tile.k_loop(acc, steps, x_data, pixel_x,
+                                   lambda tap: entry_at(times(tap, 2)),
+                                   x_at, x_block_stride, taps, w_data, w_offset, w_out_stride,
+                                   lanes=lanes_per_step,
+                                   tap_weights=lambda tap: entry_at(add(times(tap, 2),
+                                                                        const(1))),
+                                   w_block_stride=w_block_stride)
+            tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
+            return [add(x_at, const(P * adjacent_step)), add(y_at, const(P * cb))]
+
+        if adjacent_step:
+            # a run of ``tiles`` tiles along the row, each P pixels past the last
+            _counted_loop(builder, "tile.run", tiles, [x_offset, y_offset], one_tile)
         else:
-            # (x offset, weight offset) pairs: one cache line holds both
-            sums = tile.k_loop(acc, steps, x_data, pixel_x,
-                               lambda tap: entry_at(times(tap, 2)),
-                               x_offset, x_block_stride, taps, w_data, w_offset, w_out_stride,
-                               lanes=lanes_per_step,
-                               tap_weights=lambda tap: entry_at(add(times(tap, 2), const(1))),
-                               w_block_stride=w_block_stride)
-        tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
+            one_tile([x_offset, y_offset])
         return context.get_dummy_value()
 
     return signature, codegen
