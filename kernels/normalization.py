@@ -40,8 +40,8 @@ pass over the tile's ``k`` blocks for the sum and the sum of squares
 the cancellation matters only for a mean ~10^7 times the deviation), since
 the ``k`` blocks of a tile lie far apart.
 
-How it is fast. Rows: 8 float64 partial sums in a stack array (2 ymm
-registers; RMS: 16, two add chains, one pass for the sum of squares), then
+How it is fast. Rows: 16 float64 partial sums in a stack array (two add
+chains, 2 zmm or 4 ymm registers; RMS: one pass for the sum of squares), then
 the epilogue, a vectorized loop of a subtract, a multiply and an FMA per
 element. Groups: pixels in tiles of ``T`` (``T * L`` about
 1024 floats, contiguous for each ``k``), the per-(pixel, lane) sums of a tile
@@ -81,20 +81,22 @@ def _rstd(m2, count, eps):
 
 @jit()
 def _row_mean(xf, base, count):
-    """The mean of a contiguous row, in 8 partial float64 sums (a stack array:
-    registers; a heap array passed in kept the loop scalar) and the tail."""
-    s = numba.carray(stack_empty(8, np.float64), 8)
-    chunks = count // 8
-    for l in range(8):
+    """The mean of a contiguous row, in 16 partial float64 sums (a stack array:
+    registers; a heap array passed in kept the loop scalar) and the tail:
+    two vector add chains (2 zmm, 4 ymm); 8 sums, one chain, wait on the
+    add's latency, 32 or 64 spill."""
+    s = numba.carray(stack_empty(16, np.float64), 16)
+    chunks = count // 16
+    for l in range(16):
         s[l] = 0.0
     for c in range(chunks):
-        p = base + c * 8
-        for l in range(8):
+        p = base + c * 16
+        for l in range(16):
             s[l] += np.float64(xf[np.uint64(p + l)])
     total = 0.0
-    for l in range(8):
+    for l in range(16):
         total += s[l]
-    for i in range(chunks * 8, count):
+    for i in range(chunks * 16, count):
         total += np.float64(xf[np.uint64(base + i)])
     return total / count
 
@@ -102,19 +104,19 @@ def _row_mean(xf, base, count):
 @jit()
 def _row_m2(xf, base, count, mean):
     """The sum of ``(x - mean)^2`` over a contiguous row (as :func:`_row_mean`)."""
-    s = numba.carray(stack_empty(8, np.float64), 8)
-    chunks = count // 8
-    for l in range(8):
+    s = numba.carray(stack_empty(16, np.float64), 16)
+    chunks = count // 16
+    for l in range(16):
         s[l] = 0.0
     for c in range(chunks):
-        p = base + c * 8
-        for l in range(8):
+        p = base + c * 16
+        for l in range(16):
             d = np.float64(xf[np.uint64(p + l)]) - mean
             s[l] += d * d
     total = 0.0
-    for l in range(8):
+    for l in range(16):
         total += s[l]
-    for i in range(chunks * 8, count):
+    for i in range(chunks * 16, count):
         d = np.float64(xf[np.uint64(base + i)]) - mean
         total += d * d
     return total
@@ -143,11 +145,11 @@ def _rows_parallel(xf, outf, D, scale, bias, eps, rows, groups):
 
 @jit()
 def _row_sumsq(xf, base, count):
-    """The sum of ``x^2`` over a contiguous row in 16 partial float64 sums:
-    two independent vector chains (2 zmm, or 4 ymm on AVX2), where
-    :func:`_row_m2`'s 8 are one zmm chain, bound by the add's latency (128
-    rows of 512, 1 thread, Zen 4: 7.2 -> 5.3 us; 32 or 64 sums spill: 6.5,
-    9.8 us)."""
+    """The sum of ``x^2`` over a contiguous row in 16 partial float64 sums
+    (as :func:`_row_mean`; 8 sums, one zmm chain waiting on the add's
+    latency: 128 rows of 512, 1 thread, Zen 4, 7.2 -> 5.3 us; 32 or 64 sums
+    spill: 6.5, 9.8 us). Not :func:`_row_m2` about 0: its subtract stays
+    (12.2 against 11.2 us for the whole RMS norm of those rows)."""
     s = numba.carray(stack_empty(16, np.float64), 16)
     chunks = count // 16
     for l in range(16):
