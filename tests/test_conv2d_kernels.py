@@ -222,19 +222,24 @@ def test_depthwise_padding_on_the_stack(case):
 # (kernels.conv2d.depthwise._DW_WIDE). Channels that leave the last block
 # partial (1, 3, 7, 9, 17: single pixels there), odd sizes, a batch, padding
 # wider than the kernel reaches (tiles wholly in the padding), blocks 4/8/16.
+# Each case compiles tiles of its own (10-18 s): the default run keeps one per
+# kernel, stride and block; the others are slow.
 DEPTHWISE_EDGE_TILES = [
     # (n, c, h, w, kernel, strides, padding, block)
     (1, 16, 9, 7, (3, 3), (1, 1), (1, 1, 1, 1), 8),        # one tile, masked both sides
-    (2, 24, 11, 56, (3, 3), (1, 1), (1, 1, 1, 1), 8),      # edge, 3 wide, edge
-    (1, 8, 6, 112, (3, 3), (2, 2), (1, 1, 1, 1), 8),
+    pytest.param((2, 24, 11, 56, (3, 3), (1, 1), (1, 1, 1, 1), 8),     # edge, 3 wide, edge
+                 marks=pytest.mark.slow),
+    pytest.param((1, 8, 6, 112, (3, 3), (2, 2), (1, 1, 1, 1), 8), marks=pytest.mark.slow),
     (1, 17, 13, 29, (5, 5), (1, 1), (2, 2, 2, 2), 8),
     (3, 9, 7, 31, (5, 5), (2, 2), (2, 2, 2, 2), 8),
     (1, 7, 8, 33, (3, 3), (2, 2), (0, 1, 0, 1), 4),        # asymmetric, odd width
-    (1, 3, 5, 23, (5, 5), (1, 1), (1, 3, 4, 6), 4),        # padding past the kernel's reach
-    (1, 1, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4),         # one channel: not depthwise
-    (1, 2, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4),
+    pytest.param((1, 3, 5, 23, (5, 5), (1, 1), (1, 3, 4, 6), 4),       # padding past the
+                 marks=pytest.mark.slow),                               # kernel's reach
+    pytest.param((1, 1, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4),       # one channel:
+                 marks=pytest.mark.slow),                               # not depthwise
+    pytest.param((1, 2, 9, 14, (3, 3), (1, 1), (1, 1, 1, 1), 4), marks=pytest.mark.slow),
     (2, 32, 10, 28, (3, 3), (1, 1), (1, 1, 1, 1), 16),
-    (1, 48, 8, 57, (5, 5), (2, 2), (2, 2, 2, 2), 16),
+    pytest.param((1, 48, 8, 57, (5, 5), (2, 2), (2, 2, 2, 2), 16), marks=pytest.mark.slow),
 ]
 
 
