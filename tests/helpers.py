@@ -80,6 +80,40 @@ def assert_close(got, want, rtol: float = 2e-6, atol: float = 1e-6, *,
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
+def gemm_reference_with_bound(a, b, a_t=False, b_t=False, alpha=1.0, beta=1.0, c=None,
+                              bias=None, residual=None, act=epilogue.NONE, p0=0.0, p1=0.0):
+    """``act(alpha * A @ B + beta * c + bias + residual)`` in float64 and an
+    elementwise error bound for the float32 kernels: ``(2K + 8) eps`` times
+    the sum of the terms' magnitudes, plus the activation's roundings."""
+    eps = float(np.finfo(np.float32).eps)
+    A = np.asarray(a.T if a_t else a, np.float64)
+    B = np.asarray(b.T if b_t else b, np.float64)
+    value = alpha * (A @ B)
+    size = abs(alpha) * (np.abs(A) @ np.abs(B))
+    for term, weight in ((c, beta), (bias, 1.0), (residual, 1.0)):
+        if term is not None:
+            term = np.asarray(term, np.float64)
+            value = value + weight * term
+            size = size + abs(weight) * np.abs(term)
+    bound = (2 * A.shape[1] + 8) * eps * size
+    if act != epilogue.NONE:
+        value = epilogue.activation_reference(value, act, p0, p1)
+        # activations change errors by at most their slope (<= 1.5 for hard_swish)
+        # and add a few roundings of their own
+        bound = 1.5 * bound + 8 * eps * (1 + np.abs(value))
+    return value, bound + 1e-30
+
+
+def assert_within_bound(got, want, bound, what: str = "") -> None:
+    """Every element finite and within its bound of the reference."""
+    assert np.all(np.isfinite(got)), f"{what}: non-finite output (unwritten elements?)"
+    error = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert np.all(error <= bound), (
+        f"{what}: error {error[worst]:.3g} > bound {bound[worst]:.3g} at {worst} "
+        f"(got {got[worst]}, want {want[worst]})")
+
+
 # --- blocked tensors and their padding lanes -------------------------------------------
 
 #: the layouts the op tests run on: plain, and blocked by 8 (the default

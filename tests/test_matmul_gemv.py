@@ -3,45 +3,20 @@
 nodes: a classifier after a global pool reads the pooled blocked vector in
 place (no flatten step), and a replayed program runs it as one bound call.
 
-The error bound is test_matmul_kernels's: ``(2K + 8) eps sum_k |a| |b|``
-plus the epilogue's roundings."""
+The error bound is the GEMM kernels' (tests/helpers.py,
+``gemm_reference_with_bound``): ``(2K + 8) eps sum_k |a| |b|`` plus the
+epilogue's roundings."""
 
 import numpy as np
 import pytest
 
 import jitnn
 from jitnn.kernels.matmul import gemv as gv
-from jitnn.kernels.epilogue import CLAMP, GELU, NONE, RELU, activation_reference
-from tests.helpers import random
-
-EPS = float(np.finfo(np.float32).eps)
+from jitnn.kernels.epilogue import CLAMP, GELU, NONE, RELU
+from tests.helpers import (assert_within_bound as _check, gemm_reference_with_bound as _reference,
+                           random)
 
 SMALL = (1, 7, 9, 17)
-
-
-def _reference(a, b, b_t=False, alpha=1.0, beta=1.0, c=None, bias=None, residual=None,
-               act=NONE, p0=0.0, p1=0.0):
-    """``act(alpha * A @ B + beta * c + bias + residual)`` in float64 and an
-    elementwise error bound for float32 (test_matmul_kernels's)."""
-    A, B = np.asarray(a, np.float64), np.asarray(b.T if b_t else b, np.float64)
-    value, size = alpha * (A @ B), abs(alpha) * (np.abs(A) @ np.abs(B))
-    for term, weight in ((c, beta), (bias, 1.0), (residual, 1.0)):
-        if term is not None:
-            value = value + weight * np.asarray(term, np.float64)
-            size = size + abs(weight) * np.abs(np.asarray(term, np.float64))
-    bound = (2 * A.shape[1] + 8) * EPS * size
-    if act != NONE:
-        value = activation_reference(value, act, p0, p1)
-        bound = 1.5 * bound + 8 * EPS * (1 + np.abs(value))
-    return value, bound + 1e-30
-
-
-def _check(got, want, bound, what=""):
-    assert np.all(np.isfinite(got)), f"{what}: non-finite output (unwritten elements?)"
-    error = np.abs(got - want)
-    worst = np.unravel_index(np.argmax(error - bound), error.shape)
-    assert np.all(error <= bound), (
-        f"{what}: error {error[worst]:.3g} > bound {bound[worst]:.3g} at {worst}")
 
 
 def _run(M, K, N, threads, *, bias=False, b_t=False, c=None, residual=None, act=NONE,

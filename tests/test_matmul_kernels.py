@@ -24,46 +24,14 @@ from jitnn.kernels import vmath
 from jitnn.kernels.matmul import blocking, drivers as matmul_drivers, packing, tiles as matmul_tiles
 from jitnn.kernels._config import jit
 from jitnn.kernels.epilogue import (CLAMP, GELU, HARD_SWISH, LEAKY_RELU, NONE, RELU,
-                                    SIGMOID, TANH, activation_reference)
+                                    SIGMOID, TANH)
 from tests.assembly import needs_packed_fma
-from tests.helpers import random
+from tests.helpers import (assert_within_bound as _check, gemm_reference_with_bound as _reference,
+                           random)
 
-EPS = float(np.finfo(np.float32).eps)
 ACTIVATIONS = [(NONE, 0.0, 0.0), (RELU, 0.0, 0.0), (CLAMP, -0.5, 0.7),
                (LEAKY_RELU, 0.1, 0.0), (SIGMOID, 0.0, 0.0), (TANH, 0.0, 0.0),
                (HARD_SWISH, 0.0, 0.0), (GELU, 0.0, 0.0)]
-
-
-def _reference(a, b, a_t=False, b_t=False, alpha=1.0, beta=1.0, c=None, bias=None,
-               residual=None, act=NONE, p0=0.0, p1=0.0):
-    """``act(alpha * A @ B + beta * c + bias + residual)`` in float64 and an
-    elementwise error bound for the float32 kernels."""
-    A = np.asarray(a.T if a_t else a, np.float64)
-    B = np.asarray(b.T if b_t else b, np.float64)
-    K = A.shape[1]
-    value = alpha * (A @ B)
-    size = abs(alpha) * (np.abs(A) @ np.abs(B))
-    for term, weight in ((c, beta), (bias, 1.0), (residual, 1.0)):
-        if term is not None:
-            term = np.asarray(term, np.float64)
-            value = value + weight * term
-            size = size + abs(weight) * np.abs(term)
-    bound = (2 * K + 8) * EPS * size
-    if act != NONE:
-        value = activation_reference(value, act, p0, p1)
-        # activations change errors by at most their slope (<= 1.5 for hard_swish)
-        # and add a few roundings of their own
-        bound = 1.5 * bound + 8 * EPS * (1 + np.abs(value))
-    return value, bound + 1e-30
-
-
-def _check(got, want, bound, what=""):
-    assert np.all(np.isfinite(got)), f"{what}: non-finite output (unwritten elements?)"
-    error = np.abs(got - want)
-    worst = np.unravel_index(np.argmax(error - bound), error.shape)
-    assert np.all(error <= bound), (
-        f"{what}: error {error[worst]:.3g} > bound {bound[worst]:.3g} at {worst} "
-        f"(got {got[worst]}, want {want[worst]})")
 
 
 @pytest.fixture(params=["direct", "serial", "parallel"])
