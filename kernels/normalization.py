@@ -62,6 +62,7 @@ import numpy as np
 from numba import prange
 
 from ._config import jit, numba_threads
+from ._linking import kernel_factory
 from .stack import stack_empty
 
 #: below this many elements run serially
@@ -188,37 +189,31 @@ def _rms_rows_parallel(xf, outf, D, scale, eps, rows, groups):
 
 # --- groups (channels of a blocked tensor per pixel) -----------------------------
 
-@jit()
-def _normalize_pixels8(xf, outf, base, pixels, means, rstds, scale, bias, k):
-    """Block ``k``'s 8 lanes of ``pixels`` pixels from ``base``, normalized.
-    The lane loop has a literal trip count (8, and 16 below): unrolled, it is
-    one vector per pixel; a runtime ``L`` left a short vectorized loop with
-    its checks per pixel (the normalizing pass ~10 % slower)."""
-    sk = numba.carray(stack_empty(8, np.float32), 8)
-    bk = numba.carray(stack_empty(8, np.float32), 8)
-    for l in range(8):
-        sk[l] = scale[k * 8 + l]
-        bk[l] = bias[k * 8 + l]
-    for i in range(pixels):
-        m, r = means[i], rstds[i]
-        o = base + i * 8
-        for l in range(8):
-            outf[np.uint64(o + l)] = (xf[np.uint64(o + l)] - m) * r * sk[l] + bk[l]
+@kernel_factory
+def normalize_pixels(L: int):
+    """The kernel normalizing block ``k``'s ``L`` lanes of ``pixels`` pixels
+    from ``base``. ``L`` (8 or 16) is a compile-time constant: the lane loop
+    unrolls into one vector per pixel; a runtime ``L`` left a short vectorized
+    loop with its checks per pixel (the normalizing pass ~10 % slower).
+    Captures only the int ``L``, so numba's cache keeps it."""
+
+    def normalize_pixels(xf, outf, base, pixels, means, rstds, scale, bias, k):
+        sk = numba.carray(stack_empty(L, np.float32), L)
+        bk = numba.carray(stack_empty(L, np.float32), L)
+        for l in range(L):
+            sk[l] = scale[k * L + l]
+            bk[l] = bias[k * L + l]
+        for i in range(pixels):
+            m, r = means[i], rstds[i]
+            o = base + i * L
+            for l in range(L):
+                outf[np.uint64(o + l)] = (xf[np.uint64(o + l)] - m) * r * sk[l] + bk[l]
+
+    return jit()(normalize_pixels)
 
 
-@jit()
-def _normalize_pixels16(xf, outf, base, pixels, means, rstds, scale, bias, k):
-    """:func:`_normalize_pixels8` for 16 lanes."""
-    sk = numba.carray(stack_empty(16, np.float32), 16)
-    bk = numba.carray(stack_empty(16, np.float32), 16)
-    for l in range(16):
-        sk[l] = scale[k * 16 + l]
-        bk[l] = bias[k * 16 + l]
-    for i in range(pixels):
-        m, r = means[i], rstds[i]
-        o = base + i * 16
-        for l in range(16):
-            outf[np.uint64(o + l)] = (xf[np.uint64(o + l)] - m) * r * sk[l] + bk[l]
+_normalize_pixels8 = normalize_pixels(8)
+_normalize_pixels16 = normalize_pixels(16)
 
 
 @jit(standalone=True)
