@@ -832,7 +832,7 @@ def _stored(name: str):
     ("bert", {"scaled_dot_product_attention": 2, "gelu": 0, "matmul + add": 2,
               "matmul + add + gelu": 2, "matmul + add + add": 4, "is_nan": 0}),
     ("gpt2", {"scaled_dot_product_attention": 2, "is_nan": 0, "gelu": 2, "split": 0}),
-    ("llama", {"scaled_dot_product_attention": 2, "is_nan": 0}),
+    ("llama", {"scaled_dot_product_attention": 2, "is_nan": 0, "swiglu": 2, "sigmoid": 0}),
     ("vit", {"scaled_dot_product_attention": 2, "gelu": 0, "matmul + add": 2,
              "matmul + add + gelu": 2, "matmul + add + add": 4})])
 def test_zoo_transformers_fuse_and_match_onnxruntime(name, fused):

@@ -2,7 +2,11 @@
 the attention reads in place (jitnn/onnx/_qkv_patterns.py): three linears
 on one input (BERT, ViT) packed at load time, or one GEMM's Split (GPT-2)
 read as views; and the cases that must stay three GEMMs or copies. Each
-against the float64 reference of the ONNX graph."""
+against the float64 reference of the ONNX graph. The gated MLP's two
+projections of one input as one GEMM and ``swiglu`` (jitnn/onnx/_gated_mlp.py,
+jitnn/ops/gated.py, kernels/gated.py) the same way, and the op against its
+float64 reference.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import jitnn
 import jitnn.onnx
-from jitnn.onnx import _qkv_patterns
+from jitnn.errors import JitnnValueError
+from jitnn.kernels import gated as gated_kernels
+from jitnn.onnx import _gated_mlp, _qkv_patterns
+from jitnn.ops.gated import swiglu_reference
 from tests.helpers import random
 
 FUSED = "read in place from one"
@@ -231,3 +238,88 @@ def test_one_key_value_head_runs_the_projections_apart(mask):
     labels, plan = check(three_projections(mask, 2, 6, 4, 5, kv_heads=1))
     assert "scaled_dot_product_attention" in labels and FUSED not in plan, labels
     assert _matmuls(labels) == 3, labels
+
+
+# --- the gated MLP (SwiGLU) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (3, 5, 74), (128, 2752), (2, 1, 7, 18), (0, 6)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_swiglu_matches_the_reference(shape, threads):
+    x = random(shape, 3) * 6                      # sigmoid's both tails
+    ctx = jitnn.Context(num_threads=threads)
+    got = jitnn.swiglu(ctx.tensor(x)).numpy()
+    want = swiglu_reference(x)
+    assert got.shape == shape[:-1] + (shape[-1] // 2,)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(want).max(
+        initial=0.0)))
+
+
+def test_swiglu_refuses_odd_widths_and_overlaps():
+    with pytest.raises(JitnnValueError, match="even"):
+        jitnn.swiglu(np.zeros((2, 5), np.float32))
+    y = np.zeros((4, 8), np.float32)
+    with pytest.raises(ValueError, match="overlap"):
+        gated_kernels.swiglu_rows(y, y.reshape(-1)[:16].reshape(4, 4))
+    with pytest.raises(ValueError, match="twice"):
+        gated_kernels.swiglu_rows(y, np.zeros((4, 3), np.float32))
+
+
+def gated_mlp(b: int = 2, s: int = 7, e: int = 12, n: int = 20, seed: int = 0,
+              swap: bool = False, gate_output: bool = False, up_input: bool = False,
+              weight_input: bool = False, residual: bool = True):
+    """``down(silu(x Wg) * (x Wu)) [+ x]`` as Llama's export writes it (``swap``:
+    each Mul's inputs the other way round). ``gate_output``: the gate's product
+    is a graph output too; ``up_input``: up projects another input;
+    ``weight_input``: the up weight is a graph input."""
+    net = Net(seed)
+    feed = {"x": random((b, s, e), seed)}
+    x = net.input("x", (b, s, e))
+    gate = net("MatMul", x, net.const(net.rng.standard_normal((e, n)) / math.sqrt(e)))
+    up_src = x
+    if up_input:
+        feed["y"] = random((b, s, e), seed + 1)
+        up_src = net.input("y", (b, s, e))
+    w_up = net.rng.standard_normal((e, n)) / math.sqrt(e)
+    if weight_input:
+        feed["w"] = w_up.astype(np.float32)
+        w = net.input("w", (e, n))
+    else:
+        w = net.const(w_up)
+    up = net("MatMul", up_src, w)
+    sig = net("Sigmoid", gate)
+    silu = net("Mul", sig, gate) if swap else net("Mul", gate, sig)
+    act = net("Mul", up, silu) if swap else net("Mul", silu, up)
+    out = net("MatMul", act, net.const(net.rng.standard_normal((n, e)) / math.sqrt(n)))
+    if residual:
+        out = net("Add", x, out)
+    return net, [out] + ([gate] if gate_output else []), 17, feed
+
+
+@pytest.mark.parametrize("b,s,e,n", [(2, 7, 12, 20), (1, 1, 8, 6), (3, 33, 16, 43)])
+@pytest.mark.parametrize("swap", [False, True])
+def test_gated_mlp_is_one_gemm_and_swiglu(b, s, e, n, swap):
+    labels, _ = check(gated_mlp(b, s, e, n, swap=swap))
+    assert labels.count("swiglu") == 1, labels
+    assert _matmuls(labels) == 2, labels          # gate and up as one, and down
+    assert not {"sigmoid", "mul"} & {label.split(" ")[0] for label in labels}, labels
+
+
+def test_two_threads_and_the_exported_form_agree():
+    built = gated_mlp(2, 9, 16, 24)
+    labels, _ = check(built, ctx=jitnn.Context(num_threads=2))
+    assert "swiglu" in labels
+    saved, _gated_mlp.ENABLED = _gated_mlp.ENABLED, False
+    try:
+        labels, _ = check(built)
+    finally:
+        _gated_mlp.ENABLED = saved
+    assert "swiglu" not in labels and _matmuls(labels) == 3, labels
+
+
+@pytest.mark.parametrize("case", ["gate_output", "up_input", "weight_input"])
+def test_gated_mlps_that_stay_apart(case):
+    """The gate read outside the MLP, up of another input, a weight given at
+    run time: the products apart, the same numbers."""
+    labels, _ = check(gated_mlp(**{case: True}))
+    assert "swiglu" not in labels and _matmuls(labels) == 3, labels

@@ -44,6 +44,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
 * **rotary position embedding** (Llama's ``x * cos + rotate_half(x) * sin``:
   ``Slice``, ``Neg``, ``Concat``, ``Mul``, ``Mul``, ``Add``):
   ``rotary_embedding``; its matcher is in :mod:`._rotary_patterns`.
+* **gated MLP** (Llama's ``silu(gate_proj(x)) * up_proj(x)``): one GEMM on
+  the two weights side by side and ``swiglu``; matched in
+  :mod:`._gated_mlp`, before the MatMuls become linears.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -66,7 +69,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last, _qkv_patterns
+from . import _channels_last, _gated_mlp, _qkv_patterns
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -535,6 +538,8 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
                 gelus[pattern.data["x"]] = pattern
     # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
     _channels_last.match(g, by_type.get("Transpose", []), gelus, take, _gelu_constants)
+    for index in by_type.get("Sigmoid", []):
+        take(_gated_mlp.match_swiglu(g, index))
     for index in by_type.get("MatMul", []):
         linear = None if index in g.taken else take(_match_linear(g, index, gelus))
         if linear is not None:

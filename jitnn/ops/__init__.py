@@ -9,3 +9,4 @@ from . import (cast, conv2d, conv_transpose2d, eltwise, gather, lrn, matmul,  # 
 from . import logical, math  # noqa: F401 - element-wise math and logic (after eltwise)
 from . import attention  # noqa: F401 - fused scaled dot-product attention
 from . import rotary  # noqa: F401 - rotary position embedding (Llama's RoPE)
+from . import gated  # noqa: F401 - the gated MLP's silu(gate) * up (SwiGLU)
