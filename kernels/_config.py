@@ -90,7 +90,7 @@ from numba.core import caching as _caching
 from numba.core.registry import CPUDispatcher
 from numba.np.ufunc import parallel as _numba_parallel
 
-from . import _linking
+from . import _code_loading, _linking
 
 # --- code generation -------------------------------------------------------
 
@@ -330,6 +330,7 @@ if CACHE_DIR is None:
         + "); kernels will be compiled again in every process. "
         "Set JITNN_CACHE_DIR to a writable directory to keep them.",
         RuntimeWarning, stacklevel=2)
+_code_loading.use_cached_runtime(CACHE_DIR, CACHE_WRITABLE)
 
 
 def cache_size_bytes() -> int:
@@ -388,6 +389,7 @@ class _KernelCacheImpl(_caching.CompileResultCacheImpl):
         _linking.load_dependencies(calls, entry)
         cres = super().rebuild(target_context, entry)
         cres.library._jitnn_standalone = set(calls)   # its callers call them too
+        _code_loading.keep_linking_ir_as_bitcode(cres.library, entry[0])
         return cres
 
 
@@ -462,8 +464,12 @@ class _KernelCache(_caching.FunctionCache):
         return key in self._cache_file._load_index()
 
     def load_overload(self, sig, target_context):
+        # numba's load_overload refreshes the whole target context first, for
+        # loading machine code that needs only the runtime (_code_loading.py)
+        _code_loading.load_runtime(target_context)
         try:
-            return super().load_overload(sig, target_context)
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
         except _linking.MissingDependency:
             return None           # compiled again (and saved over the entry)
 
