@@ -5,6 +5,7 @@ the ops around them against float64 numpy.
 """
 
 import importlib
+import math
 
 import numpy as np
 import pytest
@@ -198,3 +199,36 @@ def test_pytorch_generated_linear_cases_from_onnx(case):
             result = jitnn.matmul(*args)
         values[node.output[0]] = np.asarray(result)
     np.testing.assert_allclose(values[model.graph.output[0].name], want, rtol=1e-5, atol=1e-5)
+
+
+def test_replayed_linear_layers_are_bound_calls_with_their_epilogues(threads):
+    """A transformer's MLP, ``x + (gelu(x @ w1 + b1) @ w2 + b2)``, computed again
+    on new inputs: both products take the packed path (more rows than the
+    direct path's, weights worth packing; M and N not multiples of the
+    register tile), with float64's numbers at every run (a bound call holding
+    a stale copy would give the first run's). Replayed, the first runs as a
+    bound call reading the step before's buffer; the second, whose residual
+    is a computed value (remade every run), runs through its op."""
+    from jitnn.ops.matmul import run_gemm
+    ctx = jitnn.Context(num_threads=threads)
+    rows, d, hidden = 45, 96, 130
+    w1, b1 = random((d, hidden), 1, 0.1), random((hidden,), 2)
+    w2, b2 = random((hidden, d), 3, 0.1), random((d,), 4)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.relu(b.input("x", (rows, d)))        # (a graph input is a new array every run)
+    h = b.gelu(b.add(b.matmul(x, b.constant(w1)), b.constant(b1)))
+    y = b.add(x, b.add(b.matmul(h, b.constant(w2)), b.constant(b2)))
+    graph = b.build({"y": b.relu(y)})             # y: an intermediate of the plan
+    out = np.empty((rows, d), np.float32)
+    for seed in range(4):
+        data = random((rows, d), 10 + seed)
+        ctx.compute(graph, {"x": data}, {"y": out})
+        x64 = np.maximum(data.astype(np.float64), 0)
+        pre = x64 @ w1 + b1
+        hidden64 = 0.5 * pre * (1 + np.vectorize(math.erf)(pre / math.sqrt(2)))
+        want = np.maximum(x64 + hidden64 @ w2 + b2, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    (program,) = graph._programs
+    bound = [bool(binding) for c, binding in zip(program.steps, program.bindings.steps)
+             if c.step.kind == "op" and c.node.run is run_gemm]
+    assert bound == [True, False], [c.step.label for c in program.steps]

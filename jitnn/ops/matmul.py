@@ -314,18 +314,59 @@ def _gemv_call(ctx, a: dict, left: np.ndarray, dest: np.ndarray) -> tuple:
 
 
 def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
-    """The gemv call :func:`run_gemm` just made, bound to its arrays (the other
-    paths are not bound: they run through the op)."""
+    """The kernel call :func:`run_gemm` just made, bound to its arrays: the
+    gemv path's, or the packed GEMM's (a transformer's linear layers: ~15 us
+    of Python per product otherwise). None for the direct path (B read as it
+    is, a tiny product) and addends that are neither a constant nor read in
+    place."""
     a = node.attrs
     m, k, n = a["mkn"]
-    if not _uses_gemv(m, n, k, a["a_transpose"]) or result.size != m * n \
-            or a["a"]._data is None:
+    if result.size != m * n or a["a"]._data is None:
         return None
     left = plain_buffer(a["a"])
     left = left.reshape(m, k) if left.ndim != 2 else left
-    kernel, args, derived = _gemv_call(ctx, a, left, result.reshape(m, n))
-    return Binding(kernel, args, ((a["a"], a["a"]._data),), derived, result,
-                   ctx.num_threads)
+    if not np.may_share_memory(left, a["a"]._data):
+        return None                       # a copy made at this run (a reorder to plain)
+    if _uses_gemv(m, n, k, a["a_transpose"]):
+        kernel, args, derived = _gemv_call(ctx, a, left, result.reshape(m, n))
+        return Binding(kernel, args, ((a["a"], a["a"]._data),), derived, result,
+                       ctx.num_threads)
+    if not _worth_packing(m, n, k):
+        return None
+    key = ("matmul_b", a["b_transpose"])
+    packed = _packed_b(ctx, a["b"], a["b_transpose"])
+    reads = [(a["a"], a["a"]._data)]
+    derived = [(a["b"], key, packed)]
+    addends = []
+    for v in (a["c"], a.get("residual")):
+        if v is None:
+            addends.append(None)
+        elif v._plan is None:
+            # a constant (a bias; computed by no plan): its (1, Mc, Nc) form
+            # kept on the value, as the gemv path's, so the bound call holds
+            # the same array (a graph input's is remade every run: not bound)
+            values = plain_buffer(v)
+            form = v._derive(("gemm_addend", m, n), lambda: np.ascontiguousarray(
+                _as_addend(values, m, n), dtype=np.float32))
+            derived.append((v, ("gemm_addend", m, n), form))
+            addends.append(form)
+        else:
+            # computed at each run (a skip connection): read in place, so only
+            # a plain float32 buffer that the kernel's view shares
+            data = v._data
+            if not isinstance(data, np.ndarray) or data.dtype != np.float32 \
+                    or not data.flags.c_contiguous or layouts.block_of(v._layout) is not None:
+                return None
+            reads.append((v, data))
+            addends.append(_as_addend(data, m, n))
+    code, p0, p1 = a["activation"]
+    call = mm.gemm_call(left, packed, result.reshape(m, n), alpha=a["alpha"],
+                        beta=a["beta"] if a["c"] is not None else 0.0, c=addends[0],
+                        residual=addends[1], activation=code, param0=p0, param1=p1,
+                        a_transpose=a["a_transpose"], threads=ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)
 
 
 # (the executor asks a node's run function for its binder)

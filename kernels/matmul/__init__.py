@@ -96,7 +96,7 @@ from .drivers import PATHS, gemm_driver, matmul_small
 from .packing import pack_b_parallel, pack_b_serial
 
 __all__ = ["KC", "MC", "MR", "NC", "NR", "PATHS", "VEC", "PackedB", "batched_matmul", "gemm",
-           "gemm_driver", "k_block", "matmul_small", "pack_b", "plan_blocks"]
+           "gemm_call", "gemm_driver", "k_block", "matmul_small", "pack_b", "plan_blocks"]
 
 #: products with M * N * K up to this many multiply-adds take the direct path
 DIRECT_MAX_MACS = 64 ** 3
@@ -285,10 +285,23 @@ def plan_blocks(G, M, N, threads):
 def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
          residual, activation, param0, param1, threads):
     """Pick the path and call its kernel (operands already checked)."""
+    call = _call(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias, residual,
+                 activation, param0, param1, threads)
+    if call is not None:
+        try:  # the drivers raise ValueError when out overlaps an input
+            call[0](*call[1])
+        except ValueError as error:
+            _fail(op, str(error))
+
+
+def _call(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
+          residual, activation, param0, param1, threads):
+    """The driver :func:`_run` calls and its arguments, ``(kernel, args)``;
+    None when there is nothing to compute."""
     G, M, N = out.shape
     K = a.shape[1] if a_t else a.shape[2]
     if G == 0 or M == 0 or N == 0:
-        return
+        return None
     act = _activation(op, activation)
     alpha, beta, param0, param1 = float(alpha), float(beta), float(param0), float(param1)
     macs = M * N * K
@@ -302,31 +315,28 @@ def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
         kc, b_data = k_block(K), _NOT_PACKED
     # the direct path reads B once, in place: for tiny products and few rows
     direct = not packed and (macs <= DIRECT_MAX_MACS or M <= DIRECT_MAX_ROWS or K == 0)
-    try:  # the drivers raise ValueError when out overlaps an input
-        if macs * G < PARALLEL_MIN_MACS:
-            threads = 1
-        elif threads is None:
-            threads = numba.get_num_threads()
-        key = (G, 1 if direct else M, N, threads)
-        plan = _PLANS.get(key)
-        if plan is None:
-            if len(_PLANS) >= 4096:
-                _PLANS.clear()
-            plan = _PLANS[key] = plan_blocks(*key)
-        m_blocks, n_blocks = plan
-        if direct and M == 1:
-            # a matrix-vector product streams rows of B: cut it into as few
-            # column blocks as there are threads, for long contiguous runs
-            n_blocks = min(n_blocks, max(1, -(-threads // G)))
-        if direct:
-            path = "gemv" if M == 1 and K > 0 else "direct"
-        else:
-            path = "row" if M == 1 else "packed"
-        gemm_driver(path).on_threads(threads)(
-            a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, alpha,
-            beta, c, bias, residual, act, param0, param1, threads)
-    except ValueError as error:
-        _fail(op, str(error))
+    if macs * G < PARALLEL_MIN_MACS:
+        threads = 1
+    elif threads is None:
+        threads = numba.get_num_threads()
+    key = (G, 1 if direct else M, N, threads)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
+        plan = _PLANS[key] = plan_blocks(*key)
+    m_blocks, n_blocks = plan
+    if direct and M == 1:
+        # a matrix-vector product streams rows of B: cut it into as few
+        # column blocks as there are threads, for long contiguous runs
+        n_blocks = min(n_blocks, max(1, -(-threads // G)))
+    if direct:
+        path = "gemv" if M == 1 and K > 0 else "direct"
+    else:
+        path = "row" if M == 1 else "packed"
+    return gemm_driver(path).on_threads(threads), (
+        a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, alpha,
+        beta, c, bias, residual, act, param0, param1, threads)
 
 
 def _check_out(op, out, shape):
@@ -349,6 +359,47 @@ def _matrix(op, name, x, transpose):
     return x[0], transpose
 
 
+def gemm_call(a, b, out, *, alpha=1.0, beta=1.0, c=None, bias=None, residual=None,
+              activation=NONE, param0=0.0, param1=0.0, a_transpose=False,
+              b_transpose=False, threads=None):
+    """The checked arguments of a :func:`gemm` call (the same options):
+    ``(kernel, args)`` with ``kernel(*args)`` computing it, or None when there
+    is nothing to compute. A replayed plan keeps the pair (one call instead
+    of the checks, ~15 us of Python per product); ``c`` and ``residual`` are
+    then read from the arrays (or views of them) given here, so they must be
+    float32 and C-contiguous for the call to see later values. Raises
+    ValueError as :func:`gemm` does; the kernel raises ValueError when
+    ``out`` overlaps an input."""
+    op = "gemm"
+    a2, a_t, b2, b_t, M, K, N, packed = _gemm_operands(op, a, b, out, a_transpose, b_transpose)
+    return _call(op, a2[None], a_t, b2 if packed else b2[None], b_t, _FIRST, _FIRST,
+                 out[None], alpha, beta, _addend(op, "c", c, 1, M, N),
+                 _bias(op, bias, N), _addend(op, "residual", residual, 1, M, N), activation,
+                 param0, param1, threads)
+
+
+def _gemm_operands(op, a, b, out, a_transpose, b_transpose):
+    """:func:`gemm`'s operands checked: ``(a2, a_t, b2, b_t, M, K, N, packed)``."""
+    a2, a_t = _matrix(op, "a", a, a_transpose)
+    M, K = (a2.shape[1], a2.shape[0]) if a_t else a2.shape
+    packed = type(b) is PackedB
+    if packed:
+        if b.batch != 1:
+            _fail(op, f"a packed B of {b.batch} matrices needs batched_matmul")
+        if b_transpose:
+            _fail(op, "b_transpose must be False with a PackedB (pack_b applied it)")
+        b2, b_t, Kb, N = b, False, b.k, b.n
+    else:
+        b2, b_t = _matrix(op, "b", b, b_transpose)
+        Kb, N = (b2.shape[1], b2.shape[0]) if b_t else b2.shape
+    if Kb != K:
+        _fail(op, f"inner dimensions differ: A is ({M}, {K}), B is ({Kb}, {N}) "
+                  f"(a {a.shape}{' transposed' if a_transpose else ''}, "
+                  f"b {b.shape}{' transposed' if b_transpose else ''})")
+    _check_out(op, out, (M, N))
+    return a2, a_t, b2, b_t, M, K, N, packed
+
+
 def gemm(a, b, out, *, alpha=1.0, beta=1.0, c=None, bias=None, residual=None,
          activation=NONE, param0=0.0, param1=0.0, a_transpose=False,
          b_transpose=False, threads=None):
@@ -368,23 +419,7 @@ def gemm(a, b, out, *, alpha=1.0, beta=1.0, c=None, bias=None, residual=None,
     C-contiguous array (read through the flag, no copy). Returns ``out``.
     """
     op = "gemm"
-    a2, a_t = _matrix(op, "a", a, a_transpose)
-    M, K = (a2.shape[1], a2.shape[0]) if a_t else a2.shape
-    packed = type(b) is PackedB
-    if packed:
-        if b.batch != 1:
-            _fail(op, f"a packed B of {b.batch} matrices needs batched_matmul")
-        if b_transpose:
-            _fail(op, "b_transpose must be False with a PackedB (pack_b applied it)")
-        b2, b_t, Kb, N = b, False, b.k, b.n
-    else:
-        b2, b_t = _matrix(op, "b", b, b_transpose)
-        Kb, N = (b2.shape[1], b2.shape[0]) if b_t else b2.shape
-    if Kb != K:
-        _fail(op, f"inner dimensions differ: A is ({M}, {K}), B is ({Kb}, {N}) "
-                  f"(a {a.shape}{' transposed' if a_transpose else ''}, "
-                  f"b {b.shape}{' transposed' if b_transpose else ''})")
-    _check_out(op, out, (M, N))
+    a2, a_t, b2, b_t, M, K, N, packed = _gemm_operands(op, a, b, out, a_transpose, b_transpose)
     if (M * N * K <= DIRECT_MAX_MACS and not packed and c is None
             and bias is None and residual is None and activation == NONE
             and alpha == 1.0):
