@@ -316,9 +316,9 @@ def _gemv_call(ctx, a: dict, left: np.ndarray, dest: np.ndarray) -> tuple:
 def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
     """The kernel call :func:`run_gemm` just made, bound to its arrays: the
     gemv path's, or the packed GEMM's (a transformer's linear layers: ~15 us
-    of Python per product otherwise). None for the direct path (B read as it
-    is, a tiny product) and addends that are neither a constant nor read in
-    place."""
+    of Python per product otherwise), which reads A and a computed residual
+    in place. None for the direct path (B read as it is, a tiny product) and
+    an addend that is not a plain float32 buffer."""
     a = node.attrs
     m, k, n = a["mkn"]
     if result.size != m * n or a["a"]._data is None:
@@ -341,8 +341,8 @@ def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
     for v in (a["c"], a.get("residual")):
         if v is None:
             addends.append(None)
-        elif v._plan is None:
-            # a constant (a bias; computed by no plan): its (1, Mc, Nc) form
+        elif v.held:
+            # a constant (a bias: the graph holds it): its (1, Mc, Nc) form
             # kept on the value, as the gemv path's, so the bound call holds
             # the same array (a graph input's is remade every run: not bound)
             values = plain_buffer(v)
