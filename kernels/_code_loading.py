@@ -22,6 +22,12 @@ imports' own), three costs, each removed here:
   kept as bitcode and parsed only if a compile links it
   (:func:`keep_linking_ir_as_bitcode`).
 
+And an entry's type annotation (numba's typed source as text, 0.1-0.3 MB a
+kernel, for ``inspect_types()``) is not kept (:func:`lean_entry`).
+
+This module generates no code: it is left out of the kernels' source stamps
+(``_config._LOADING_ONLY``), so an edit here recompiles nothing.
+
 This module must not import the jitnn runtime.
 """
 
@@ -68,6 +74,15 @@ def keep_linking_ir_as_bitcode(library, serialized: tuple) -> None:
     library.__class__ = _CachedCodeLibrary
     library._linking_bitcode = data[1]
     library._shared_module = None
+
+
+_ANNOTATION_NOT_KEPT = "(loaded from jitnn's kernel cache: the type annotation is not kept)"
+
+
+def lean_entry(entry: tuple) -> tuple:
+    """numba's cache entry (``CompileResult._reduce``'s fields) without its
+    type annotation, the seventh."""
+    return entry[:6] + (_ANNOTATION_NOT_KEPT,) + entry[7:]
 
 
 _RUNTIME_FILE = "numba-runtime.nrt"

@@ -234,6 +234,11 @@ def _source(path: Path) -> bytes:
     return text
 
 
+# kernel modules that load machine code and generate none: not in any stamp,
+# so an edit of one does not recompile every kernel
+_LOADING_ONLY = frozenset({"_code_loading.py"})
+
+
 def _kernel_imports(path: Path) -> set[Path]:
     """The kernel source files ``path`` imports (relative imports: kernels
     import each other no other way)."""
@@ -247,7 +252,8 @@ def _kernel_imports(path: Path) -> set[Path]:
         if not module:          # ``from . import winograd``: the names are modules
             candidates += [package / f"{name.strip()}.py"
                            for name in names.strip("()").replace("\n", ",").split(",")]
-        found.update(c for c in candidates if c.is_file() and _KERNEL_DIR in c.parents)
+        found.update(c for c in candidates if c.is_file() and _KERNEL_DIR in c.parents
+                     and c.name not in _LOADING_ONLY)
     return found
 
 
@@ -260,7 +266,7 @@ def source_stamp(path) -> str:
     if stamp is None:
         closure, todo = set(), [path]
         if _KERNEL_DIR not in path.parents:
-            todo += _KERNEL_DIR.rglob("*.py")
+            todo += [p for p in _KERNEL_DIR.rglob("*.py") if p.name not in _LOADING_ONLY]
         while todo:
             current = todo.pop()
             if current not in closure:
@@ -387,7 +393,7 @@ class _KernelCacheImpl(_caching.CompileResultCacheImpl):
     def rebuild(self, target_context, payload):
         calls, entry = payload
         _linking.load_dependencies(calls, entry)
-        cres = super().rebuild(target_context, entry)
+        cres = super().rebuild(target_context, _code_loading.lean_entry(entry))
         cres.library._jitnn_standalone = set(calls)   # its callers call them too
         _code_loading.keep_linking_ir_as_bitcode(cres.library, entry[0])
         return cres

@@ -79,3 +79,11 @@ def test_a_damaged_runtime_file_is_compiled_again(tmp_path):
     again = _run(tmp_path, call_outer=True)
     assert again["inner"] == 4.0 and again["outer"] == 10.0
     assert runtime_file.read_bytes() != b"not a pickle"   # saved over
+
+
+def test_the_loading_module_is_in_no_kernel_stamp():
+    """It generates no code: an edit of it must not recompile every kernel."""
+    from jitnn.kernels import _config
+    config = Path(_config.__file__).resolve()
+    assert (config.parent / "_code_loading.py").is_file()
+    assert all(path.name != "_code_loading.py" for path in _config._kernel_imports(config))
