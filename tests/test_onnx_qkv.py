@@ -240,6 +240,124 @@ def test_one_key_value_head_runs_the_projections_apart(mask):
     assert _matmuls(labels) == 3, labels
 
 
+
+def rotary_attention(mask: str = "causal_trilu", b: int = 2, s: int = 7, h: int = 4,
+                     kv_heads: int = 2, d: int = 6, biases: bool = False, tables: int = 2,
+                     v_output: bool = False, seed: int = 0):
+    """Llama's (Qwen2's with ``biases``) self-attention as exported: Q of ``h``
+    heads, K and V of ``kv_heads``, each a ``MatMul(x, W)`` split into heads
+    and transposed; Q and K through the rotary embedding (``Slice``, ``Neg``,
+    ``Concat``, ``Mul``, ``Mul``, ``Add``; constant ``(S, D)`` tables, or
+    ``(1, 1, S, D)`` with ``tables=4``); K and V repeated for the groups by
+    ``Unsqueeze``, ``Expand``, ``Reshape`` when ``h > kv_heads``; the SDPA as
+    exported. ``v_output``: V's projection is a graph output too."""
+    net = Net(seed)
+    e = h * d
+    feed = {"x": random((b, s, e), seed)}
+    x = net.input("x", (b, s, e))
+    angle = net.rng.uniform(-3, 3, (s, d // 2))
+    table_shape = (s, d) if tables == 2 else (1, 1, s, d)
+    cos = net.const(np.cos(np.concatenate([angle, angle], 1)).reshape(table_shape))
+    sin = net.const(np.sin(np.concatenate([angle, angle], 1)).reshape(table_shape))
+    last = net.const([-1], np.int64)
+    projections = []
+
+    def heads(count: int) -> str:
+        y = net("MatMul", x, net.const(net.rng.standard_normal((e, count * d)) / math.sqrt(e)))
+        if biases:
+            y = net("Add", y, net.const(net.rng.standard_normal(count * d) * 0.1))
+        projections.append(y)
+        y = net("Reshape", y, net.const([b, s, count, d], np.int64))
+        return net("Transpose", y, perm=[0, 2, 1, 3])
+
+    def rotate(t: str) -> str:
+        low = net("Slice", t, net.const([0], np.int64), net.const([d // 2], np.int64), last)
+        high = net("Slice", t, net.const([d // 2], np.int64),
+                   net.const([2 ** 62], np.int64), last)
+        rotated = net("Concat", net("Neg", high), low, axis=-1)
+        return net("Add", net("Mul", t, cos), net("Mul", rotated, sin))
+
+    def repeat(kv: str) -> str:
+        if h == kv_heads:
+            return kv
+        y = net("Unsqueeze", kv, net.const([2], np.int64))
+        y = net("Expand", y, net.const([b, kv_heads, h // kv_heads, s, d], np.int64))
+        return net("Reshape", y, net.const([b, h, s, d], np.int64))
+
+    q, k = rotate(heads(h)), repeat(rotate(heads(kv_heads)))
+    v = repeat(heads(kv_heads))
+    scores = net("Mul", net("MatMul", q, net("Transpose", k, perm=[0, 1, 3, 2])),
+                 net.const(1 / math.sqrt(d)))
+    probs = net("Softmax", _mask(net, mask, scores, b, s, feed), axis=-1)
+    probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    out = net("Transpose", net("MatMul", probs, v), perm=[0, 2, 1, 3])
+    out = net("Reshape", out, net.const([b, s, e], np.int64))
+    return net, [out] + ([projections[2]] if v_output else []), 17, feed
+
+
+ROTARY_CASES = [  # b, s, h, kv_heads, d
+    (2, 7, 4, 2, 6),       # grouped-query: two query heads a key-value head
+    (1, 1, 3, 3, 4),       # one token, odd heads, no groups
+    (3, 33, 6, 3, 8),      # odd sequence, three key-value heads of two
+    (1, 5, 4, 1, 4),       # multi-query, repeated by the export
+]
+
+
+@pytest.mark.parametrize("mask", ["causal_trilu", "add", "none"])
+@pytest.mark.parametrize("b,s,h,kv_heads,d", ROTARY_CASES)
+def test_rotary_projections_are_one_gemm(mask, b, s, h, kv_heads, d):
+    """Q and K through rotary embeddings, V transposed: one GEMM whose rows
+    the embeddings read in place and split_heads copies V's heads from."""
+    labels, _ = check(rotary_attention(mask, b, s, h, kv_heads, d))
+    assert _matmuls(labels) == 1, labels
+    assert labels.count("rotary_embedding") == 2 and labels.count("split_heads") == 1, labels
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+    assert not {"slice", "neg", "concat", "expand"} & set(labels), labels
+
+
+@pytest.mark.parametrize("tables", [2, 4])
+def test_rotary_projections_with_biases_and_two_threads(tables):
+    built = rotary_attention("add", 2, 9, 4, 2, 8, biases=True, tables=tables)
+    labels, _ = check(built, ctx=jitnn.Context(num_threads=2))
+    assert _matmuls(labels) == 1 and labels.count("rotary_embedding") == 2, labels
+    saved, _qkv_patterns.ENABLED = _qkv_patterns.ENABLED, False
+    try:
+        labels, _ = check(built)
+    finally:
+        _qkv_patterns.ENABLED = saved
+    assert _matmuls(labels) == 3 and "split_heads" not in labels, labels
+
+
+def test_rotary_projections_read_elsewhere_stay_apart():
+    labels, _ = check(rotary_attention("causal_trilu", v_output=True))
+    assert _matmuls(labels) == 3 and "split_heads" not in labels, labels
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rotary_and_split_heads_read_columns_in_place(threads):
+    """The ops on a wider (B, S, N) product: rotary_embedding(columns=) and
+    split_heads against float64 (odd sequence, heads from an inner column)."""
+    from jitnn.ops.rotary import rotary_embedding_reference, split_heads_reference
+    rng = np.random.default_rng(threads)
+    ctx = jitnn.Context(num_threads=threads)
+    for b, s, n, start, h, d in [(2, 7, 40, 8, 3, 4), (1, 1, 24, 0, 2, 6), (3, 33, 136, 64, 4, 16)]:
+        x = rng.standard_normal((b, s, n)).astype(np.float32)
+        angle = rng.uniform(-3, 3, (s, d))
+        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+        got = jitnn.rotary_embedding(ctx.tensor(x), ctx.tensor(cos), ctx.tensor(sin),
+                                     layout="bshd", columns=(start, h)).numpy()
+        part = x[:, :, start:start + h * d].reshape(b, s, h, d)
+        want = rotary_embedding_reference(part, cos, sin, layout="bshd")
+        assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+        got = jitnn.split_heads(ctx.tensor(x), h, d, start).numpy()
+        assert np.array_equal(got, split_heads_reference(x, h, d, start))
+    with pytest.raises(JitnnValueError, match="column"):
+        jitnn.split_heads(np.zeros((1, 2, 8), np.float32), 2, 4, 2)
+    with pytest.raises(JitnnValueError, match="column"):
+        jitnn.rotary_embedding(np.zeros((1, 2, 8), np.float32), np.zeros((2, 4), np.float32),
+                               np.zeros((2, 4), np.float32), layout="bshd", columns=(6, 1))
+
 # --- the gated MLP (SwiGLU) ------------------------------------------------------------------
 
 

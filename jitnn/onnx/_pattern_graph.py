@@ -11,10 +11,10 @@ from ._fold import FOLD, SHAPE_ONLY
 
 #: the op types whose output shape :func:`_infer_shape` knows (elementwise: broadcast)
 _ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
-_UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", *("Relu", "Sigmoid", "Tanh",
-                                                               "HardSwish", "LeakyRelu", "Gelu")}
+_UNARY = {"Softmax", "IsNaN", "Erf", "Sqrt", "Reciprocal", "Neg",
+          *("Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "Gelu")}
 _SHAPED = _ELEMENTWISE | _UNARY | {"MatMul", "Transpose", "Reshape", "Unsqueeze", "Expand",
-                                    "Split"}
+                                    "Split", "Slice", "Concat"}
 
 
 class _Graph:

@@ -271,6 +271,9 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
     anchor = out_t if bshd else second
     # Q, K and V from one input's three projections (BERT, ViT) or one's Split (GPT-2)
     qkv = _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
+    if qkv is None and not bshd and k_mode == "bhsd":
+        # Q and K through rotary embeddings (Llama): the projections as one GEMM all the same
+        qkv = _qkv_patterns.match_rotary(g, q, k, v, covered)
     if qkv is not None:
         covered |= qkv[0]
     for index in covered - {anchor}:
@@ -646,7 +649,30 @@ def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
             allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
             return _reshaped(tuple(shapes[0]), values[node.input[1]].array.reshape(-1),
                              bool(allowzero))
-    except (ValueError, IndexError):
+        if node.op_type == "Concat":
+            axis = next(a.i for a in node.attribute if a.name == "axis") % len(shapes[0])
+            parts = [tuple(s) for s in shapes if s is not None]
+            if any(len(s) != len(parts[0]) or s[:axis] + s[axis + 1:] != parts[0][:axis]
+                   + parts[0][axis + 1:] for s in parts):
+                return None
+            return parts[0][:axis] + (sum(s[axis] for s in parts),) + parts[0][axis + 1:]
+        if node.op_type == "Slice" and len(node.input) >= 3:
+            # opset 10+: bounds as constant inputs; a zero-stride view of the shape sliced
+            bounds = [values.get(n) if n else None for n in list(node.input[1:5])]
+            if not all(isinstance(b, Const) for b in bounds[:2]) or not all(
+                    b is None or isinstance(b, Const) for b in bounds[2:]):
+                return None
+            starts, ends = (b.array.reshape(-1).tolist() for b in bounds[:2])
+            rank = len(shapes[0])
+            axes = bounds[2].array.reshape(-1).tolist() if len(bounds) > 2 and bounds[2] \
+                is not None else list(range(len(starts)))
+            steps = bounds[3].array.reshape(-1).tolist() if len(bounds) > 3 and bounds[3] \
+                is not None else [1] * len(starts)
+            index = [slice(None)] * rank
+            for start, end, axis, step in zip(starts, ends, axes, steps):
+                index[int(axis) % rank] = slice(int(start), int(end), int(step))
+            return np.broadcast_to(np.empty((), bool), tuple(shapes[0]))[tuple(index)].shape
+    except (ValueError, IndexError, StopIteration):
         return None
     return None
 

@@ -15,17 +15,28 @@ S, H, D))`` that the attention pattern reads in its ``bshd`` layout:
 * **one GEMM and a Split** on its last axis (GPT-2's ``Conv1D`` ``c_attn``):
   the Split's parts are read as views of its input, no copies.
 
-Either is left to convert as it is (the attention then reads its copies)
+And one where Q and K pass a **rotary embedding** before the attention
+(Llama, Mistral, Qwen2: :func:`match_rotary`): the three linears' heads
+each ``Transpose(0, 2, 1, 3)``-ed, Q's and K's into the embedding, V's
+(grouped-query attention: K and V of fewer heads, repeated or not) into the
+attention's ``(B, H, S, D)`` operands. The weights are packed into one
+GEMM as above; ``rotary_embedding(columns=...)`` reads Q's and K's heads
+from its rows in place and ``split_heads`` copies V's out once (the
+transpose the export ran anyway): one 128 x 512 x 1024 product for Llama's
+512 + 256 + 256 columns.
+
+Each is left to convert as it is (the attention then reads its copies)
 when a value on the way is read outside the attention, a weight is no
 load-time constant, the inputs differ, or the shapes do not fit (a Reshape
-to other than ``(B, S, H, D)``; K and V heads other than Q's: Llama's
-grouped K and V pass a rotary embedding and never match here).
+to other than ``(B, S, H, D)``, an embedding's slices or tables other than
+the rotation's).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _rotary_patterns
 from ._attention_convert import _float_tensor, _reshaped
 from ._common import Const
 from ._pattern_graph import _const_operand, _Graph
@@ -110,6 +121,41 @@ def match(g: _Graph, q: str, k: str, v: str,
     return nodes, Projections(plan)
 
 
+def match_rotary(g: _Graph, q: str, k: str, v: str,
+                 covered: set[int]) -> tuple[set[int], Projections] | None:
+    """The projections writing the attention's ``(B, H, S, D)`` ``q`` and ``k``
+    through a rotary embedding of their head split's transpose and ``v`` as
+    that transpose alone: (their nodes, what converts them), or None."""
+    if not ENABLED:
+        return None
+    rotaries = [_rotary_patterns.match_at(g, name) for name in (q, k)]
+    v_t = g.node(v, "Transpose")
+    if None in rotaries or v_t is None or list(g.attr(v_t, "perm", [])) != [0, 2, 1, 3] \
+            or any(r.data["layout"] != "bshd" for r in rotaries):
+        return None
+    reshapes = [g.node(name, "Reshape")
+                for name in (rotaries[0].data["x"], rotaries[1].data["x"], g.nodes[v_t].input[0])]
+    if None in reshapes or len(set(reshapes)) != 3:
+        return None
+    found = [_projection(g, g.nodes[r].input[0]) for r in reshapes]
+    if None in found or len({x for _, x, _, _ in found}) != 1:
+        return None
+    nodes = set(reshapes) | {v_t} | rotaries[0].nodes | rotaries[1].nodes
+    for projection_nodes, _, _, _ in found:
+        nodes |= set(projection_nodes)
+    if len(nodes) != 4 + len(rotaries[0].nodes) + len(rotaries[1].nodes) \
+            + sum(len(f[0]) for f in found):
+        return None                        # a node shared by two of Q, K and V
+    if nodes & covered or not all(g.private(i, covered | nodes) for i in nodes):
+        return None
+    plan = {"kind": "rotary", "source": found[0][1], "weights": [w for _, _, w, _ in found],
+            "biases": [b for _, _, _, b in found], "graph": g,
+            "rotary": [r.data for r in rotaries],
+            "targets": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
+                        for r in reshapes]}
+    return nodes, Projections(plan)
+
+
 def _split_sizes(values: dict, plan: dict, width: int) -> list[int] | None:
     sizes = plan["sizes"]
     if sizes is not None:
@@ -169,7 +215,15 @@ def shapes(values: dict, plan: dict) -> list[tuple[int, ...]] | None:
             return None
         heads.append(shape)
     plan["views"] = tuple((start, h[2], h[3]) for (start, _), h in zip(columns, heads))
-    return heads
+    if plan["kind"] != "rotary":
+        return heads
+    # Q and K through their embeddings, V transposed: (B, H, S, D) as the attention reads them
+    found = [_rotary_patterns.tables(values, plan["graph"], r, h)
+             for r, h in zip(plan["rotary"], heads)]
+    if None in found:
+        return None
+    plan["tables"] = found
+    return [(b, h, s, d) for b, s, h, d in heads]
 
 
 def operands(cv, values: dict, plan: dict, packed: bool):
@@ -188,6 +242,8 @@ def operands(cv, values: dict, plan: dict, packed: bool):
               values[name].array.reshape(-1).astype(np.float32, copy=False)
               for name in plan["biases"]]
     flat = cv.op("reshape", x, (b * s, width))
+    if plan["kind"] == "rotary":
+        packed = True                      # Q, K and V always come out of the one product
     if not packed:
         out = []
         for w, bias, (_, h, d) in zip(weights, biases, plan["views"]):
@@ -203,5 +259,13 @@ def operands(cv, values: dict, plan: dict, packed: bool):
         bias = np.concatenate([np.zeros(w.shape[1], np.float32) if bias is None else bias
                                for w, bias in zip(weights, biases)])
         y = cv.op("add", y, cv.float_operand(Const(bias)))
-    return cv.op("reshape", y, (b, s, weight.shape[1])), plan["views"]
+    y = cv.op("reshape", y, (b, s, weight.shape[1]))
+    if plan["kind"] != "rotary":
+        return y, plan["views"]
+    # the embeddings read Q's and K's heads in the product's rows; V's heads copied out once
+    out = [cv.op("rotary_embedding", y, *(cv.float_operand(t) if isinstance(t, Const) else t
+                                           for t in tables), layout="bshd", columns=(c, h))
+           for (c, h, _), tables in zip(plan["views"], plan["tables"])]
+    c, h, d = plan["views"][2]
+    return out + [cv.op("split_heads", y, h, d, c)]
 

@@ -73,7 +73,21 @@ def _match_rotary(g: _Graph, concat: int) -> Pattern | None:
         return None
     plan = {"x": x, "cos": cos, "sin": sin, "concat": concat, "low": low, "high": high,
             "layout": layout}
-    return Pattern("rotary", covered, add, lambda cv, values: _rotary(cv, values, g, plan))
+    return Pattern("rotary", covered, add, lambda cv, values: _rotary(cv, values, g, plan),
+                   data=plan)
+
+
+def match_at(g: _Graph, name: str) -> Pattern | None:
+    """The rotary embedding whose last ``Add`` writes ``name``, or None."""
+    add = g.node(name, "Add")
+    for product in () if add is None else g.nodes[add].input:
+        mul = g.node(product, "Mul")
+        for operand in () if mul is None else g.nodes[mul].input:
+            concat = g.node(operand, "Concat")
+            found = None if concat is None else _match_rotary(g, concat)
+            if found is not None and found.anchor == add:
+                return found
+    return None
 
 
 def _ints(values, name: str) -> list[int] | None:
@@ -103,14 +117,26 @@ def _half_slice(values, g: _Graph, index: int, rank: int, depth: int) -> tuple |
 
 
 def _rotary(cv, values, g: _Graph, plan) -> Operand | None:
-    x, cos, sin = (values[plan[k]] for k in ("x", "cos", "sin"))
-    if not all(_float_tensor(v) or isinstance(v, Const) and v.array.dtype.kind == "f"
-               for v in (cos, sin)) or not _float_tensor(x):
+    x = values[plan["x"]]
+    found = tables(values, g, plan, tuple(x.shape)) if _float_tensor(x) else None
+    if found is None:
         return None
-    rank = len(x.shape)
-    depth = x.shape[-1] if rank else 0
+    return cv.op("rotary_embedding", x, *(cv.float_operand(v) if isinstance(v, Const) else v
+                                          for v in found), layout=plan["layout"])
+
+
+def tables(values, g: _Graph, plan, x_shape: tuple[int, ...]) -> tuple | None:
+    """The converted ``(cos, sin)`` of matched embedding ``plan`` on an ``x``
+    of ``x_shape``, when its slices, concatenation and tables are the
+    embedding's (checks only); else None."""
+    cos, sin = values[plan["cos"]], values[plan["sin"]]
+    if not all(_float_tensor(v) or isinstance(v, Const) and v.array.dtype.kind == "f"
+               for v in (cos, sin)):
+        return None
+    rank = len(x_shape)
+    depth = x_shape[-1] if rank else 0
     # the shape of the value the slices read (after the transpose when it is taken in)
-    shape = tuple(x.shape)
+    shape = x_shape
     if plan["layout"] == "bshd":
         if rank != 4:
             return None
@@ -131,5 +157,4 @@ def _rotary(cv, values, g: _Graph, plan) -> Operand | None:
             return None
     except ValueError:
         return None
-    operands = [cv.float_operand(v) if isinstance(v, Const) else v for v in (cos, sin)]
-    return cv.op("rotary_embedding", x, *operands, layout=plan["layout"])
+    return cos, sin

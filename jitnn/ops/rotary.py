@@ -14,7 +14,16 @@ are expanded to ``x``'s shape first (a copy per run). Plain in, plain out.
 ``layout="bshd"``: ``x`` is the 4-D ``(B, S, H, D)`` head split before the
 exporters' ``Transpose(0, 2, 1, 3)``, and the result is the ``(B, H, S, D)``
 that the transpose and the embedding would give (the tables broadcast to
-it): the kernel reads the rows in the other order, no transpose is copied.
+it): the kernel reads the rows in the other order, no transpose is copied. With
+``columns=(start, H)`` too, ``x`` is the 3-D ``(B, S, N)`` output of a wider
+product and the head split is its columns ``start`` to ``start + H * D``
+(``D``: the tables' last axis), read in place: the query and key of one GEMM
+on packed weights (jitnn/onnx/_qkv_patterns.py) take no split copies.
+
+``split_heads(x, heads, depth, start=0)``: the ``(B, H, S, D)`` heads of
+columns ``start`` to ``start + H * D`` of a ``(B, S, N)`` tensor, one copy
+(the value beside the rotated query and key of such a GEMM, where the export
+runs a split, its head ``Reshape`` and ``Transpose(0, 2, 1, 3)``).
 """
 
 from __future__ import annotations
@@ -57,25 +66,41 @@ def table_rows(x_shape: tuple[int, ...], table_shape: tuple[int, ...]) -> int | 
     return math.prod(x_shape[split:-1])
 
 
-def rotary_embedding(x, cos, sin, *, layout: str = "bhsd") -> Tensor:
+def _packed_heads(x: Tensor, start: int, heads: int, depth: int, op: str) -> tuple:
+    """The ``(B, S, H, D)`` head split of columns ``start`` on of a ``(B, S, N)`` ``x``."""
+    if x.ndim != 3 or heads < 1 or depth < 1 or start < 0 \
+            or start + heads * depth > x.shape[2]:
+        raise JitnnValueError(f"{op}: {heads} heads of {depth} from column {start} do not "
+                              f"fit a (B, S, N) input; got {x.shape}")
+    return (x.shape[0], x.shape[1], heads, depth)
+
+
+def rotary_embedding(x, cos, sin, *, layout: str = "bhsd",
+                     columns: tuple[int, int] | None = None) -> Tensor:
     """``x * cos + rotate_half(x) * sin`` (see the module docstring)."""
     ctx = context_of(_OP, x, cos, sin)
     x = as_tensor(ctx, x, _OP, "input")
     cos = as_tensor(ctx, cos, _OP, "cos")
     sin = as_tensor(ctx, sin, _OP, "sin")
-    if layout not in ("bhsd", "bshd") or (layout == "bshd" and x.ndim != 4):
+    source = x.shape
+    column = 0
+    if columns is not None:
+        if layout != "bshd" or not cos.ndim:
+            raise JitnnValueError(f"{_OP}: columns need layout 'bshd' and tables")
+        column = int(columns[0])
+        source = _packed_heads(x, column, int(columns[1]), cos.shape[-1], _OP)
+    elif layout not in ("bhsd", "bshd") or (layout == "bshd" and x.ndim != 4):
         raise JitnnValueError(f"{_OP}: layout must be 'bhsd' or, for a 4-D input, 'bshd'; "
                               f"got {layout!r} for input {x.shape}")
-    source = x.shape
     # the result's shape: the tables broadcast to it
     shape = (source[0], source[2], source[1], source[3]) if layout == "bshd" else source
-    if x.ndim < 1 or x.shape[-1] % 2:
+    if len(source) < 1 or source[-1] % 2:
         raise JitnnValueError(f"{_OP}: input's last axis must have an even size, got shape "
-                              f"{x.shape}")
-    if cos.shape != sin.shape or cos.ndim > x.ndim or not cos.shape \
-            or cos.shape[-1] != x.shape[-1]:
+                              f"{source}")
+    if cos.shape != sin.shape or cos.ndim > len(source) or not cos.shape \
+            or cos.shape[-1] != source[-1]:
         raise JitnnValueError(f"{_OP}: cos {cos.shape} and sin {sin.shape} must have one "
-                              f"shape, of rank <= {x.ndim}, ending in {x.shape[-1]}")
+                              f"shape, of rank <= {len(source)}, ending in {source[-1]}")
     try:
         fits = np.broadcast_shapes(cos.shape, shape) == shape
     except ValueError:
@@ -95,15 +120,48 @@ def rotary_embedding(x, cos, sin, *, layout: str = "bhsd") -> Tensor:
             cd = np.ascontiguousarray(np.broadcast_to(cd, shape))
             sd = np.ascontiguousarray(np.broadcast_to(sd, shape))
         table = -1 if rows is None else rows
-        ctx.launcher.launch(rotary_kernels.rotary_rows, xd.reshape(-1, depth),
-                            cd.reshape(table, depth), sd.reshape(table, depth),
-                            out.reshape(-1, depth), heads, seq)
+        # the (B, S) rows of the head split (as wide as x's, from its column)
+        xr = xd.reshape(seq * source[0], -1) if heads else xd.reshape(-1, depth)
+        ctx.launcher.launch(rotary_kernels.rotary_rows, xr, cd.reshape(table, depth),
+                            sd.reshape(table, depth), out.reshape(-1, depth), heads, seq,
+                            column)
         return out
 
     axes = x._axes if x.ndim == 4 else "nchw"
     return plain_op(ctx, _OP, (x, cos, sin), shape, compute, axes=axes)
 
 
+def split_heads_reference(x, heads: int, depth: int, start: int = 0) -> np.ndarray:
+    """``x[..., start:start + heads * depth]`` as ``(B, S, H, D)``, transposed to ``(B, H, S, D)``."""
+    x = np.asarray(x, np.float64)
+    b, s = x.shape[:2]
+    part = x[:, :, start:start + heads * depth].reshape(b, s, heads, depth)
+    return np.ascontiguousarray(part.transpose(0, 2, 1, 3))
+
+
+def split_heads(x, heads: int, depth: int, start: int = 0) -> Tensor:
+    """The ``(B, H, S, D)`` heads of columns ``start`` on of a ``(B, S, N)``
+    ``x`` (see the module docstring)."""
+    op = "split_heads"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "input")
+    heads, depth, start = int(heads), int(depth), int(start)
+    b, s, _, _ = _packed_heads(x, start, heads, depth, op)
+    shape = (b, heads, s, depth)
+
+    def compute(xd: np.ndarray) -> np.ndarray:
+        out = aligned_empty(shape)
+        if out.size:
+            ctx.launcher.launch(rotary_kernels.head_rows, xd.reshape(b * s, -1),
+                                out.reshape(-1, depth), heads, s, start)
+        return out
+
+    return plain_op(ctx, op, (x,), shape, compute)
+
+
 register_op(OpDef(_OP, rotary_embedding, rotary_embedding_reference, layouts="plain",
                   fusion="fused itself: the exported Slice, Neg, Concat, Mul, Mul, Add "
                          "chain in one pass per row"))
+register_op(OpDef("split_heads", split_heads, split_heads_reference, layouts="plain",
+                  fusion="fused itself: a column split, its head Reshape and "
+                         "Transpose(0, 2, 1, 3) as one copy"))
