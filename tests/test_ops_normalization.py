@@ -290,6 +290,35 @@ def test_rms_norm_rows_of_a_transformer(shape):
             (x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6), rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rms_norm_after_an_embedding_lookup_is_bound(threads):
+    """Llama's first RMS norm reads the token-embedding gather: the gather
+    writes the plan's buffer (a node of its own kind), so the replayed norm
+    stays one bound call, with the reference's numbers for new ids at every
+    run (negative and out-of-range ids as the gather's rule: from the end,
+    then clamped)."""
+    ctx = jitnn.Context(num_threads=threads)
+    table = random((50, 24), 80)
+    scale = random((24,), 81) + 0.5
+    b = jitnn.GraphBuilder(ctx)
+    ids = b.input("ids", (2, 9), dtype="int64")
+    y = b.rms_normalization(b.gather(b.constant(table), ids, axis=0), b.constant(scale),
+                            axes=[-1], epsilon=1e-5)
+    graph = b.build({"y": b.relu(y)})
+    out = np.empty((2, 9, 24), np.float32)
+    rng = np.random.default_rng(82)
+    for _ in range(3):
+        given = rng.integers(-60, 60, (2, 9))
+        ctx.compute(graph, {"ids": given}, {"y": out})
+        rows = reference("gather")(table, given, axis=0)
+        want = reference("rms_normalization")(rows, scale, axes=[-1], epsilon=1e-5)
+        assert_close(out, np.maximum(want, 0.0), tol=4 * EPS32)
+    (program,) = graph._programs
+    kinds = [(c_.node.kind, bool(bound)) for c_, bound in
+             zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+    assert ("gather_rows", False) in kinds and ("rms_norm_rows", True) in kinds, kinds
+
+
 def test_rms_norm_graph_operands_and_errors():
     ctx = jitnn.Context()
     b = jitnn.GraphBuilder(ctx)

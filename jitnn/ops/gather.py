@@ -34,7 +34,8 @@ from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import DTYPE_NAMES, FLOAT32, Node, Tensor, Value
 from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, blocked_buffer, channel_axis,
-                      context_of, is_blocked, pending, plain_op, value_of)
+                      context_of, is_blocked, pending, plain_buffer, plain_layout, plain_op,
+                      value_of)
 from ._movement import (check_not_empty_axis, clamped_indices, elements_indices, exact,
                         index_argument, nd_indices, resolve)
 
@@ -107,8 +108,39 @@ def gather(x, indices, axis: int = 0) -> Tensor:
     if (not isinstance(index, Tensor) and index.ndim == 1 and x.ndim == 4
             and x.dtype == FLOAT32 and is_blocked(x) and axis == channel_axis(x._axes)):
         return _gather_channels(ctx, x, pick(None), shape)
+    if isinstance(index, Tensor) and x.dtype == FLOAT32 and not is_blocked(x):
+        return _gather_rows(ctx, x, index, axis, shape, pick)
     return _run(ctx, op, x, index, shape,
                 lambda data, ids: np.take(data, ids, axis=axis), pick)
+
+
+def _gather_rows(ctx, x: Tensor, index: Tensor, axis: int, shape: tuple[int, ...],
+                 pick) -> Tensor:
+    """Run-time indices into a plain float32 ``x`` (an embedding lookup by
+    token ids): a node of its own kind that writes into the plan's buffer, so
+    that a replay hands the next step the same array at every run (a
+    Llama's first RMS norm then stays one bound kernel call)."""
+    xv, iv = value_of(x), value_of(index)
+    attrs = {"x": xv, "indices": iv, "axis": axis, "pick": pick}
+    node = Node("gather", (xv, iv), kind="gather_rows", attrs=attrs, run=run_gather_rows)
+    return pending(ctx, shape, plain_layout(len(shape)), node)
+
+
+def run_gather_rows(ctx: "Context", node: Node, value: Value,
+                    out: np.ndarray | None) -> np.ndarray:
+    """The gather of :func:`_gather_rows`, into ``out`` (the plan's buffer) if given."""
+    a = node.attrs
+    data = plain_buffer(a["x"])
+    ids = a["pick"](plain_buffer(a["indices"]))
+    if out is None or out.shape != value.shape or out.dtype != FLOAT32 \
+            or not out.flags.c_contiguous:
+        out = aligned_empty(value.shape)
+    # the indices are in range already (clamped): "clip" takes them unbuffered
+    np.take(data, ids, axis=a["axis"], out=out, mode="clip")
+    return out
+
+
+register_kind(NodeKind("gather_rows", writes_into_buffer=True))
 
 
 def _gather_channels(ctx, x: Tensor, source: np.ndarray, shape: tuple[int, ...]) -> Tensor:
