@@ -3,6 +3,7 @@ straight into its array; large weights get pages of their own, so that the
 plain copy a kernel packs and drops goes back to the system."""
 
 import mmap
+import os
 
 import numpy as np
 import pytest
@@ -62,3 +63,17 @@ def test_weights_are_read_exactly_large_ones_into_maps_of_their_own(tmp_path, so
         np.testing.assert_array_equal(array, expected)
         assert array.flags.writeable and array.ctypes.data % 64 == 0
         assert _has_own_map(array) == (expected.nbytes >= _OWN_PAGES_BYTES), name
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_write_into_the_parents_weights():
+    """The maps are private (Python's default map is shared with a child)."""
+    from jitnn.onnx._reader import _own_pages
+    weight = _own_pages((256, 256), np.dtype(np.float32), 256 * 256 * 4)
+    weight[:] = 1.0
+    child = os.fork()
+    if child == 0:
+        weight[:] = 2.0
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert (weight == 1.0).all()
