@@ -353,6 +353,32 @@ def test_k_blocks_of_an_uneven_split(threads, monkeypatch):
         _check(out, want, bound, f"packed={operand is packed}")
 
 
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("K", [300, 2 * blocking.KC + 2], ids=["one-K-block", "three-K-blocks"])
+def test_packed_epilogue_of_every_form(K, threads, monkeypatch):
+    """The packed path's epilogue on full and edge tiles (M, N past whole
+    tiles), after one K-block and after three (the tile adds the stored sum
+    first): alpha, a C matrix or column with beta, bias, a residual matrix or
+    column, and every activation, against float64."""
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    rng = np.random.default_rng(7)
+    M, N = 2 * mm.MR + 3, 2 * mm.NR + 7
+    a, b = random((M, K), rng), random((K, N), rng)
+    packed = mm.pack_b(b, threads=threads)
+    bias = random((N,), rng)
+    for c, residual in (((M, N), (M, 1)), ((M, 1), (M, N)), (None, (M, N))):
+        c = None if c is None else random(c, rng)
+        residual = random(residual, rng)
+        for act, p0, p1 in ACTIVATIONS:
+            out = np.full((M, N), np.nan, np.float32)
+            mm.gemm(a, packed, out, alpha=0.5, beta=2.0, c=c, bias=bias, residual=residual,
+                    activation=act, param0=p0, param1=p1, threads=threads)
+            _check(out, *_reference(a, b, alpha=0.5, beta=2.0, c=c, bias=bias,
+                                    residual=residual, act=act, p0=p0, p1=p1),
+                   f"c {None if c is None else c.shape} residual {residual.shape} act {act}")
+
+
 # --- batches ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("threads", [1, 2])
