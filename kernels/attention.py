@@ -27,16 +27,16 @@ strides ``(S*H*D, D, H*D)``); the last axis is always contiguous:
 * per worker, on the heap (allocated once per call and thread):
   ``qt: (D, QB)`` the task's query rows, transposed and times ``scale``;
   ``st: (KBP, QB)`` the scores of one key block, transposed (``st[j, i]``:
-  key ``j``, query row ``i``), then their exponentials; ``ot: (DVP, QB)``
-  the output accumulator, transposed; ``m, l, alpha: (QB,)`` the running
-  maximum, running sum and rescale factor of each row
-* per tile, on the stack: ``acc: (MR, QB)``, the register tile
+  key ``j``, query row ``i``), then their exponentials; ``ot: (QB, Dv)``
+  the output accumulator, a row per query row; ``m, l, alpha: (QB,)`` the
+  running maximum, running sum and rescale factor of each row
+* per tile, on the stack: ``acc: (MR, QB)`` (scores) or ``(OR, NR)``
+  (output), the register tile
 
 ``QB = NR`` (two vectors: 16 rows on AVX2, 32 on AVX-512) and ``MR`` (6 on
 AVX2) are the matrix products' register tile (kernels/matmul/blocking.py);
 ``KBP`` is the key block rounded up to a multiple of ``MR``, plus ``TAIL``
-(4), and ``DVP`` is ``Dv`` in whole ``MR``-tiles then ``TAIL``-tiles
-(32 -> 32 on AVX-512, not 42).
+(4); ``OR`` (8 on AVX-512, 4 on AVX2) divides ``QB``.
 
 **Tasks**: (batch x head x block of ``QB`` query rows), handed out to the
 threads by an atomic counter (with ``causal``, the longest tasks, the last
@@ -50,11 +50,13 @@ keys in blocks of ``key_block`` (a runtime argument; :data:`KEY_BLOCK`):
 2. online softmax (FlashAttention): the block's row maxima, ``m_new =
    max(m, block max)``, ``alpha = e^(m - m_new)``, ``p = e^(s - m_new)``
    in place, ``l = l * alpha + sum p`` (vectorized over the ``QB`` rows with
-   :func:`~.epilogue.vector_exp`), ``ot *= alpha``;
-3. ``ot[c, :] += sum_j v[j, c] * p[j, :]``: an ``MR``-columns x ``QB``-rows
-   register tile, V rows read in place;
+   :func:`~.epilogue.vector_exp`), ``ot[i, :] *= alpha[i]`` (from the
+   second block on);
+3. ``ot[i, :] += sum_j p[j, i] * v[j, :]``: ``OR``-rows x ``NR``-columns
+   register tiles (a broadcast ``p`` per row, a V row of ``NR / VEC``
+   vectors per key, read in place), over the task's own rows only;
 
-and at the end writes ``out[i, c] = ot[c, i] / l[i]``. With ``causal`` the
+and at the end writes ``out[i, :] = ot[i, :] / l[i]``, row by row. With ``causal`` the
 key loop stops at the block's last row: keys past it are never read. A mask
 does the same (:func:`_live_end`): the keys past the last one that any of
 the task's rows keeps (mask above ``float32 lowest``, or nonzero) are not
@@ -85,13 +87,23 @@ Short sequences too (Swin's 49-token windows: 64 lanes for 49 rows, about 35
 GFLOP/s on 1 thread, as PyTorch's SDPA, before the two changes below). There
 the work around the two products counts: a per-row mask read one row per
 lane, and Q's and the output's transposes, each about a tenth of a window's
-time; a mask made a :class:`RowMask` once is added by vectors, and the
-transposes go through 8 x 8 tiles. Tried there and dropped, no faster in
+time; a mask made a :class:`RowMask` once is added by vectors, Q's
+transpose goes through 8 x 8 tiles, and the output is accumulated row-major
+(no transpose at the store; the second block of a 49-row window runs 24
+rows of tiles, not 32): kernel alone, 1 thread, previous (transposed
+accumulator, 8 x 8 store) and row-major alternated in one process, medians
+of 21 rounds, host shared, Swin-T's stages (B, H) = (64, 3) 1.56 -> 1.46 ms,
+(16, 6) 785 -> 691 us, (4, 12) 351 -> 326, (1, 24) 170 -> 158; BERT's 128
+tokens 669 -> 652 us, ViT's 197 1.78 -> 1.75 ms, causal 256 1.01 -> 1.03
+ms; the same bits. Tried there and dropped, no faster in
 alternated runs: keys as the lanes (one block of keys, MR-row tiles, a row
 softmax: as many FMAs once padded, plus horizontal reductions); Q, K and V
 read as strided views of the (B, S, 3, H, D) projection instead of the
 transposed copies (Swin: the 5-D transpose and the head merge not copied,
-but the kernel 1.2-1.45x slower on the strided rows, Swin-T 1 % slower).
+but the kernel 1.2-1.45x slower on the strided rows, Swin-T 1 % slower;
+tried again: 1.15-1.3x slower on the strided rows even with every operand
+in L2, and neither copying each head's K and V rows contiguous nor
+prefetching the rows recovered it; Swin-T no faster).
 
 **Rows with nothing to attend to.** A key masked by a boolean mask scores
 ``float32 lowest`` (``-3.4e38``), finite, so a row whose every key is masked
@@ -138,11 +150,16 @@ _TILE = MR * QB
 #: them (TAIL * QB / VEC accumulators, 8 on AVX-512), so the padding is < TAIL
 TAIL = min(4, MR)
 _TAIL_TILE = TAIL * QB
+#: output rows per register tile of the V product: OR x NR accumulators (16 on
+#: AVX-512, 8 on AVX2) beside a V row and a broadcast; divides QB
+OR = 8 if MR >= 8 else 4
+assert QB % OR == 0, (QB, OR)
+_OUT_TILE = OR * NR
 
 
 @jit()
 def _padded(n):
-    """The rows of scores (or of ``ot``) that ``n`` keys (columns) fill:
+    """The rows of scores that ``n`` keys fill:
     whole MR-tiles, then TAIL-tiles."""
     return n // MR * MR + (n % MR + TAIL - 1) // TAIL * TAIL
 
@@ -189,32 +206,14 @@ def _pack_queries(qf, base, qs, rows, D, scale, qt):
 
 
 @jit()
-def _store(of, base, os_, rows, Dv, ot, l):
-    """``out[i, c] = ot[c, i] / l[i]`` for the task's ``rows`` rows (row ``i``
-    at ``base + i * os_``), the transpose back through 8 x 8 tiles as in
-    :func:`_pack_queries`."""
-    inverse = numba.carray(stack_empty(QB, np.float32), QB)
-    for i in range(QB):
-        inverse[i] = _ONE / l[i]
-    tile = numba.carray(stack_empty(64, np.float32), (8, 8))
-    full = rows // 8 * 8
-    for i0 in range(0, full, 8):
-        for c0 in range(0, Dv - 7, 8):
-            for c in range(8):
-                for a in range(8):
-                    tile[a, c] = ot[np.uint64((c0 + c) * QB + i0 + a)] * inverse[i0 + a]
-            for a in range(8):
-                row = base + (i0 + a) * os_ + c0
-                for c in range(8):
-                    of[np.uint64(row + c)] = tile[a, c]
-        for c in range(Dv // 8 * 8, Dv):
-            for a in range(8):
-                of[np.uint64(base + (i0 + a) * os_ + c)] = \
-                    ot[np.uint64(c * QB + i0 + a)] * inverse[i0 + a]
-    for i in range(full, rows):
+def _store(of, base, os_, rows, Dv, o, l):
+    """``out[i, :] = o[i, :] / l[i]`` for the task's ``rows`` rows (row ``i``
+    at ``base + i * os_``): whole rows, no transpose."""
+    for i in range(rows):
+        inverse = _ONE / l[i]
         row = base + i * os_
         for c in range(Dv):
-            of[np.uint64(row + c)] = ot[np.uint64(c * QB + i)] * inverse[i]
+            of[np.uint64(row + c)] = o[np.uint64(i * Dv + c)] * inverse
 
 
 @jit()
@@ -337,55 +336,53 @@ def _online_softmax(st, keys, m, l, alpha):
 
 
 @jit()
-def _accumulate(vf, base, vs, keys, Dv, st, ot):
-    """``ot[c, :] += sum_j v[j, c] * st[j, :]`` for every column ``c < Dv``
-    (key ``j`` at ``base + j * vs``), MR columns at a time, then TAIL at a
-    time; the rows of ``ot`` past ``Dv`` (to :func:`_padded` ``(Dv)``) take
-    copies of the last column."""
-    acc = numba.carray(stack_empty(_TILE, np.float32), (MR, QB))
-    cols = numba.carray(stack_empty(MR, np.int64), MR)
-    full = Dv // MR * MR
-    for c0 in range(0, full, MR):
-        for t in range(MR):
-            for i in range(QB):
-                acc[t, i] = ot[np.uint64((c0 + t) * QB + i)]
-        for j in range(keys):
-            row = base + j * vs + c0
-            for t in range(MR):
-                vj = vf[np.uint64(row + t)]
-                for i in range(QB):
-                    acc[t, i] += vj * st[np.uint64(j * QB + i)]
-        for t in range(MR):
-            for i in range(QB):
-                ot[np.uint64((c0 + t) * QB + i)] = acc[t, i]
-    # the last Dv % MR columns: Dv = 32 ran 42 columns in MR = 14 tiles, 32 now
-    tail = numba.carray(stack_empty(_TAIL_TILE, np.float32), (TAIL, QB))
-    for c0 in range(full, Dv, TAIL):
-        for t in range(TAIL):
-            cols[t] = min(c0 + t, Dv - 1)
-        for t in range(TAIL):
-            for i in range(QB):
-                tail[t, i] = ot[np.uint64((c0 + t) * QB + i)]
-        for j in range(keys):
-            row = base + j * vs
-            for t in range(TAIL):
-                vj = vf[np.uint64(row + cols[t])]
-                for i in range(QB):
-                    tail[t, i] += vj * st[np.uint64(j * QB + i)]
-        for t in range(TAIL):
-            for i in range(QB):
-                ot[np.uint64((c0 + t) * QB + i)] = tail[t, i]
+def _accumulate(vf, base, vs, keys, Dv, st, o, rows, first):
+    """``o[i, :] (+)= sum_j st[j, i] * v[j, :]`` for the task's ``rows`` rows,
+    in ``OR``-row x ``NR``-column register tiles (``OR`` broadcasts of ``st``
+    and ``NR / VEC`` vectors of a V row per key; key ``j`` at ``base + j *
+    vs``); ``first``: the tiles start from 0 instead of ``o``. Rows are the
+    output's own, so the store needs no transpose, and only the tiles that
+    hold the task's rows run (Swin's 49-row windows: the second 32-row block
+    runs 24 rows, not 32)."""
+    acc = numba.carray(stack_empty(_OUT_TILE, np.float32), (OR, NR))
+    for i0 in range(0, rows, OR):
+        for c0 in range(0, Dv - NR + 1, NR):
+            for t in range(OR):
+                for c in range(NR):
+                    acc[t, c] = _ZERO if first else o[np.uint64((i0 + t) * Dv + c0 + c)]
+            for j in range(keys):
+                row = base + j * vs + c0
+                for t in range(OR):
+                    p = st[np.uint64(j * QB + i0 + t)]
+                    for c in range(NR):
+                        acc[t, c] += p * vf[np.uint64(row + c)]
+            for t in range(OR):
+                for c in range(NR):
+                    o[np.uint64((i0 + t) * Dv + c0 + c)] = acc[t, c]
+        c0 = Dv // NR * NR
+        if c0 < Dv:             # the last Dv % NR columns
+            width = Dv - c0
+            for t in range(OR):
+                for c in range(width):
+                    acc[t, c] = _ZERO if first else o[np.uint64((i0 + t) * Dv + c0 + c)]
+            for j in range(keys):
+                row = base + j * vs + c0
+                for t in range(OR):
+                    p = st[np.uint64(j * QB + i0 + t)]
+                    for c in range(width):
+                        acc[t, c] += p * vf[np.uint64(row + c)]
+            for t in range(OR):
+                for c in range(width):
+                    o[np.uint64((i0 + t) * Dv + c0 + c)] = acc[t, c]
 
 
 @jit()
-def _rescale(ot, size, alpha):
-    """``ot[c, i] *= alpha[i]`` for the ``size`` rows of ``ot``."""
-    factors = numba.carray(stack_empty(QB, np.float32), QB)
-    for i in range(QB):
-        factors[i] = alpha[i]
-    for c in range(size):
-        for i in range(QB):
-            ot[np.uint64(c * QB + i)] *= factors[i]
+def _rescale(o, rows, Dv, alpha):
+    """``o[i, :] *= alpha[i]`` for the tiles of the task's ``rows`` rows."""
+    for i in range(-(-rows // OR) * OR):
+        factor = alpha[i]
+        for c in range(Dv):
+            o[np.uint64(i * Dv + c)] *= factor
 
 
 @jit()
@@ -443,9 +440,6 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
     i0 = block * QB
     rows = min(QB, Sq - i0)
     _pack_queries(qf, b * g[_QB_] + h * g[_QH] + i0 * g[_QS], g[_QS], rows, D, scale, qt)
-    dv_rows = _padded(Dv)
-    for c in range(dv_rows * QB):
-        ot[np.uint64(c)] = _ZERO
     for i in range(QB):
         m[i] = _NEG_INF
         l[i] = _ZERO
@@ -460,6 +454,9 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
     k_base = b * g[_KB_] + h * g[_KH]
     v_base = b * g[_VB] + h * g[_VH]
     m_base = b * g[_MB] + h * g[_MH]
+    if end <= 0:                # no key to visit: the rows are 0 / 0, as unfused
+        for c in range(QB * Dv):
+            ot[np.uint64(c)] = _ZERO
     for j0 in range(0, end, key_block):
         keys = min(key_block, end - j0)
         _scores(kf, k_base + j0 * g[_KS], g[_KS], keys, D, qt, st)
@@ -471,8 +468,9 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         if causal and j0 + keys - 1 > i0:
             _causal(st, keys, j0, i0)
         _online_softmax(st, keys, m, l, alpha)
-        _rescale(ot, dv_rows, alpha)
-        _accumulate(vf, v_base + j0 * g[_VS], g[_VS], keys, Dv, st, ot)
+        if j0 > 0:
+            _rescale(ot, rows, Dv, alpha)
+        _accumulate(vf, v_base + j0 * g[_VS], g[_VS], keys, Dv, st, ot, rows, j0 == 0)
     o_base = b * g[_OB] + h * g[_OH] + i0 * g[_OS]
     if g[_NAN_ZERO] == 0:
         _store(of, o_base, g[_OS], rows, Dv, ot, l)
@@ -481,7 +479,7 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         inverse = _ONE / l[i]
         row = o_base + i * g[_OS]
         for c in range(Dv):
-            r = ot[np.uint64(c * QB + i)] * inverse
+            r = ot[np.uint64(i * Dv + c)] * inverse
             of[np.uint64(row + c)] = r if r == r else _ZERO
 
 
@@ -497,13 +495,12 @@ def attention_parallel(qf, kf, vf, of, mf, mbits, g, scale, workers):
     Sq, D, Dv = g[_SQ], g[_D], g[_DV]
     tasks = g[_B] * g[_H] * ((Sq + QB - 1) // QB)
     key_rows = (g[_KEYS] + MR - 1) // MR * MR + TAIL     # _padded(keys) for any keys <= it
-    dv_rows = _padded(Dv)
     scale32 = np.float32(scale)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         qt = np.empty(D * QB, np.float32)
         st = np.empty(key_rows * QB, np.float32)
-        ot = np.empty(dv_rows * QB, np.float32)
+        ot = np.empty(QB * Dv, np.float32)
         stats = np.empty(3 * QB, np.float32)
         offsets = np.empty(QB, np.int64)
         while True:

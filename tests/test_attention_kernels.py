@@ -141,21 +141,22 @@ def test_the_wrapper_checks_what_the_kernel_indexes():
 
 @needs_packed_fma
 def test_register_tiles_use_packed_fma():
-    """The score tile and the P V tile: MR x QB / VEC packed FMAs per step
-    (28 zmm on AVX-512, 12 ymm on AVX2), no scalar FMA, no spill."""
+    """The score tile (MR x QB / VEC packed FMAs per step: 28 zmm on AVX-512,
+    12 ymm on AVX2) and the P V tile (OR x NR / VEC: 16 zmm, 8 ymm), no scalar
+    FMA, no spill."""
     from jitnn.kernels._config import jit
     f32 = np.float32
-    D, keys = 24, 2 * A.MR
+    D, Dv, keys = 24, 2 * A.NR, 2 * A.MR
     qt, st = np.ones(D * A.QB, f32), np.zeros(keys * A.QB, f32)
-    flat = np.ones(keys * D, f32)
+    flat = np.ones(keys * max(D, Dv), f32)
     scores = jit(cache=False)(A._scores.py_func)
     scores(flat, 0, D, keys, D, qt, st)
     accumulate = jit(cache=False)(A._accumulate.py_func)
-    accumulate(flat, 0, D, keys, D, st, np.zeros(D * A.QB + A.MR * A.QB, f32))
-    tile = A.MR * A.QB // VEC
-    check_packed_fma({"scores": scores.inspect_asm(scores.signatures[0]),
-                      "accumulate": accumulate.inspect_asm(accumulate.signatures[0])},
-                     min_fma=tile)
+    accumulate(flat, 0, Dv, keys, Dv, st, np.zeros(Dv * A.QB, f32), A.QB, False)
+    check_packed_fma({"scores": scores.inspect_asm(scores.signatures[0])},
+                     min_fma=A.MR * A.QB // VEC)
+    check_packed_fma({"accumulate": accumulate.inspect_asm(accumulate.signatures[0])},
+                     min_fma=A.OR * A.NR // VEC)
 
 
 @pytest.mark.slow
