@@ -3,8 +3,12 @@ group widths of 1 to 4 blocks and widths that are not a multiple of the
 block (3, 7, 9 channels), odd sizes, strides 1 and 2, batches of 2, blocks
 4, 8 and 16, 1 and 2 threads; and the tiles the plan picks for them (one
 block per tile when a tile's blocks would read each other's groups, tiles
-along the rows with constant pixel offsets: ``geometry.row_tile_pixels``).
+along the rows with constant pixel offsets: ``geometry.row_tile_pixels``),
+and the row tiles that read a padded conv's input in place, its taps in the
+padding masked (``register_tile.conv_tile``'s edges).
 """
+
+import re
 
 import numba
 import numpy as np
@@ -24,30 +28,32 @@ def _blocked(x: np.ndarray, block: int) -> np.ndarray:
     return out
 
 
-def run_grouped(n, c, o, h, w, strides, groups, block, padding=(1, 1, 1, 1), seed=0):
-    """Run a 3x3 grouped conv with bias and relu through the kernels, check it
-    against the reference; returns (launch, blocked output)."""
+def run_grouped(n, c, o, h, w, strides, groups, block, padding=(1, 1, 1, 1), seed=0,
+                kernel=3, dilation=1):
+    """Run a grouped conv (``kernel`` x ``kernel``, 3 by default) with bias
+    and relu through the kernels, check it against the reference; returns
+    (launch, blocked output)."""
     rng = np.random.default_rng(seed)
     x = random((n, c, h, w), rng)
-    w_oihw = random((o, c // groups, 3, 3), rng)
+    w_oihw = random((o, c // groups, kernel, kernel), rng)
     b = random((o,), rng)
     packed = K.pack_conv2d_filter(w_oihw, c, groups, block)
-    oh = K.conv2d_output_size(h, 3, strides, 1, padding[0], padding[1])
-    ow = K.conv2d_output_size(w, 3, strides, 1, padding[2], padding[3])
+    oh = K.conv2d_output_size(h, kernel, strides, dilation, padding[0], padding[1])
+    ow = K.conv2d_output_size(w, kernel, strides, dilation, padding[2], padding[3])
     ob = -(-o // block)
     bias = np.zeros(ob * block, np.float32)
     bias[:o] = b
     xin = _blocked(x, block)
     out = np.full((n, ob, oh, ow, block), np.nan, np.float32)
-    launch = K.conv2d_launch(xin, packed, out, (strides, strides), (1, 1), padding, False, True,
-                             RELU, algorithm="direct")
+    launch = K.conv2d_launch(xin, packed, out, (strides, strides), (dilation, dilation),
+                             padding, False, True, RELU, algorithm="direct")
     K.run_conv2d_launch(launch, xin, out, bias)
     assert not np.isnan(out).any(), "some output element was not written"
     lanes = out.transpose(0, 1, 4, 2, 3).reshape(n, ob * block, oh, ow)
     assert np.all(lanes[:, o:] == 0), "padding lanes must be zero"
     got = np.empty((n, o, oh, ow), np.float32)
     layout.blocked_to_nchw(out, got)
-    geom = dict(strides=strides, padding=padding, groups=groups)
+    geom = dict(strides=strides, padding=padding, groups=groups, dilations=dilation)
     expected = np.maximum(reference("conv2d")(x, w_oihw, b, **geom), 0)
     scale = reference("conv2d")(np.abs(x), np.abs(w_oihw), np.abs(b), **geom)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1.6e-6 * (1.0 + scale.max()))
@@ -156,3 +162,80 @@ def test_a_strided_conv_pads_its_input_for_the_row_tile_the_others_run():
     other, _ = run_grouped(1, 16, 16, 28, 28, 2, 1, 8)
     assert launch.pad_copy is not None and launch.driver is other.driver
     assert "_7x2_row16" in launch.driver.serial.py_func.__qualname__
+
+
+def _edges(launch) -> int:
+    """The launch's edge-masked pixels per tile end (0: none, or not that driver)."""
+    found = re.search(r"_edges(\d+)", launch.driver.serial.py_func.__qualname__)
+    return int(found.group(1)) if found else 0
+
+
+# (n, c, o, h, w, stride, groups, padding, kernel, dilation, block): padded
+# grouped convs whose row tiles read the input in place. RegNet's 16-channel
+# groups (7 x 2 tiles) on 7 x 7 to 56 x 56; 3, 9 and 17 channels a group on
+# 14 columns (14 x 1 tiles), 7 at stride 2; odd and non-square sizes, two
+# images, asymmetric padding, 5x5 with 2 masked pixels a tile end, dilation
+# 2; blocks 4 and 16 (slow: drivers of their own to compile)
+_SLOW = pytest.mark.slow
+EDGE_CASES = [
+    (1, 32, 32, 7, 7, 1, 2, (1, 1, 1, 1), 3, 1, 8),
+    (2, 64, 64, 14, 14, 2, 4, (1, 1, 1, 1), 3, 1, 8),
+    (1, 32, 32, 56, 56, 1, 2, (1, 1, 1, 1), 3, 1, 8),
+    (1, 48, 48, 15, 13, 2, 3, (1, 1, 1, 1), 3, 1, 8),
+    (1, 32, 32, 12, 15, 1, 2, (1, 0, 0, 1), 3, 1, 8),
+    (1, 24, 24, 11, 14, 1, 8, (1, 1, 1, 1), 3, 1, 8),
+    (1, 72, 72, 10, 14, 1, 8, (1, 1, 1, 1), 3, 1, 8),
+    (2, 136, 136, 9, 14, 1, 8, (1, 1, 1, 1), 3, 1, 8),
+    (1, 32, 32, 14, 14, 1, 2, (2, 2, 2, 2), 5, 1, 8),
+    (1, 32, 32, 14, 14, 1, 2, (2, 2, 2, 2), 3, 2, 8),
+    pytest.param((2, 56, 56, 27, 28, 2, 8, (1, 1, 1, 1), 3, 1, 8), marks=_SLOW),
+    pytest.param((1, 16, 16, 12, 12, 1, 2, (1, 1, 1, 1), 3, 1, 4), marks=_SLOW),
+    pytest.param((1, 32, 32, 14, 14, 1, 2, (1, 1, 1, 1), 3, 1, 16), marks=_SLOW),
+]
+
+
+@pytest.mark.skipif(geometry.VECTOR_REGISTERS < 32, reason="row tiles need 32 vector registers")
+@pytest.mark.parametrize("case", EDGE_CASES, ids=lambda c: (
+    f"n{c[0]}c{c[1]}_{c[3]}x{c[4]}_s{c[5]}_g{c[6]}_p{''.join(map(str, c[7]))}_k{c[8]}d{c[9]}"
+    f"_b{c[10]}"))
+def test_padded_grouped_convs_read_the_input_in_place(monkeypatch, case):
+    """Against the float64 reference, without a padded copy of the input;
+    and the same bits as the padded copy's row tiles (the same sums in the
+    same order, a tap in the padding adding zeros either way)."""
+    n, c, o, h, w, stride, groups, padding, kernel, dilation, block = case
+    launch, out = run_grouped(n, c, o, h, w, stride, groups, block, padding, kernel=kernel,
+                              dilation=dilation)
+    assert launch.pad_copy is None and _edges(launch) >= (2 if kernel == 5 else 1)
+    monkeypatch.setattr(conv_plan, "edge_pixels", lambda *args: -1)
+    padded, expected = run_grouped(n, c, o, h, w, stride, groups, block, padding,
+                                   kernel=kernel, dilation=dilation)
+    assert _edges(padded) == 0
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.skipif(geometry.VECTOR_REGISTERS < 32, reason="row tiles need 32 vector registers")
+def test_edge_tiles_two_threads_match_one():
+    saved = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            launch, out = run_grouped(2, 64, 64, 14, 14, 1, 4, 8)
+            assert _edges(launch) == 1
+            results.append(out)
+    finally:
+        numba.set_num_threads(saved)
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_edge_pixels():
+    # 3x3, padding 1: only the row's first and last pixels read the padding
+    assert conv_plan.edge_pixels(7, 7, 1, 1, 3, 1, 7) == 1
+    assert conv_plan.edge_pixels(28, 7, 2, 1, 3, 1, 56) == 1
+    # stride 2 on an even width: the right end reads no padding, the left does
+    assert conv_plan.edge_pixels(28, 14, 2, 1, 3, 1, 56) == 1
+    # 5x5, padding 2: two pixels at each end; no padding: none
+    assert conv_plan.edge_pixels(14, 7, 1, 1, 5, 2, 14) == 2
+    assert conv_plan.edge_pixels(12, 6, 1, 1, 3, 0, 14) == 0
+    # 7x7, padding 3: more than _MAX_EDGE_PIXELS
+    assert conv_plan.edge_pixels(14, 7, 1, 1, 7, 3, 14) == -1

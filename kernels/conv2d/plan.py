@@ -59,6 +59,11 @@ _TAP_PASS_MIN_TASKS = 4
 # 144 ch 216 -> 174 us, 96 ch 148 -> 122 us (each task pads 6 rows on its stack).
 _DW_PAD_WIDTH = 56
 
+# Grouped convs: row tiles as wide as the output read a padded input's
+# borders in place, at most this many pixels masked at each end of a tile
+# (register_tile.conv_tile's edges; 1 for 3x3 with padding 1)
+_MAX_EDGE_PIXELS = 2
+
 # A tile of one output block that reads the offset tables: 12 pixels (6 and
 # 16 measured slower: see _plan_conv2d)
 _GROUPED_TABLE_PIXELS = 12
@@ -264,6 +269,18 @@ def tile_input_share(ib_begin: np.ndarray, ib_end: np.ndarray, B: int) -> float:
     return run / max(1, need)
 
 
+def edge_pixels(OW: int, P: int, sw: int, dw: int, KW: int, pl: int, W: int) -> int:
+    """The fewest pixels ``m`` at each end of a row tile (P pixels, tiles
+    from column 0 of an output row OW wide, P dividing it) such that every
+    other pixel of every tile reads only columns inside the input (its taps
+    need no mask); -1 if more than :data:`_MAX_EDGE_PIXELS`."""
+    for m in range(_MAX_EDGE_PIXELS + 1):
+        if all(0 <= (ow0 + p) * sw - pl and (ow0 + p) * sw - pl + (KW - 1) * dw < W
+               for ow0 in range(0, OW, P) for p in range(m, P - m)):
+            return m
+    return -1
+
+
 # --- geometry -------------------------------------------------------------------
 
 def direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
@@ -379,8 +396,10 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         geom = DepthwiseGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, KH=KH, KW=KW,
                                  sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, O=O, C=C,
                                  m=packed.multiplier)
+        # (the threads: one band of rows each, depthwise.py)
         return launch(depthwise_driver(cb, depthwise_mode(pad_rows, packed.multiplier)),
-                      (tuple(geom), has_res, pad_rows) + epilogue, pad_copy)
+                      (tuple(geom), has_res, pad_rows, numba.get_num_threads()) + epilogue,
+                      pad_copy)
 
     plain = packed.path == "first_layer"
     if packed.path == "1x1" and packed.groups == 1 and not any(pad):
@@ -404,7 +423,22 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if narrow:
         B, P = 1, _GROUPED_TABLE_PIXELS
     border = OH * OW - (geom.r1 - geom.r0) * (geom.c1 - geom.c0)
-    if by_regions:
+    # Grouped convs with padding: every output pixel in row tiles as wide as
+    # the output, reading the input in place, its taps in the padding
+    # masked (register_tile.conv_tile's edges: rows per tap, columns for the
+    # tiles' end pixels), instead of a padded copy of the input or border
+    # tiles
+    edges, row, row_step = -1, 0, 0
+    if packed.groups > 1 and not plain and not by_regions and border and O % cb == 0 \
+            and OB % B == 0:
+        row = row_tile_pixels(cb, B, OW, P, largest=B == 1)
+        masked = edge_pixels(OW, row, sw, dw, KW, pl, W) if row else -1
+        if masked >= 0:
+            edges = max(1, masked)       # (1 also when no column needs a mask)
+    if edges > 0:
+        regions = np.array([[0, OH, 0, OW, 0, KH, 0, KW]], np.int64)
+        border, P, row_step = 0, row, sw * cb
+    elif by_regions:
         # many taps read only padding: each region runs its in-input taps
         border = 0
     elif not plain and border and (
@@ -426,10 +460,9 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         geom = direct_geometry(N, C, H + pt + pb, W + pl + pr, cb, False, OB, OH, OW, KH, KW,
                                sh, sw, dh, dw, 0, 0, O)
         border = 0
-    if not by_regions:               # the interior, every tap, and the border
+    if not by_regions and edges < 0:     # the interior, every tap, and the border
         regions = np.array([[geom.r0, geom.r1, geom.c0, geom.c1, 0, KH, 0, KW]], np.int64)
-    row_step = 0
-    if not plain and not by_regions:
+    if not plain and not by_regions and edges < 0:
         # tiles along the interior's rows (geometry.row_tile_pixels): one
         # block, the most pixels (ResNeXt-50's 8-wide groups, 256 channels
         # at 28 x 28, block 8, 1 thread, Zen 4: the tables' 6 x 2 697 us,
@@ -466,6 +499,6 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES and \
             N * -(-OB // B) >= _TAP_PASS_MIN_TASKS:
         regions, chunks, passes = tap_passes(geom, chunk)
-    return launch(conv_driver(cb, C if plain else cb, plain, P, B, row_step),
+    return launch(conv_driver(cb, C if plain else cb, plain, P, B, row_step, max(edges, 0)),
                   (tuple(geom), packed.ib_begin, packed.ib_end, regions, chunks, passes,
                    og_inner, group_fits_l1, has_res) + epilogue, pad_copy)

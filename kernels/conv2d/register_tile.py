@@ -50,7 +50,8 @@ memory.
               w, w_offset, w_block_stride, w_out_stride,
               bias, bias_offset, residual, use_residual,
               y, y_offset, pixel_y, y_block_stride, first_pixel,
-              clamp, lo, hi, tiles)
+              clamp, lo, hi, tiles,
+              edges, row, height, column, width, tap_rc, zeros)
 
 * accumulator ``(p, b)`` starts as ``bias[bias_offset + b * cb ...]`` plus,
   when ``use_residual``, the residual at the output position;
@@ -81,6 +82,13 @@ memory.
   past the last: a first layer's tile has few steps (27 lanes for 3x3 over 3
   channels), and setting up each tile in numba cost about as much again.
   Without one, ``tiles`` is ignored (one tile).
+* ``edges`` (a literal; a blocked input's row tiles only) 0, or the input
+  read in place of a padded copy: tap ``t`` reads only where its input row
+  ``row + tap_rc[2 t + 1]`` is in ``[0, height)``, and the first and last
+  ``edges`` pixels only where their column ``column + p * stride +
+  tap_rc[2 t]`` is in ``[0, width)``; elsewhere the ``zeros`` (at least
+  ``(P - 1) * pixel_step + cb`` of them), through one pointer select per
+  tap (and edge pixel), not per lane.
 
 ``depthwise_tile`` (one output block; each lane its own channel)::
 
@@ -212,7 +220,8 @@ class _TileEmitter:
 
     def k_loop(self, acc, steps, x_data, pixel_x, tap_offset, block_start, block_stride,
                taps, w_data, w_offset, w_out_stride, prefetch_ahead=None, lanes=None,
-               lanes_apart=False, tap_weights=None, w_block_stride=None):
+               lanes_apart=False, tap_weights=None, w_block_stride=None, edge_pixels=(),
+               edge_pointer=None, row_pointer=None):
         """The hot loop over ``steps`` (input block, tap) steps; returns the sums.
 
         Per step: the input offset is ``block + tap_offset(t)`` (``t`` the tap,
@@ -224,7 +233,16 @@ class _TileEmitter:
         broadcasts. The weights walk on by ``lanes * cb`` per step, or with
         ``tap_weights``, tap ``t`` of a block reads them at the block's start
         plus ``tap_weights(t)``, and the next block starts ``w_block_stride``
-        further (the taps a tile runs need not be consecutive)."""
+        further (the taps a tile runs need not be consecutive).
+
+        ``row_pointer(tap, pointer)``: the step's input (``pointer``: pixel
+        0's lane 0 at that tap) or, where the tap's row falls in
+        the padding, zeros as long as the tile's input; ``edge_pixels``:
+        pixels whose lanes of a step are read through ``edge_pointer(tap,
+        p, pointer)`` (``pointer``: lane 0 of pixel ``p``'s input at that
+        tap), the same or ``cb`` zeros where the tap's column falls in the
+        padding (a row tile's borders, read in place: a select per step, not
+        per lane)."""
         builder, const, P, B, cb = self.builder, self.const, self.P, self.B, self.cb
         lanes = cb if lanes is None else lanes
         # Pointers and a count-down as loop variables: with 6 pixel offsets
@@ -245,7 +263,11 @@ class _TileEmitter:
                               for i in range(lanes)]
             else:
                 base = builder.gep(block, [tap_offset(tap)])
+                if row_pointer is not None:
+                    base = row_pointer(tap, base)
                 lane_bases = [builder.gep(base, [const(i)]) for i in range(lanes)]
+                edge_at = {p: edge_pointer(tap, p, builder.gep(base, [pixel_x[p]]))
+                           for p in edge_pixels}
             if prefetch_ahead is not None:
                 i8_pointer = ir.IntType(8).as_pointer()
                 prefetch = cgutils.get_or_insert_function(
@@ -264,7 +286,11 @@ class _TileEmitter:
                                                     self.times(w_out_stride, b)))
                            for b in range(B)]
                 for p in range(P):
-                    pixel = builder.load(builder.gep(lane_bases[lane], [pixel_x[p]]), align=4)
+                    if not lanes_apart and p in edge_at:
+                        pixel = builder.load(builder.gep(edge_at[p], [const(lane)]), align=4)
+                    else:
+                        pixel = builder.load(builder.gep(lane_bases[lane], [pixel_x[p]]),
+                                             align=4)
                     broadcast = self.splat(pixel)
                     for b in range(B):
                         new[p * B + b] = builder.call(self.fma,
@@ -378,15 +404,22 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
               steps,
               x_offset, x_block_stride, w, w_offset, w_block_stride, w_out_stride, bias,
               bias_offset, residual, use_residual, y, y_offset, pixel_y, y_block_stride,
-              first_pixel, clamp, lo, hi, tiles):
+              first_pixel, clamp, lo, hi, tiles, edges, row, height, column, width, tap_rc,
+              zeros):
     """The direct conv's register tile (see the module docstring)."""
     shape = _tile_shape(P, B, cb)
     if shape is None or not isinstance(lanes, types.IntegerLiteral) or \
             not isinstance(lanes_apart, types.BooleanLiteral) or \
             not isinstance(pixel_step, types.IntegerLiteral) or \
+            not isinstance(edges, types.IntegerLiteral) or \
             lanes.literal_value < 1 or pixel_step.literal_value < 0 or \
-            not all(_is_array(a) for a in (x, w, bias, residual, y)) or \
-            not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y)):
+            not all(_is_array(a) for a in (x, w, bias, residual, y, zeros)) or \
+            not all(_is_array(a, types.int64) for a in (pixel_x, tap_x, pixel_y, tap_rc)):
+        return None
+    edge_count = edges.literal_value
+    # edges: a blocked row tile's pixels (pixel_step = stride * cb)
+    if edge_count and (lanes_apart.literal_value or not pixel_step.literal_value
+                       or pixel_step.literal_value % shape[2]):
         return None
     lanes_per_step, separate_lanes = lanes.literal_value, lanes_apart.literal_value
     index = types.intp
@@ -396,16 +429,18 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
                            index, index,
                            w, index, index, index, bias, index, residual, types.boolean,
                            y, index, pixel_y, index, index, types.boolean, types.float32,
-                           types.float32, index)
+                           types.float32, index, edges, index, index, index, index, tap_rc,
+                           zeros)
 
     def codegen(context, builder, sig, args):
         (x_arg, pixel_x_arg, tap_x_arg, taps, steps, x_offset, x_block_stride,
          w_arg, w_offset, w_block_stride, w_out_stride, bias_arg, bias_offset, residual_arg,
          use_residual, y_arg, y_offset, pixel_y_arg, y_block_stride, first_pixel, clamp, lo,
-         hi, tiles) = args[6:]
+         hi, tiles, _, row, height, column, width) = args[6:35]
         (x_data, pixel_x_data, tap_x_data, w_data, bias_data, residual_data, y_data,
-         pixel_y_data) = (_array_data(context, builder, sig.args[6 + i], args[6 + i])
-                          for i in (0, 1, 2, 7, 11, 13, 15, 17))
+         pixel_y_data, tap_rc_data, zeros_data) = (
+            _array_data(context, builder, sig.args[6 + i], args[6 + i])
+            for i in (0, 1, 2, 7, 11, 13, 15, 17, 29, 30))
         tile = _TileEmitter(builder, *shape)
         const, add, times = tile.const, tile.add, tile.times
         P, B, cb = shape
@@ -425,8 +460,30 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
             pixel_x = [entry(pixel_x_data, p) for p in range(P)]
             pixel_y = [entry(pixel_y_data, p) for p in range(P)]
 
+        # edges: a tap reads the input only where its row (the tile's taps
+        # (0, 0) at ``row``, tap t's ``tap_rc[2 t + 1]`` further) is in [0,
+        # height), and the first and last ``edges`` pixels of the tile (a
+        # row's border pixels) only where their column (pixel 0's at
+        # ``column``, pixel p's ``p * stride`` further, tap t's ``tap_rc[2 t]``
+        # further) is in [0, width); zeros elsewhere
+        edge_pixels = sorted({p for p in range(P) if p < edge_count or p >= P - edge_count})
+        stride = adjacent_step // cb
+
+        def tap_entry(tap, second):
+            return builder.load(builder.gep(tap_rc_data, [add(times(tap, 2), const(second))]),
+                                align=8)
+
+        def row_pointer(tap, pointer):
+            inside = builder.icmp_unsigned("<", add(row, tap_entry(tap, 1)), height)
+            return builder.select(inside, pointer, zeros_data)
+
         def one_tile(offsets):
-            x_at, y_at = offsets
+            x_at, y_at, column_at = offsets
+
+            def edge_pointer(tap, p, pointer):
+                col = add(column_at, const(p * stride), tap_entry(tap, 0))
+                inside = builder.icmp_unsigned("<", col, width)
+                return builder.select(inside, pointer, zeros_data)
 
             def output_offset(p, b):
                 return add(y_at, pixel_y[p], times(y_block_stride, b))
@@ -445,15 +502,19 @@ def conv_tile(typingctx, P, B, cb, lanes, lanes_apart, pixel_step, x, pixel_x, t
                                    lanes=lanes_per_step,
                                    tap_weights=lambda tap: entry_at(add(times(tap, 2),
                                                                         const(1))),
-                                   w_block_stride=w_block_stride)
+                                   w_block_stride=w_block_stride,
+                                   edge_pixels=edge_pixels if edge_count else (),
+                                   edge_pointer=edge_pointer,
+                                   row_pointer=row_pointer if edge_count else None)
             tile.store(sums, y_data, output_offset, clamp, lo, hi, first_pixel)
-            return [add(x_at, const(P * adjacent_step)), add(y_at, const(P * cb))]
+            return [add(x_at, const(P * adjacent_step)), add(y_at, const(P * cb)),
+                    add(column_at, const(P * stride))]
 
         if adjacent_step:
             # a run of ``tiles`` tiles along the row, each P pixels past the last
-            _counted_loop(builder, "tile.run", tiles, [x_offset, y_offset], one_tile)
+            _counted_loop(builder, "tile.run", tiles, [x_offset, y_offset, column], one_tile)
         else:
-            one_tile([x_offset, y_offset])
+            one_tile([x_offset, y_offset, column])
         return context.get_dummy_value()
 
     return signature, codegen
