@@ -48,6 +48,15 @@ def _rows_parallel(yf, outf, N, rows, groups):
 
 def swiglu_rows(y: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out = silu(y[:, :N]) * y[:, N:]`` (see the module docstring). Returns ``out``."""
+    call = bind_swiglu_rows(y, out, numba_threads())
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def bind_swiglu_rows(y: np.ndarray, out: np.ndarray, threads: int):
+    """``(kernel, args)`` of :func:`swiglu_rows` on these arrays, checked once
+    (a replayed plan's bound step), or None when there is nothing to do."""
     for what, a in (("y", y), ("out", out)):
         if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2 \
                 or not a.flags.c_contiguous:
@@ -58,13 +67,10 @@ def swiglu_rows(y: np.ndarray, out: np.ndarray) -> np.ndarray:
     if y.shape != (M, 2 * N):
         raise ValueError(f"swiglu: y {y.shape} must be out's rows {M} by twice its {N} columns")
     if out.size == 0:
-        return out
+        return None
     if np.may_share_memory(y, out):
         raise ValueError("swiglu: out must not overlap y")
-    threads = numba_threads()
     groups = 1 if out.size < _PARALLEL_MIN or threads == 1 or M < 2 else min(M, threads)
     if groups == 1:
-        _rows(y.reshape(-1), out.reshape(-1), N, 0, M)
-    else:
-        _rows_parallel(y.reshape(-1), out.reshape(-1), N, M, groups)
-    return out
+        return _rows, (y.reshape(-1), out.reshape(-1), N, 0, M)
+    return _rows_parallel, (y.reshape(-1), out.reshape(-1), N, M, groups)

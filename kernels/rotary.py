@@ -83,6 +83,16 @@ def rotary_rows(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray
     ``x`` of ``B * S`` rows holding the heads from ``column``). ``out`` must
     not overlap ``x`` (each element reads its partner in the other half).
     Returns ``out``."""
+    call = bind_rotary_rows(x, cos, sin, out, heads, seq, column, numba_threads())
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def bind_rotary_rows(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray,
+                     heads: int, seq: int, column: int, threads: int):
+    """``(kernel, args)`` of :func:`rotary_rows` on these arrays, checked once
+    (a replayed plan's bound step), or None when there is nothing to do."""
     for what, a in (("x", x), ("out", out), ("cos", cos), ("sin", sin)):
         _check(what, a, 2)
     M, D = out.shape
@@ -94,7 +104,7 @@ def rotary_rows(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray
         raise ValueError(f"rotary: x {x.shape}, out {out.shape}, cos {cos.shape}, sin "
                          f"{sin.shape}: expected out as x, tables (R, D) and D even")
     if out.size == 0:
-        return out
+        return None
     if R == 0 or M % R:
         raise ValueError(f"rotary: {M} rows are not a multiple of the tables' {R}")
     if np.may_share_memory(x, out):
@@ -107,16 +117,13 @@ def rotary_rows(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray
         if x.shape[0] * heads != M or column < 0 or column + heads * D > width:
             raise ValueError(f"rotary: x {x.shape} does not hold {M // heads} rows of "
                              f"{heads} heads of {D} from column {column}")
-    threads = numba_threads()
     groups = 1 if out.size < _PARALLEL_MIN or threads == 1 or M < 2 else min(M, threads)
     xf, outf = x.reshape(-1), out.reshape(-1)
     if groups == 1:
-        _rows(xf, cos.reshape(-1), sin.reshape(-1), outf, R, D, heads, seq, width, column,
-              0, M)
-    else:
-        _rows_parallel(xf, cos.reshape(-1), sin.reshape(-1), outf, R, D, heads, seq, width,
-                       column, M, groups)
-    return out
+        return _rows, (xf, cos.reshape(-1), sin.reshape(-1), outf, R, D, heads, seq, width,
+                       column, 0, M)
+    return _rows_parallel, (xf, cos.reshape(-1), sin.reshape(-1), outf, R, D, heads, seq,
+                            width, column, M, groups)
 
 
 @jit(standalone=True)
@@ -141,6 +148,16 @@ def head_rows(x: np.ndarray, out: np.ndarray, heads: int, seq: int,
               column: int = 0) -> np.ndarray:
     """``out``'s ``(b, h, s)`` row is head ``h`` of ``x``'s row ``b * seq + s``,
     from ``column`` (see the module docstring). Returns ``out``."""
+    call = bind_head_rows(x, out, heads, seq, column, numba_threads())
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def bind_head_rows(x: np.ndarray, out: np.ndarray, heads: int, seq: int, column: int,
+                   threads: int):
+    """``(kernel, args)`` of :func:`head_rows` on these arrays, checked once, or
+    None when there is nothing to do."""
     _check("x", x, 2)
     _check("out", out, 2)
     M, D = out.shape
@@ -150,14 +167,12 @@ def head_rows(x: np.ndarray, out: np.ndarray, heads: int, seq: int,
         raise ValueError(f"rotary: x {x.shape} does not hold the rows of out {out.shape} "
                          f"as ({seq}, {heads}) heads from column {column}")
     if out.size == 0:
-        return out
+        return None
     if np.may_share_memory(x, out):
         raise ValueError("rotary: out must not overlap x")
-    threads = numba_threads()
     groups = 1 if out.size < _PARALLEL_MIN or threads == 1 or M < 2 else min(M, threads)
     if groups == 1:
-        _head_rows(x.reshape(-1), out.reshape(-1), D, heads, seq, x.shape[1], column, 0, M)
-    else:
-        _head_rows_parallel(x.reshape(-1), out.reshape(-1), D, heads, seq, x.shape[1], column,
-                            M, groups)
-    return out
+        return _head_rows, (x.reshape(-1), out.reshape(-1), D, heads, seq, x.shape[1], column,
+                            0, M)
+    return _head_rows_parallel, (x.reshape(-1), out.reshape(-1), D, heads, seq, x.shape[1],
+                                 column, M, groups)

@@ -358,6 +358,41 @@ def test_rotary_and_split_heads_read_columns_in_place(threads):
         jitnn.rotary_embedding(np.zeros((1, 2, 8), np.float32), np.zeros((2, 4), np.float32),
                                np.zeros((2, 4), np.float32), layout="bshd", columns=(6, 1))
 
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replayed_rotary_split_heads_and_swiglu_are_bound(threads):
+    """After a GEMM, as in a Llama layer: the embeddings on columns of its
+    rows, split_heads and swiglu each write the plan's buffer and, replayed,
+    run as one bound call, with float64's numbers for new inputs every run."""
+    from jitnn.ops.rotary import rotary_embedding_reference, split_heads_reference
+    ctx = jitnn.Context(num_threads=threads)
+    (b, s, k), h, d = (2, 9, 16), 2, 8
+    w = random((k, 4 * h * d), 90, 0.3)
+    angle = np.random.default_rng(91).uniform(-3, 3, (s, d))
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    g = jitnn.GraphBuilder(ctx)
+    y = g.reshape(g.matmul(g.reshape(g.input("x", (b, s, k)), (b * s, k)), g.constant(w)),
+                  (b, s, 4 * h * d))
+    q = g.rotary_embedding(y, g.constant(cos), g.constant(sin), layout="bshd", columns=(8, h))
+    v = g.split_heads(y, h, d, 3 * h * d)
+    graph = g.build({"q": g.relu(q), "v": g.relu(v), "m": g.relu(g.swiglu(y))})
+    outs = {"q": np.empty((b, h, s, d), np.float32), "v": np.empty((b, h, s, d), np.float32),
+            "m": np.empty((b, s, 2 * h * d), np.float32)}
+    for seed in range(3):
+        x = random((b, s, k), 92 + seed)
+        ctx.compute(graph, {"x": x}, outs)
+        yd = x.astype(np.float64) @ w
+        part = yd[:, :, 8:8 + h * d].reshape(b, s, h, d)
+        for name, want in (("q", rotary_embedding_reference(part, cos, sin, layout="bshd")),
+                           ("v", split_heads_reference(yd, h, d, 3 * h * d)),
+                           ("m", swiglu_reference(yd))):
+            want = np.maximum(want, 0.0)
+            assert np.abs(outs[name] - want).max() <= 2e-6 * np.abs(want).max(), name
+    (program,) = graph._programs
+    kinds = {(c.node.kind, bool(bound)) for c, bound in
+             zip(program.steps, program.bindings.steps) if c.step.kind == "op"}
+    assert {("rotary_rows", True), ("split_heads", True), ("swiglu_rows", True)} <= kinds, kinds
+
 # --- the gated MLP (SwiGLU) ------------------------------------------------------------------
 
 

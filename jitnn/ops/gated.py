@@ -16,12 +16,18 @@ import math
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from ..errors import JitnnValueError
 from ..kernels import gated as gated_kernels
 from ..kernels.buffers import aligned_empty
-from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import as_tensor, context_of, plain_op
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import Node, Tensor, Value
+from ._common import (Binding, as_tensor, context_of, pending, plain_buffer, plain_layout,
+                      value_of)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 _OP = "swiglu"
 
@@ -44,16 +50,44 @@ def swiglu(x) -> Tensor:
     width = x.shape[-1] // 2
     shape = tuple(x.shape[:-1]) + (width,)
     rows = math.prod(shape[:-1])
-
-    def compute(xd: np.ndarray) -> np.ndarray:
-        out = aligned_empty(shape)
-        if out.size:
-            ctx.launcher.launch(gated_kernels.swiglu_rows, xd.reshape(rows, 2 * width),
-                                out.reshape(rows, width))
-        return out
-
     axes = x._axes if x.ndim == 4 else "nchw"
-    return plain_op(ctx, _OP, (x,), shape, compute, axes=axes)
+    # a node of its own kind: it writes the plan's buffer and replays as one bound call
+    xv = value_of(x)
+    node = Node(_OP, (xv,), kind="swiglu_rows", attrs={"x": xv, "rows": rows, "width": width},
+                run=run_swiglu_rows, sig=("swiglu_rows", rows, width))
+    return pending(ctx, shape, plain_layout(len(shape), axes), node, axes=axes)
+
+
+def run_swiglu_rows(ctx: "Context", node: Node, value: Value,
+                    out: np.ndarray | None) -> np.ndarray:
+    """The swiglu of a plain tensor's rows, into ``out`` (the plan's buffer) if given."""
+    a = node.attrs
+    data = plain_buffer(a["x"])
+    if out is None or out.shape != value.shape or not out.flags.c_contiguous:
+        out = aligned_empty(value.shape)
+    if out.size:
+        ctx.launcher.launch(gated_kernels.swiglu_rows, data.reshape(a["rows"], 2 * a["width"]),
+                            out.reshape(a["rows"], a["width"]))
+    return out
+
+
+def bind_swiglu_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_swiglu_rows` just made, bound to its arrays."""
+    a = node.attrs
+    x = a["x"]
+    if x._data is None or not x._data.flags.c_contiguous or x._data.shape != x._shape:
+        return None
+    call = gated_kernels.bind_swiglu_rows(x._data.reshape(a["rows"], 2 * a["width"]),
+                                          result.reshape(a["rows"], a["width"]),
+                                          ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], ((x, x._data),), (), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_swiglu_rows.bind = bind_swiglu_rows
+register_kind(NodeKind("swiglu_rows", writes_into_buffer=True))
 
 
 register_op(OpDef(_OP, swiglu, swiglu_reference, layouts="plain",

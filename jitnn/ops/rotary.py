@@ -29,15 +29,21 @@ runs a split, its head ``Reshape`` and ``Transpose(0, 2, 1, 3)``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import layouts
 from ..errors import JitnnValueError
 from ..kernels import rotary as rotary_kernels
 from ..kernels.buffers import aligned_empty
-from ..registry import OpDef, register_op
-from ..tensor import Tensor
-from ._common import as_tensor, context_of, plain_op
+from ..registry import NodeKind, OpDef, register_kind, register_op
+from ..tensor import Node, Tensor, Value
+from ._common import (Binding, as_tensor, context_of, pending, plain_buffer, plain_layout,
+                      plain_op, value_of)
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 _OP = "rotary_embedding"
 
@@ -111,6 +117,16 @@ def rotary_embedding(x, cos, sin, *, layout: str = "bhsd",
     depth = shape[-1]
     heads, seq = (source[2], source[1]) if layout == "bshd" else (0, 0)
     rows = table_rows(shape, cos.shape)
+    axes = x._axes if x.ndim == 4 else "nchw"
+    if rows is not None and math.prod(shape):
+        # tables the kernel indexes as they are: a node of its own kind that writes the
+        # plan's buffer and replays as one bound call
+        xv, cv, sv = value_of(x), value_of(cos), value_of(sin)
+        attrs = {"x": xv, "cos": cv, "sin": sv, "rows": rows, "depth": depth, "heads": heads,
+                 "seq": seq, "column": column, "batch": source[0]}
+        node = Node(_OP, (xv, cv, sv), kind="rotary_rows", attrs=attrs, run=run_rotary_rows,
+                    sig=("rotary_rows", rows, depth, heads, seq, column, source[0]))
+        return pending(ctx, shape, plain_layout(len(shape), axes), node, axes=axes)
 
     def compute(xd: np.ndarray, cd: np.ndarray, sd: np.ndarray) -> np.ndarray:
         out = aligned_empty(shape)
@@ -127,8 +143,79 @@ def rotary_embedding(x, cos, sin, *, layout: str = "bhsd",
                             column)
         return out
 
-    axes = x._axes if x.ndim == 4 else "nchw"
     return plain_op(ctx, _OP, (x, cos, sin), shape, compute, axes=axes)
+
+
+def _bound_data(values) -> tuple | None:
+    """The plain C-contiguous arrays of ``values`` as they are, or None."""
+    arrays = tuple(v._data for v in values)
+    if any(not isinstance(d, np.ndarray) or d.dtype != np.float32 or not d.flags.c_contiguous
+           or d.shape != v._shape or layouts.block_of(v._layout) is not None
+           for d, v in zip(arrays, values)):
+        return None
+    return arrays
+
+
+def _out(value: Value, out: np.ndarray | None) -> np.ndarray:
+    """``out`` (the plan's buffer) when it fits ``value``, else a new array."""
+    if out is None or out.shape != value.shape or out.dtype != np.float32 \
+            or not out.flags.c_contiguous:
+        return aligned_empty(value.shape)
+    return out
+
+
+def _rotary_arrays(a: dict, xd: np.ndarray, cd: np.ndarray, sd: np.ndarray,
+                   out: np.ndarray) -> tuple:
+    """The kernel's 2-D views: the (B, S) rows of a head split (as wide as x's,
+    from its column), the tables' rows, the result's rows."""
+    depth = a["depth"]
+    xr = xd.reshape(a["seq"] * a["batch"], -1) if a["heads"] else xd.reshape(-1, depth)
+    return (xr, cd.reshape(a["rows"], depth), sd.reshape(a["rows"], depth),
+            out.reshape(-1, depth))
+
+
+def run_rotary_rows(ctx: "Context", node: Node, value: Value,
+                    out: np.ndarray | None) -> np.ndarray:
+    """The embedding of a ``rotary_rows`` node, into ``out`` (the plan's buffer) if given."""
+    a = node.attrs
+    out = _out(value, out)
+    data = (plain_buffer(a[k]) for k in ("x", "cos", "sin"))
+    ctx.launcher.launch(rotary_kernels.rotary_rows, *_rotary_arrays(a, *data, out),
+                        a["heads"], a["seq"], a["column"])
+    return out
+
+
+def bind_rotary_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_rotary_rows` just made, bound to its arrays."""
+    a = node.attrs
+    x = _bound_data((a["x"],))
+    if x is None:
+        return None
+    reads, derived, tables = [(a["x"], x[0])], [], []
+    for v in (a["cos"], a["sin"]):
+        if v.held:
+            # a constant table (the graph holds it): a form kept on the value, so the
+            # bound call holds the same array at every run
+            key = ("rotary_table", v._shape)
+            form = v._derive(key, lambda v=v: np.ascontiguousarray(plain_buffer(v), np.float32))
+            derived.append((v, key, form))
+            tables.append(form)
+        else:                      # computed at each run: read in place
+            data = _bound_data((v,))
+            if data is None:
+                return None
+            reads.append((v, data[0]))
+            tables.append(data[0])
+    call = rotary_kernels.bind_rotary_rows(*_rotary_arrays(a, x[0], *tables, result),
+                                           a["heads"], a["seq"], a["column"], ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_rotary_rows.bind = bind_rotary_rows
+register_kind(NodeKind("rotary_rows", writes_into_buffer=True))
 
 
 def split_heads_reference(x, heads: int, depth: int, start: int = 0) -> np.ndarray:
@@ -148,15 +235,38 @@ def split_heads(x, heads: int, depth: int, start: int = 0) -> Tensor:
     heads, depth, start = int(heads), int(depth), int(start)
     b, s, _, _ = _packed_heads(x, start, heads, depth, op)
     shape = (b, heads, s, depth)
+    xv = value_of(x)
+    attrs = {"x": xv, "heads": heads, "depth": depth, "start": start, "rows": b * s}
+    node = Node(op, (xv,), kind="split_heads", attrs=attrs, run=run_split_heads,
+                sig=("split_heads", heads, depth, start, b * s))
+    return pending(ctx, shape, plain_layout(4), node)
 
-    def compute(xd: np.ndarray) -> np.ndarray:
-        out = aligned_empty(shape)
-        if out.size:
-            ctx.launcher.launch(rotary_kernels.head_rows, xd.reshape(b * s, -1),
-                                out.reshape(-1, depth), heads, s, start)
-        return out
 
-    return plain_op(ctx, op, (x,), shape, compute)
+def run_split_heads(ctx: "Context", node: Node, value: Value,
+                    out: np.ndarray | None) -> np.ndarray:
+    """The copy of a ``split_heads`` node, into ``out`` (the plan's buffer) if given."""
+    a = node.attrs
+    out = _out(value, out)
+    if out.size:
+        ctx.launcher.launch(rotary_kernels.head_rows, plain_buffer(a["x"]).reshape(a["rows"], -1),
+                            out.reshape(-1, a["depth"]), a["heads"], value.shape[2], a["start"])
+    return out
+
+
+def bind_split_heads(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_split_heads` just made, bound to its arrays."""
+    a = node.attrs
+    data = _bound_data((a["x"],))
+    call = None if data is None else rotary_kernels.bind_head_rows(
+        data[0].reshape(a["rows"], -1), result.reshape(-1, a["depth"]), a["heads"],
+        result.shape[2], a["start"], ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], ((a["x"], data[0]),), (), result, ctx.num_threads)
+
+
+run_split_heads.bind = bind_split_heads
+register_kind(NodeKind("split_heads", writes_into_buffer=True))
 
 
 register_op(OpDef(_OP, rotary_embedding, rotary_embedding_reference, layouts="plain",
