@@ -16,11 +16,13 @@ imports' own), three costs, each removed here:
   code generator maps 28 MB of the LLVM library's code. Kernels loaded from
   the cache never run either. The runtime's machine code is cached beside
   the kernels (:func:`use_cached_runtime`), as numba caches a kernel's.
-* **Each entry's IR held for linking.** An entry carries the kernel's
+* **Each entry's IR parsed and held.** An entry carries the kernel's
   optimized IR, so that a later compile can link it into a caller; numba
-  parses it at load and keeps it, 2-5 MB of LLVM memory per kernel. It is
-  kept as bitcode and parsed only if a compile links it
-  (:func:`keep_linking_ir_as_bitcode`).
+  parses it at every load (to list the names it defines) and keeps it: 2-5
+  MB of LLVM memory per kernel, and LLVM's bitcode reader, 3.5 MB of its
+  code, mapped. jitnn's entries also list those names
+  (:func:`defined_symbols`), so the machine code loads without the IR
+  (:func:`unserialize`), which stays bitcode until a compile links it.
 
 And an entry's type annotation (numba's typed source as text, 0.1-0.3 MB a
 kernel, for ``inspect_types()``) is not kept (:func:`lean_entry`).
@@ -53,8 +55,8 @@ def load_runtime(target_context) -> None:
 
 
 class _CachedCodeLibrary(_codegen.JITCodeLibrary):
-    """A library loaded from the cache that holds its linking IR as bitcode
-    until a compile asks for it."""
+    """A library made from cached machine code; its linking IR stays bitcode
+    until a compile links the library into another."""
 
     _linking_bitcode: bytes
 
@@ -64,16 +66,41 @@ class _CachedCodeLibrary(_codegen.JITCodeLibrary):
         return self._shared_module
 
 
-def keep_linking_ir_as_bitcode(library, serialized: tuple) -> None:
-    """Drop the parsed linking module of ``library`` (just unserialized from
-    ``serialized``, numba's ``(name, 'object', (machine code, bitcode))``);
-    it is parsed again from the bitcode if a compile links the library."""
-    name, kind, data = serialized
-    if kind != "object" or type(library) is not _codegen.JITCodeLibrary:
-        return
+def defined_symbols(library) -> tuple[str, ...]:
+    """The names ``library`` defines, as numba's engine records them when it
+    loads the library (``JitEngine._load_defined_symbols``)."""
+    module = library._get_module_for_linking()
+    return tuple(sorted(value.name for values in (module.functions, module.global_variables)
+                        for value in values if not value.is_declaration))
+
+
+def unserialize(codegen, serialized: tuple, symbols) -> _CachedCodeLibrary:
+    """numba's ``CPUCodeLibrary._unserialize`` of machine code
+    (``(name, 'object', (machine code, linking bitcode))``), without parsing
+    the bitcode: the names it would have read from it are ``symbols``."""
+    name, kind, (machine_code, linking_bitcode) = serialized
+    library = codegen.create_library(name)
     library.__class__ = _CachedCodeLibrary
-    library._linking_bitcode = data[1]
-    library._shared_module = None
+    library._linking_bitcode = linking_bitcode
+    library.enable_object_caching()
+    library._set_compiled_object(machine_code)
+    library._finalize_final_module()       # MCJIT takes the machine code: nothing compiles
+    codegen._engine._defined_symbols.update(symbols)
+    return library
+
+
+@contextlib.contextmanager
+def machine_code_only(target_context, symbols):
+    """While numba rebuilds a cache entry (``CompileResult._rebuild``), its
+    library comes from :func:`unserialize`. numba holds its compiler lock
+    around a load, so the codegen's method is swapped for this process only
+    while the entry loads."""
+    codegen = target_context.codegen()
+    codegen.unserialize_library = lambda serialized: unserialize(codegen, serialized, symbols)
+    try:
+        yield
+    finally:
+        del codegen.unserialize_library
 
 
 _ANNOTATION_NOT_KEPT = "(loaded from jitnn's kernel cache: the type annotation is not kept)"
@@ -101,7 +128,8 @@ def use_cached_runtime(cache_dir: Path | None, writable: bool) -> None:
         codegen = ctx.codegen()
         with contextlib.suppress(Exception):   # missing or damaged: compiled below
             with open(path, "rb") as f:
-                return codegen.unserialize_library(pickle.load(f))
+                serialized, symbols = pickle.load(f)
+            return unserialize(codegen, serialized, symbols)
         if not writable:
             return compile_original(ctx)
         # numba's own build, with object caching on so its machine code can be saved
@@ -112,7 +140,7 @@ def use_cached_runtime(cache_dir: Path | None, writable: bool) -> None:
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False) as f:
-                pickle.dump(library.serialize_using_object_code(), f)
+                pickle.dump((library.serialize_using_object_code(), defined_symbols(library)), f)
             os.replace(f.name, path)
         return library
 

@@ -193,8 +193,9 @@ _KERNEL_DIR = Path(__file__).resolve().parent
 
 
 #: the layout of jitnn's cache entries (a data file holds the standalone
-#: kernels its code calls, kernels/_linking.py); part of the directory name
-_CACHE_FORMAT = 2
+#: kernels its code calls, kernels/_linking.py, and the names it defines,
+#: kernels/_code_loading.py); part of the directory name
+_CACHE_FORMAT = 3
 
 
 def _settings_tag() -> str:
@@ -383,19 +384,21 @@ class _KernelCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._Cach
 
 class _KernelCacheImpl(_caching.CompileResultCacheImpl):
     """numba's entry, with the standalone kernels its code calls
-    (kernels/_linking.py), which are loaded before it."""
+    (kernels/_linking.py), which are loaded before it, and the names its
+    code defines (so it loads without its IR: kernels/_code_loading.py)."""
 
     _locator_classes = [_KernelCacheLocator]
 
     def reduce(self, cres):
-        return _linking.dependencies(cres.library), super().reduce(cres)
+        return (_linking.dependencies(cres.library), super().reduce(cres),
+                _code_loading.defined_symbols(cres.library))
 
     def rebuild(self, target_context, payload):
-        calls, entry = payload
+        calls, entry, symbols = payload
         _linking.load_dependencies(calls, entry)
-        cres = super().rebuild(target_context, _code_loading.lean_entry(entry))
+        with _code_loading.machine_code_only(target_context, symbols):
+            cres = super().rebuild(target_context, _code_loading.lean_entry(entry))
         cres.library._jitnn_standalone = set(calls)   # its callers call them too
-        _code_loading.keep_linking_ir_as_bitcode(cres.library, entry[0])
         return cres
 
 

@@ -1,7 +1,7 @@
 """Kernels load from the disk cache without numba's compile-time baggage
 (kernels/_code_loading.py): no refresh of numba's lowering registries, the
-runtime's machine code from the cache, each entry's linking IR left as
-bitcode until a compile links it."""
+runtime's machine code from the cache, no IR parsed (each entry's linking IR
+stays bitcode until a compile links it)."""
 
 import json
 import os
@@ -26,6 +26,10 @@ _KERNELS = textwrap.dedent("""
 
 _PROBE = textwrap.dedent("""
     import json, sys
+    import llvmlite.binding as llvm
+    parses = []
+    _parse = llvm.parse_bitcode
+    llvm.parse_bitcode = lambda data: parses.append(len(data)) or _parse(data)
     import numba_code_loading_kernels as k
     from jitnn.kernels import _code_loading
     from numba.core.runtime import nrt
@@ -33,11 +37,11 @@ _PROBE = textwrap.dedent("""
     library = k.inner.overloads[k.inner.signatures[0]].library
     result["lazy"] = type(library) is _code_loading._CachedCodeLibrary and library._shared_module is None
     result["registries_loaded"] = "numba.np.arraymath" in sys.modules
-    result["runtime_cached"] = type(nrt.rtsys.library) is not type(library) and \\
-        nrt.rtsys.library._object_caching_enabled
+    result["runtime_cached"] = type(nrt.rtsys.library) is _code_loading._CachedCodeLibrary
     if CALL_OUTER:
         result["outer"] = k.outer(1.5)
     result["inner_hits"] = sum(k.inner.stats.cache_hits.values())
+    result["ir_parsed"] = len(parses)
     print(json.dumps(result))
 """)
 
@@ -57,6 +61,7 @@ def test_cached_kernels_load_lean_and_still_link_into_a_new_compile(tmp_path):
     first = _run(tmp_path, call_outer=False)      # compiles inner, the runtime's cache file
     assert first["inner"] == 4.0 and first["inner_hits"] == 0
     assert first["registries_loaded"]             # a compile loads everything
+    assert not first["runtime_cached"]            # compiled, then saved
     runtime_files = list((tmp_path / "cache").rglob("numba-runtime.nrt"))
     assert len(runtime_files) == 1
 
@@ -67,8 +72,11 @@ def test_cached_kernels_load_lean_and_still_link_into_a_new_compile(tmp_path):
     # outer compiles here: inner's IR is parsed from its bitcode and linked in
     assert second["outer"] == 4.0 + 6.0
 
+    assert second["ir_parsed"] >= 1
+
     third = _run(tmp_path, call_outer=False)      # nothing compiles: nothing else loads
     assert third["inner"] == 4.0 and third["lazy"] and not third["registries_loaded"]
+    assert third["ir_parsed"] == 0                # machine code only, the runtime's too
 
 
 def test_a_damaged_runtime_file_is_compiled_again(tmp_path):
