@@ -327,13 +327,46 @@ def _conv1x1_tiles(xf, wf, bias, resf, yf, buf, geom, n, og0, og1, k_start, k_en
                                 ntiles, cb, P, act, p0, p1)
 
 
+#: int64 counters per worker in :func:`claim_task`'s array: one 64-byte
+#: cache line each, so that two workers' claims do not share a line
+COUNTER_STRIDE = 8
+
+
+@jit()
+def claim_task(counters, worker, workers, tasks):
+    """The next task for ``worker`` (-1 when none is left): first from its own
+    share, tasks ``[worker * tasks // workers, (worker + 1) * tasks //
+    workers)`` in order, then from the other workers' shares (work stealing,
+    each claim an atomic increment of the share's counter, so every task runs
+    once). ``counters``: ``workers * COUNTER_STRIDE`` zeros at the launch.
+
+    Shares are what numba's static schedule gives the depthwise driver (a
+    band of rows per thread, :mod:`.depthwise`): an image's pixels split in
+    contiguous bands, so in an expand 1x1 -> depthwise -> project 1x1 chain
+    each thread reads the rows it wrote, from its own core's L2, where one
+    shared counter dealt the chunks alternately to the threads."""
+    for k in range(workers):
+        share = worker + k
+        if share >= workers:
+            share -= workers
+        start = share * tasks // workers
+        end = (share + 1) * tasks // workers
+        if start + counters[share * COUNTER_STRIDE] >= end:
+            continue                 # drained (a plain read: a stale one only retries)
+        task = start + atomic_add(counters, share * COUNTER_STRIDE, 1)
+        if task < end:
+            return task
+    return -1
+
+
 def _make_conv1x1_driver(cb: int, P: int, B: int):
     """The parallel 1x1 driver for block ``cb`` and tiles of P pixels x B
-    output blocks (no padding, no groups). ``threads`` workers take the tasks
-    from a shared counter (dynamic scheduling, like the GEMM driver): with
-    numba's static shares, a thread whose core is busy with something else
-    holds up every launch (MobileNetV2, batch 1, 2 threads: the same median,
-    the slowest tenth of runs 6.5 -> 6.1 ms and 7.6 -> 6.5 ms)."""
+    output blocks (no padding, no groups). ``threads`` workers claim tasks
+    with :func:`claim_task`: a contiguous share each, then any task left
+    (dynamic scheduling, like the GEMM driver): with numba's static shares, a
+    thread whose core is busy with something else holds up every launch
+    (MobileNetV2, batch 1, 2 threads: the same median, the slowest tenth of
+    runs 6.5 -> 6.1 ms and 7.6 -> 6.5 ms)."""
 
     def conv1x1_driver(xf, wf, bias, resf, yf, geometry, chunk, kcb, gsets, threads, has_res,
                        clamp, lo, hi, post, act, p0, p1):
@@ -344,13 +377,15 @@ def _make_conv1x1_driver(cb: int, P: int, B: int):
         per_set = (OG + gsets - 1) // gsets
         strided = sh != 1 or sw != 1
         tasks = N * nchunks * gsets
-        next_task = np.zeros(1, np.int64)
-        for worker in prange(max(1, min(threads, tasks))):
+        workers = max(1, min(threads, tasks))
+        # one counter per worker, a cache line apart (see claim_task)
+        counters = np.zeros(workers * COUNTER_STRIDE, np.int64)
+        for worker in prange(workers):
             while True:
                 # a task: one chunk of pixels of one image, for one set of
                 # output-block groups, every K-block
-                task = atomic_add(next_task, 0, 1)
-                if task >= tasks:
+                task = claim_task(counters, worker, workers, tasks)
+                if task < 0:
                     break
                 n = task // (nchunks * gsets)
                 c = (task // gsets) % nchunks

@@ -31,6 +31,7 @@ from .._config import VECTOR_REGISTERS, jit, parallel_kernel
 from .._linking import made_by
 from ..epilogue import activate_pixels
 from ..stack import prefetch, stack_empty
+from .conv1x1 import COUNTER_STRIDE, claim_task
 from .geometry import (_MAX_LANES, _TILE_ELEMENTS, _ZERO, DepthwiseGeometry, Epilogue,
                        _clip_range, depthwise_tile_pixels)
 from .register_tile import depthwise_edge_tile, depthwise_tile
@@ -418,8 +419,8 @@ def _make_depthwise_driver(cb: int, mode: str):
     P2 = 2 * P if _DW_WIDE else P
     cb2 = 2 * cb
 
-    def depthwise_driver(xf, wf, bias, resf, yf, geometry, has_res, pad_rows, clamp, lo, hi,
-                         post, act, p0, p1):
+    def depthwise_driver(xf, wf, bias, resf, yf, geometry, has_res, pad_rows, threads, clamp,
+                         lo, hi, post, act, p0, p1):
         geom = DepthwiseGeometry(*geometry)
         N, CB, H, W, OB, OH, OW = geom.N, geom.CB, geom.H, geom.W, geom.OB, geom.OH, geom.OW
         KH, KW, sh, sw, dh, dw, pt, pl = (geom.KH, geom.KW, geom.sh, geom.sw, geom.dh, geom.dw,
@@ -449,43 +450,65 @@ def _make_depthwise_driver(cb: int, mode: str):
         no_lanes = np.empty(cb, np.int64)
         # inputs far past L2 (read from L3 or memory): fetch rows ahead
         ahead = N * CB * H * W * cb * 4 > _DW_AHEAD_BYTES
-        for task in prange(N * OB * row_chunks):
-            rc = task % row_chunks
-            ob = (task // row_chunks) % OB
-            n = task // (OB * row_chunks)
-            oh_start = rc * rows
-            oh_end = min(OH, oh_start + rows)
-            if mode == "padded":
-                patch = numba.carray(stack_empty(_DW_PATCH_ELEMENTS, np.float32),
-                                     _DW_PATCH_ELEMENTS)
-                row0 = oh_start * sh
-                rows_in = (oh_end - 1 - oh_start) * sh + (KH - 1) * dh + 1
-                _dw_pad_rows(xf, (n * CB + ob) * H * W * cb, H, W, cb, pt, pl, row0, rows_in,
-                             Wp, patch)
-                _dw_rows(patch, -row0 * Wp * cb, wf, bias, resf, yf, no_buf, no_lanes,
-                         padded_geometry, n, ob, oh_start, oh_end, 0, OW,
-                         Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P,
-                         P2, False)
-            elif mode == "plain" and ahead:
-                _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
-                         geometry, n, ob, oh_start, oh_end, owa, owb,
-                         Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P, P2,
-                         True)
-            elif mode == "plain":
-                _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
-                         geometry, n, ob, oh_start, oh_end, owa, owb,
-                         Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P, P2,
-                         False)
-            else:
-                buf = np.empty(KH * span * cb, np.float32)
-                lane_off = np.empty(cb, np.int64)
-                for o in range(cb):
-                    # input channel of output lane o (padding lanes: any readable one)
-                    c = min((ob * cb + o) // m, C - 1)
-                    lane_off[o] = (c // cb) * H * W * cb + c % cb
-                _dw_rows(xf, 0, wf, bias, resf, yf, buf, lane_off, geometry, n, ob, oh_start,
-                         oh_end, owa, owb, Epilogue(has_res, clamp, lo, hi, post, act, p0, p1),
-                         cb, cb2, P, P, False)
+        # One band of each image's rows per thread when the threads would
+        # otherwise split an image (batch 1): tasks run band by band, every
+        # block of a band in turn, and the workers claim them as the 1x1
+        # driver does (claim_task: a contiguous share each, then any left).
+        # Those shares are the rows the 1x1 driver's shares give each thread,
+        # so in an expand 1x1 -> depthwise -> project 1x1 chain each thread
+        # reads the rows it wrote, from its own core's L2, and writes the rows
+        # it reads next. One band (one thread, or whole images per thread) is
+        # the block-by-block order of each image, as before.
+        # (``threads``: the caller's numba thread count; numba.get_num_threads
+        # in a kernel would keep it from the cache)
+        bands = 1 if N % threads == 0 else min(threads, row_chunks)
+        per_band = (row_chunks + bands - 1) // bands
+        tasks = N * bands * OB * per_band
+        workers = max(1, min(threads, tasks))
+        counters = np.zeros(workers * COUNTER_STRIDE, np.int64)
+        for worker in prange(workers):
+            while True:
+                task = claim_task(counters, worker, workers, tasks)
+                if task < 0:
+                    break
+                rc = (task // (OB * per_band)) % bands * per_band + task % per_band
+                if rc >= row_chunks:
+                    continue             # past the last band's rows
+                ob = (task // per_band) % OB
+                n = task // (bands * OB * per_band)
+                oh_start = rc * rows
+                oh_end = min(OH, oh_start + rows)
+                if mode == "padded":
+                    patch = numba.carray(stack_empty(_DW_PATCH_ELEMENTS, np.float32),
+                                         _DW_PATCH_ELEMENTS)
+                    row0 = oh_start * sh
+                    rows_in = (oh_end - 1 - oh_start) * sh + (KH - 1) * dh + 1
+                    _dw_pad_rows(xf, (n * CB + ob) * H * W * cb, H, W, cb, pt, pl, row0, rows_in,
+                                 Wp, patch)
+                    _dw_rows(patch, -row0 * Wp * cb, wf, bias, resf, yf, no_buf, no_lanes,
+                             padded_geometry, n, ob, oh_start, oh_end, 0, OW,
+                             Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P,
+                             P2, False)
+                elif mode == "plain" and ahead:
+                    _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
+                             geometry, n, ob, oh_start, oh_end, owa, owb,
+                             Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P, P2,
+                             True)
+                elif mode == "plain":
+                    _dw_rows(xf, (n * CB + ob) * H * W * cb, wf, bias, resf, yf, no_buf, no_lanes,
+                             geometry, n, ob, oh_start, oh_end, owa, owb,
+                             Epilogue(has_res, clamp, lo, hi, post, act, p0, p1), cb, cb2, P, P2,
+                             False)
+                else:
+                    buf = np.empty(KH * span * cb, np.float32)
+                    lane_off = np.empty(cb, np.int64)
+                    for o in range(cb):
+                        # input channel of output lane o (padding lanes: any readable one)
+                        c = min((ob * cb + o) // m, C - 1)
+                        lane_off[o] = (c // cb) * H * W * cb + c % cb
+                    _dw_rows(xf, 0, wf, bias, resf, yf, buf, lane_off, geometry, n, ob, oh_start,
+                             oh_end, owa, owb, Epilogue(has_res, clamp, lo, hi, post, act, p0, p1),
+                             cb, cb2, P, P, False)
 
     depthwise_driver.__qualname__ = f"depthwise_driver_cb{cb}_{mode}"
     return parallel_kernel(depthwise_driver)
