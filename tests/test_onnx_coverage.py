@@ -70,6 +70,22 @@ def test_missing_required_inputs_are_a_broken_model():
         jitnn.onnx.prepare(model)
 
 
+def test_the_required_input_counts_are_onnx_schemas():
+    """jitnn's copy of ``OpSchema.min_input`` (it spares loading onnx.defs'
+    every schema, 6.6 MB) against onnx.defs, for every op it converts and every
+    opset from the oldest it reads to the newest onnx knows."""
+    from onnx import defs
+
+    from jitnn.onnx._validate import min_inputs
+    for op in jitnn.onnx.SUPPORTED_OPS:
+        for opset in range(jitnn.onnx.MIN_OPSET, defs.onnx_opset_version() + 2):
+            try:
+                expected = defs.get_schema(op, opset, "").min_input
+            except defs.SchemaError:
+                expected = 0                    # not an op yet at this opset
+            assert min_inputs(op, opset) == expected, (op, opset)
+
+
 def test_folding_gives_onnx_values_without_numpy_warnings():
     """Log(0) of constants folds to -inf (T5's relative position buckets take
     the log of a distance of 0) without a RuntimeWarning."""

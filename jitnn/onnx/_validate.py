@@ -103,23 +103,59 @@ def check_kernel_shape(cv: Converter, attrs: dict, w) -> None:
                          f"{spatial}")
 
 
-_SCHEMAS: dict = {}
+#: ``OpSchema.min_input`` of each op jitnn converts, by opset: a number, or
+#: ``(since opset, count)`` steps (0 before the op existed: its handler
+#: decides). ONNX's own table (``onnx.defs``) costs 6.6 MB of memory to load,
+#: every version of every op's schema, for this one number;
+#: tests/test_onnx_coverage.py checks this copy against it.
+_MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
+    "Abs": 1, "Add": 2, "And": 2, "ArgMax": 1, "ArgMin": 1, "AveragePool": 1,
+    "BatchNormalization": 5, "Cast": 1, "CastLike": ((1, 0), (15, 2)), "Ceil": 1, "Clip": 1,
+    "Concat": 1, "Constant": 0, "ConstantOfShape": ((1, 0), (9, 1)), "Conv": 2,
+    "ConvTranspose": 2, "Cos": ((1, 0), (7, 1)), "CumSum": ((1, 0), (11, 2)), "Div": 2,
+    "Dropout": 1, "Einsum": ((1, 0), (12, 1)), "Elu": 1, "Equal": 2, "Erf": ((1, 0), (9, 1)),
+    "Exp": 1, "Expand": ((1, 0), (8, 2)), "Flatten": 1, "Floor": 1, "Gather": 2,
+    "GatherElements": ((1, 0), (11, 2)), "GatherND": ((1, 0), (11, 2)), "Gelu": ((1, 0), (20, 1)),
+    "Gemm": ((1, 3), (11, 2)), "GlobalAveragePool": 1, "GlobalMaxPool": 1, "Greater": 2,
+    "GreaterOrEqual": ((1, 0), (12, 2)), "HardSigmoid": 1, "HardSwish": ((1, 0), (14, 1)),
+    "Identity": 1, "InstanceNormalization": 3, "IsInf": ((1, 0), (10, 1)),
+    "IsNaN": ((1, 0), (9, 1)), "LRN": 1, "LayerNormalization": ((1, 0), (17, 2)), "LeakyRelu": 1,
+    "Less": 2, "LessOrEqual": ((1, 0), (12, 2)), "Log": 1, "LogSoftmax": 1, "MatMul": 2, "Max": 1,
+    "MaxPool": 1, "Mean": 1, "Min": 1, "Mod": ((1, 0), (10, 2)), "Mul": 2, "Neg": 1, "Not": 1,
+    "OneHot": ((1, 0), (9, 3)), "Or": 2, "PRelu": 2, "Pad": ((1, 1), (11, 2)), "Pow": 2,
+    "RMSNormalization": ((1, 0), (23, 2)), "Range": ((1, 0), (11, 3)), "Reciprocal": 1,
+    "ReduceL1": 1, "ReduceL2": 1, "ReduceLogSum": 1, "ReduceLogSumExp": 1, "ReduceMax": 1,
+    "ReduceMean": 1, "ReduceMin": 1, "ReduceProd": 1, "ReduceSum": 1, "ReduceSumSquare": 1,
+    "Relu": 1, "Reshape": ((1, 1), (5, 2)), "Resize": ((1, 0), (10, 2), (11, 3), (13, 1)),
+    "Round": ((1, 0), (11, 1)), "ScatterElements": ((1, 0), (11, 3)),
+    "ScatterND": ((1, 0), (11, 3)), "Selu": 1, "Shape": 1, "Sigmoid": 1, "Sign": ((1, 0), (9, 1)),
+    "Sin": ((1, 0), (7, 1)), "Size": 1, "Slice": ((1, 1), (10, 3)), "Softmax": 1, "Softplus": 1,
+    "Softsign": 1, "Split": 1, "Sqrt": 1, "Squeeze": 1, "Sub": 2, "Sum": 1,
+    "Tan": ((1, 0), (7, 1)), "Tanh": 1, "Tile": ((1, 3), (6, 2)), "Transpose": 1,
+    "Trilu": ((1, 0), (14, 1)), "Unsqueeze": ((1, 1), (13, 2)), "Where": ((1, 0), (9, 3)),
+    "Xor": 2
+}
+
+
+def min_inputs(op_type: str, opset: int) -> int:
+    """How many leading inputs ``op_type`` requires at ``opset`` (0 for an op
+    jitnn does not convert: it is refused as unsupported)."""
+    steps = _MIN_INPUTS.get(op_type, 0)
+    if isinstance(steps, int):
+        return steps
+    required = 0
+    for since, count in steps:             # in opset order: the last one reached holds
+        if opset >= since:
+            required = count
+    return required
 
 
 def check_input_count(cv: Converter, node) -> None:
     """A node with fewer inputs than its op requires (by ONNX's schema of the
     model's opset) is a broken model: refused naming the node, not left to
     fail inside a handler."""
-    key = (node.op_type, cv.opset)
-    if key not in _SCHEMAS:
-        from onnx import defs
-        try:
-            _SCHEMAS[key] = defs.get_schema(node.op_type, cv.opset, "").min_input
-        except defs.SchemaError:
-            _SCHEMAS[key] = 0               # an op ONNX does not know: the handlers decide
-    required = _SCHEMAS[key]
+    required = min_inputs(node.op_type, cv.opset)
     present = len(node.input)
     if present < required or any(not name for name in list(node.input)[:required]):
         given = sum(1 for name in node.input if name)
         raise cv.invalid(f"{node.op_type} needs at least {required} input(s), got {given}")
-
