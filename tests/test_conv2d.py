@@ -1,7 +1,8 @@
 """The public conv2d op: WebNN semantics, validation, blocked chains, filter reuse.
 
-The kernels themselves are tested exhaustively in test_conv2d_kernels.py; this
-file tests the op around them against the float64 reference in jitnn.ops.conv2d.
+The kernels themselves are tested exhaustively in test_conv2d_kernels.py and the
+other test_conv2d_*_kernels.py files (one per kernel family); this file tests
+the op around them against the float64 reference in jitnn.ops.conv2d.
 """
 
 import numpy as np
