@@ -161,6 +161,11 @@ def test_a_replayed_block_is_one_bound_call():
     kinds = [(c.node.kind, bool(bound)) for c, bound in
              zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
     assert ("squeeze_excite", True) in kinds
+    # the block's filters are kept in its kernel's form only; a reader gets them back exactly
+    filters = {t.shape: t for t in graph._constants.values() if t.shape in (w1.shape, w2.shape)}
+    for w in (w1, w2):
+        assert filters[w.shape]._v._remake is not None
+        np.testing.assert_array_equal(filters[w.shape].numpy(), w)
 
 
 def test_kernel_refuses_bad_buffers():

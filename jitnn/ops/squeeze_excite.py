@@ -116,6 +116,13 @@ def _weights(conv: dict, lanes: int, transpose_to: str,
         key = ("se_excite", layout, lanes)
         matrix = w._derive(key, make)
         width = lanes
+    if layout == "oihw":
+        # a graph's filter that only this block reads is kept in the kernel's form
+        # alone, as a conv keeps its packed filter (Value._drop_plain)
+        out_channels = w._shape[0]
+        w._drop_plain(lambda: np.ascontiguousarray(
+            (matrix if transpose_to == "squeeze" else matrix[:, :out_channels]).T
+        ).reshape(w._shape))
     if derived is not None:
         derived.append((w, key, matrix))
     if bias is None:
