@@ -105,8 +105,9 @@ class BoundScratchRun:
     (Winograd): both from this thread's scratch buffers at every call, as
     there, then ``driver(xp, *rest[, scratch])``. A replay binds this object
     like a driver (jitnn/executor.py), so such a conv also runs without its
-    op's per-call checks and planning (a grouped 3x3 on 7 x 7 or 14 x 14,
-    RegNet's). The compiled entries are looked up once per thread count."""
+    op's per-call checks and planning (a 3x3 with one group on 7 x 7 or 14 x
+    14 without Winograd; a grouped conv reads its input in place: see
+    :mod:`.direct`). The compiled entries are looked up once per thread count."""
 
     __slots__ = ("driver", "pad", "scratch", "_entries")
 
