@@ -206,19 +206,29 @@ def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
 
 
 def _through_view(a: Value, size: int) -> Value:
-    """The blocked value behind a pending flatten or reshape ``a`` when its
-    buffer already holds ``a``'s values in order (``(N, C, 1, 1)`` with C a
-    whole number of blocks: a global pool's output), so that the product reads
-    it in place: the flatten, a step of its own otherwise (a Python call
-    between two kernels, ~40 us in MobileNetV2 at batch 1 after the last conv
-    has pushed the interpreter out of the caches), does not run at all."""
+    """The value behind a pending flatten or reshape ``a`` when its buffer
+    already holds ``a``'s values in order, so that the product reads it in
+    place: a row-major one (a transformer's ``(1, 197, 768)`` activations
+    reshaped to ``(197, 768)``), or a blocked ``(N, C, 1, 1)`` with C a whole
+    number of blocks (a global pool's output). The flatten or reshape, a step
+    of its own otherwise (a Python call between two kernels, ~40 us in
+    MobileNetV2 at batch 1 after the last conv has pushed the interpreter out
+    of the caches), does not run at all; and a replayed product reads a
+    buffer of the plan, the same array at every run (the reshape's view is
+    new at every run), so it can be bound."""
     node = a._node
     if node is None or node.op not in ("flatten", "reshape") or node.kind != "opaque" \
             or len(node.inputs) != 1:
         return a
     source = node.inputs[0]
+    if source._dtype != a._dtype or source.size != size:
+        return a
+    if source._layout == layouts.plain_tag(source.ndim):
+        # (and through a chain of them: a ViT's attention output reshaped to
+        # (1, 197, 768), then to (197, 768))
+        return _through_view(source, size)
     block = layouts.block_of(source._layout)
-    if block is None or source.ndim != 4 or source._dtype != a._dtype or source.size != size:
+    if block is None or source.ndim != 4:
         return a
     n, c, h, w = source._shape if source._axes == "nchw" else \
         (source._shape[0], source._shape[3], source._shape[1], source._shape[2])
