@@ -231,3 +231,31 @@ def test_replayed_linear_layers_are_bound_calls_with_their_epilogues(threads):
     bound = [bool(binding) for c, binding in zip(program.steps, program.bindings.steps)
              if c.step.kind == "op" and c.node.run is run_gemm]
     assert bound == [True, True], [c.step.label for c in program.steps]
+
+
+def test_a_product_reads_through_reshapes_of_a_plain_value_and_is_bound():
+    """``(1, S, D)`` activations reshaped to ``(S, D)`` (twice, as exporters
+    write a transformer's attention output) before a linear layer: the
+    product reads the buffer behind the reshapes in place, so no reshape runs
+    as a step and, replayed, the product is a bound call; float64's numbers
+    at every run."""
+    from jitnn.ops.matmul import run_gemm
+    ctx = jitnn.Context(num_threads=1)
+    rows, d, n = 45, 96, 130
+    w, bias = random((d, n), 1, 0.1), random((n,), 2)
+    b = jitnn.GraphBuilder(ctx)
+    h = b.relu(b.input("x", (1, 3, rows, d // 3)))
+    flat = b.reshape(b.reshape(h, (1, rows, d)), (rows, d))
+    graph = b.build({"y": b.relu(b.add(b.matmul(flat, b.constant(w)), b.constant(bias)))})
+    out = np.empty((rows, n), np.float32)
+    for seed in range(3):
+        data = random((1, 3, rows, d // 3), 20 + seed)
+        ctx.compute(graph, {"x": data}, {"y": out})
+        x64 = np.maximum(data.astype(np.float64), 0).reshape(rows, d)
+        np.testing.assert_allclose(out, np.maximum(x64 @ w + bias, 0), rtol=1e-4, atol=1e-4)
+    (program,) = graph._programs
+    labels = [c.step.label for c in program.steps]
+    assert not any("reshape" in label for label in labels), labels
+    bound = [bool(binding) for c, binding in zip(program.steps, program.bindings.steps)
+             if c.step.kind == "op" and c.node.run is run_gemm]
+    assert bound == [True], labels
