@@ -24,21 +24,10 @@ import numpy as np
 from ..graph import Operand
 from ._attention_convert import _float_tensor
 from ._common import Const
-from ._pattern_graph import Pattern, _Graph, _other
+from ._pattern_graph import Pattern, _constant_matmul, _Graph, _other
 
 #: convert the gated MLP as one GEMM and swiglu (False: as exported)
 ENABLED = True
-
-
-def _projection(g: _Graph, name: str) -> tuple[int, str, str] | None:
-    """``MatMul(x, W)`` writing ``name``, ``W`` a load-time constant: (node, x, W)."""
-    matmul = g.node(name, "MatMul")
-    if matmul is None:
-        return None
-    x, w = g.nodes[matmul].input
-    if w not in g.const or x in g.const:
-        return None
-    return matmul, x, w
 
 
 def match_swiglu(g: _Graph, sigmoid: int) -> Pattern | None:
@@ -46,7 +35,7 @@ def match_swiglu(g: _Graph, sigmoid: int) -> Pattern | None:
     if not ENABLED:
         return None
     gate = g.nodes[sigmoid].input[0]
-    gate_mm = _projection(g, gate)
+    gate_mm = _constant_matmul(g, gate)
     silu = g.only_reader(g.nodes[sigmoid].output[0], "Mul")
     if gate_mm is None or silu is None or _other(g, silu, g.nodes[sigmoid].output[0]) != gate:
         return None
@@ -54,7 +43,7 @@ def match_swiglu(g: _Graph, sigmoid: int) -> Pattern | None:
         return None
     product = g.only_reader(g.nodes[silu].output[0], "Mul")
     up = None if product is None else _other(g, product, g.nodes[silu].output[0])
-    up_mm = None if up is None else _projection(g, up)
+    up_mm = None if up is None else _constant_matmul(g, up)
     if up_mm is None or up_mm[1] != gate_mm[1] or up_mm[0] == gate_mm[0]:
         return None
     covered = {gate_mm[0], sigmoid, silu, up_mm[0], product}

@@ -116,3 +116,15 @@ def _const_operand(g: _Graph, index: int, name: str) -> str | None:
     """The other input of node ``index``, when it is a load-time constant."""
     other = _other(g, index, name)
     return other if other is not None and other in g.const else None
+
+
+def _constant_matmul(g: _Graph, name: str) -> tuple[int, str, str] | None:
+    """``MatMul(x, W)`` writing ``name``, ``W`` a load-time constant and ``x``
+    not: (node, x, W), or None."""
+    matmul = g.node(name, "MatMul")
+    if matmul is None:
+        return None
+    x, w = g.nodes[matmul].input
+    if w not in g.const or x in g.const:
+        return None
+    return matmul, x, w

@@ -39,7 +39,7 @@ import numpy as np
 from . import _rotary_patterns
 from ._attention_convert import _float_tensor, _reshaped
 from ._common import Const
-from ._pattern_graph import _const_operand, _Graph
+from ._pattern_graph import _const_operand, _constant_matmul, _Graph
 
 #: pack the three projections into one GEMM (False: three GEMMs, as exported)
 ENABLED = True
@@ -58,12 +58,10 @@ def _projection(g: _Graph, name: str) -> tuple[list[int], str, str, str | None] 
                 break
         if bias is None:
             return None
-    matmul = g.node(name, "MatMul")
-    if matmul is None:
+    found = _constant_matmul(g, name)
+    if found is None:
         return None
-    x, w = g.nodes[matmul].input
-    if w not in g.const or x in g.const:
-        return None
+    matmul, x, w = found
     return ([matmul] if add is None else [matmul, add]), x, w, bias
 
 
