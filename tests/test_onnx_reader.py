@@ -11,6 +11,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from jitnn.onnx._proto import to_array  # noqa: E402
 from jitnn.onnx._reader import _OWN_PAGES_BYTES, read_model  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def test_weights_are_read_exactly_large_ones_into_maps_of_their_own(tmp_path, so
         array = got[name]
         if expected.nbytes < 256:              # too short to read apart: the proto keeps it
             assert array is None
-            np.testing.assert_array_equal(numpy_helper.to_array(tensors[name]), expected)
+            np.testing.assert_array_equal(to_array(tensors[name]), expected)
             continue
         assert len(tensors[name].raw_data) == 0
         assert array.dtype == expected.dtype and array.shape == expected.shape

@@ -10,9 +10,9 @@
 test runner can drive jitnn. See docs/onnx.md for the op coverage, what
 happens to data types, and the conformance figures.
 
-The ``onnx`` package is optional: ``import jitnn`` never imports it, and this
-module imports it only when a model is loaded (with a clear error if it is
-missing).
+The ``onnx`` package is optional: models are read without it (jitnn/onnx/
+_proto.py decodes the file), and only ``jitnn.onnx.backend`` (ONNX's test
+runner API) needs it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..graph import GraphBuilder
 from ..scheduler import explain
 from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, jitnn_dtype,
                       onnx_dtype, refused_dtype)
-from . import _convert, _convert_einsum, _convert_math, _convert_resize, _patterns
+from . import _convert, _convert_einsum, _convert_math, _convert_resize, _patterns, _proto
 from ._fold import FOLD, SHAPE_ONLY
 from ._validate import check_input_count, ordered_nodes
 
@@ -55,63 +55,63 @@ def require_onnx():
         import onnx
     except ImportError as error:
         raise ImportError(
-            "jitnn.onnx needs the onnx package, which is not installed: pip install onnx "
+            "jitnn.onnx.backend needs the onnx package, which is not installed: pip install onnx "
             "(or pip install 'jitnn[test]')") from error
     return onnx
 
 
-def _model_proto(path_or_model) -> tuple[Any, str | None]:
-    """The ``onnx.ModelProto`` and how errors name where it came from (the
-    path, "the given bytes"; None for a ModelProto). A file that protobuf
-    cannot parse (truncated, corrupt, not ONNX) raises a :class:`JitnnValueError`
-    naming it instead of protobuf's ``DecodeError``."""
-    onnx = require_onnx()
-    from google.protobuf.message import DecodeError
-
-    if isinstance(path_or_model, onnx.ModelProto):
-        return path_or_model, None
+def _source_name(path_or_model) -> str:
+    """How errors name where a model came from."""
     if isinstance(path_or_model, (bytes, bytearray)):
-        source = f"the given bytes ({len(path_or_model)} bytes)"
-    elif isinstance(path_or_model, (str, os.PathLike)):
-        source = repr(os.fspath(path_or_model))
-    else:
-        raise JitnnTypeError(f"onnx: expected a path, bytes or an onnx.ModelProto, got "
-                             f"{type(path_or_model).__name__}")
-    try:
-        if isinstance(path_or_model, (bytes, bytearray)):
-            model = onnx.load_from_string(bytes(path_or_model))
-        else:
-            model = onnx.load(os.fspath(path_or_model))
-    except DecodeError as error:
-        raise JitnnValueError(f"onnx: cannot read {source}: it is not an ONNX model, or it is "
-                              f"truncated or corrupt (protobuf: {error})") from None
-    # an empty file parses as an empty ModelProto, a truncated one rarely does
-    if not model.HasField("graph"):
-        raise JitnnValueError(f"onnx: cannot read {source}: it has no graph (an empty or "
-                              "truncated file, or not an ONNX model)")
-    return model, source
+        return f"the given bytes ({len(path_or_model)} bytes)"
+    if isinstance(path_or_model, (str, os.PathLike)):
+        return repr(os.fspath(path_or_model))
+    raise JitnnTypeError(f"onnx: expected a path, bytes or an onnx.ModelProto, got "
+                         f"{type(path_or_model).__name__}")
+
+
+def _is_onnx_model(value) -> bool:
+    """An ``onnx.ModelProto`` (told without importing onnx)."""
+    return type(value).__name__ == "ModelProto" and hasattr(value, "SerializeToString") \
+        and not isinstance(value, _proto.Message)
 
 
 def _model_and_weights(path_or_model) -> tuple[Any, str | None, list | None]:
-    """:func:`_model_proto`, reading a path's or bytes' initializers straight
-    into numpy arrays (jitnn/onnx/_reader.py): ``(model, source, weights)``,
-    ``weights[i]`` the array of initializer ``i`` (None where the proto holds
-    its values; ``weights`` None when the proto holds them all)."""
-    from ._reader import _NotPlain, read_model
-    require_onnx()
-    if isinstance(path_or_model, (bytes, bytearray, str, os.PathLike)):
-        try:
-            model, weights = read_model(path_or_model)
-        except (_NotPlain, OSError):
-            pass                # onnx.load reads it, or says what is wrong with it
-        else:
-            if model.HasField("graph"):
-                source = (f"the given bytes ({len(path_or_model)} bytes)"
-                          if isinstance(path_or_model, (bytes, bytearray))
-                          else repr(os.fspath(path_or_model)))
-                return model, source, weights
-    model, source = _model_proto(path_or_model)
-    return model, source, None
+    """The model (jitnn/onnx/_proto.py's messages), how errors name where it
+    came from (the path, "the given bytes"; None for a model object) and the
+    initializers read straight into numpy arrays (jitnn/onnx/_reader.py):
+    ``weights[i]`` the array of initializer ``i``, None where the message
+    holds its values. An ``onnx.ModelProto`` is serialized and read the same
+    way. A file that is not a well-formed ONNX model (truncated, corrupt, not
+    ONNX) raises a :class:`JitnnValueError` naming it."""
+    from ._reader import read_model
+    if isinstance(path_or_model, _proto.ModelProto):
+        return path_or_model, None, None
+    if _is_onnx_model(path_or_model):
+        source, data = None, path_or_model.SerializeToString()
+    else:
+        source, data = _source_name(path_or_model), path_or_model
+    named = source or "the given onnx.ModelProto"
+    try:
+        model, weights = read_model(data)
+    except _proto.DecodeError as error:
+        raise JitnnValueError(f"onnx: cannot read {named}: it is not an ONNX model, or it is "
+                              f"truncated or corrupt ({error})") from None
+    # an empty file decodes as an empty model, a truncated one rarely does
+    if not model.HasField("graph"):
+        raise JitnnValueError(f"onnx: cannot read {named}: it has no graph (an empty or "
+                              "truncated file, or not an ONNX model)")
+    return model, source, weights
+
+
+def _model_proto(path_or_model) -> tuple[Any, str | None]:
+    """The model with every initializer's values in its message (the backend
+    keeps it, and pickles it), and how errors name its source."""
+    model, source, weights = _model_and_weights(path_or_model)
+    for tensor, array in zip(model.graph.initializer, weights or ()):
+        if array is not None:
+            tensor.raw_data = array.tobytes()
+    return model, source
 
 
 def _elem_type(value_info) -> int:
@@ -313,9 +313,6 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     ``weights``: the initializers' arrays read apart from the proto (see
     :func:`_model_and_weights`)."""
 
-    onnx = require_onnx()
-    from onnx import numpy_helper
-
     ctx = ctx or default_context()
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None:
@@ -338,7 +335,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     values: dict[str, Any] = {}
     for i, tensor in enumerate(graph.initializer):
         array = None if weights is None else weights[i]
-        values[tensor.name] = Const(numpy_helper.to_array(tensor) if array is None else array,
+        values[tensor.name] = Const(_proto.to_array(tensor) if array is None else array,
                                     tensor.name)
     input_shapes = dict(input_shapes or {})
     constants = dict(constants or {})
@@ -381,7 +378,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
                                    f"domain {node.domain!r}) is not supported by jitnn: only "
                                    "the default ONNX domain is")
         check_input_count(cv, node)
-        attrs = _Attributes(cv, {a.name: _attribute(onnx, a) for a in node.attribute})
+        attrs = _Attributes(cv, {a.name: _attribute(a) for a in node.attribute})
         # every name is defined: ordered_nodes checked, and ordered the writers first
         inputs = [values[name] if name else None for name in node.input]
         cv.inputs, cv.input_names = inputs, list(node.input)
@@ -483,8 +480,8 @@ def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.nd
             folded |= integers
 
 
-def _attribute(onnx, attribute):
-    value = onnx.helper.get_attribute_value(attribute)
+def _attribute(attribute):
+    value = _proto.attribute_value(attribute)
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, list) and value and isinstance(value[0], bytes):

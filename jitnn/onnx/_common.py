@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
 from ..graph import GraphBuilder, Operand
+from ._proto import np_dtype, type_name
 from ._shuffle import Origins
 
 
@@ -231,18 +232,15 @@ def spatial_rank_check(cv: Converter, x) -> int:
                      "or (N, C, H, W)")
 
 
-_ONNX_TO_NUMPY = None
-
-
 def onnx_dtype(code: int) -> np.dtype:
-    global _ONNX_TO_NUMPY
-    if _ONNX_TO_NUMPY is None:
-        from onnx import helper
-        _ONNX_TO_NUMPY = helper
+    """The numpy dtype of ONNX data type ``code`` (as onnx's helper gives it)."""
     try:
-        return np.dtype(_ONNX_TO_NUMPY.tensor_dtype_to_np_dtype(code))
-    except (KeyError, TypeError, ValueError):
+        return np_dtype(code)
+    except KeyError:
         raise UnsupportedError(f"onnx: tensor data type {code} has no numpy equivalent") from None
+    except ImportError:
+        raise UnsupportedError(f"onnx: tensor data type {type_name(code)} needs the ml_dtypes "
+                               "package (pip install ml_dtypes)") from None
 
 
 def reshape_target(cv: Converter, x, inputs, attrs) -> tuple[int, ...]:

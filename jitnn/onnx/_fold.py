@@ -16,6 +16,7 @@ from ._common import (Const, onnx_dtype, reshape_target, slice_index, split_size
 from ._convert import _legacy_broadcast, batch_norm_training, op_shape
 from ._convert_einsum import fold_einsum
 from ._convert_math import fold_one_hot
+from ._proto import to_array
 
 
 def _fold_numpy(function: Callable) -> Callable:
@@ -50,9 +51,8 @@ def _fold_variadic(function):
 
 
 def _fold_constant(cv, arrays, attrs, outputs):
-    from onnx import numpy_helper
     if "value" in attrs:
-        return [numpy_helper.to_array(attrs["value"])]
+        return [to_array(attrs["value"])]
     for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if key in attrs:
@@ -61,8 +61,7 @@ def _fold_constant(cv, arrays, attrs, outputs):
 
 
 def _fold_constant_of_shape(cv, arrays, attrs, outputs):
-    from onnx import numpy_helper
-    value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs \
+    value = to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs \
         else np.float32(0)
     return [np.full(tuple(int(d) for d in arrays[0]), value, dtype=np.asarray(value).dtype)]
 

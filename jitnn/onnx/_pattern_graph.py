@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ._common import Const
 from ._fold import FOLD, SHAPE_ONLY
+from ._proto import attribute_value
 
 #: the op types whose output shape :func:`_infer_shape` knows (elementwise: broadcast)
 _ELEMENTWISE = {"Mul", "Div", "Add", "Sub", "Pow", "Where"}
@@ -87,8 +88,7 @@ class _Graph:
     def attr(self, index: int, name: str, default=None):
         for a in self.nodes[index].attribute:
             if a.name == name:
-                from onnx import helper
-                return helper.get_attribute_value(a)
+                return attribute_value(a)
         return default
 
 

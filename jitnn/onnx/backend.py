@@ -85,11 +85,10 @@ class JitnnBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> JitnnRep:
-        onnx = require_onnx()
         if not cls.supports_device(device):
             raise ValueError(f"jitnn runs on the CPU only, not {device!r}")
-        if not isinstance(model, onnx.ModelProto):   # a path or bytes: read errors name it
-            model, _ = _model_proto(model)
+        # a path, bytes or onnx.ModelProto, read into jitnn's messages (read errors name it)
+        model, _ = _model_proto(model)
         return JitnnRep(model, kwargs.get("ctx"))
 
     @classmethod
