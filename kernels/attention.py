@@ -15,8 +15,10 @@ in place (a ``(B, S, H, D)`` buffer is the logical ``(B, H, S, D)`` with
 strides ``(S*H*D, D, H*D)``); the last axis is always contiguous:
 
 * ``q: (B, H, Sq, D)``, strides ``(qb, qh, qs)``
-* ``k: (B, H, Sk, D)``, strides ``(kb, kh, ks)``
-* ``v: (B, H, Sk, Dv)``, strides ``(vb, vh, vs)``
+* ``k: (B, H / G, Sk, D)``, strides ``(kb, kh, ks)``
+* ``v: (B, H / G, Sk, Dv)``, strides ``(vb, vh, vs)``: grouped-query
+  attention's ``G`` query heads a key-value head (query head ``h`` reads
+  head ``h // G``, transformers' ``repeat_kv`` order; ``G = 1``: as many)
 * ``out: (B, H, Sq, Dv)``, strides ``(ob, oh, os)``
 * ``mask``: none, an additive float32 mask or a uint8 boolean mask (nonzero:
   keep; zero: add ``float32 lowest``, as ONNX Runtime's Attention does), each
@@ -177,7 +179,7 @@ _STRONG = np.float32(-1e30)
 
 #: the fields of the int64 geometry array the driver reads
 (_B, _H, _SQ, _SK, _D, _DV, _QB_, _QH, _QS, _KB_, _KH, _KS, _VB, _VH, _VS, _OB, _OH, _OS,
- _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _NAN_ZERO, _GEOMETRY) = range(27)
+ _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _NAN_ZERO, _GROUPS, _GEOMETRY) = range(28)
 
 
 # --- the tiles -----------------------------------------------------------------
@@ -451,8 +453,8 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
     elif mode != MASK_NONE:
         end = min(end, _live_end(mode, mf, mbits, b * g[_MB] + h * g[_MH] + i0 * g[_MQ],
                                  g[_MQ], g[_MK], rows, Sk))
-    k_base = b * g[_KB_] + h * g[_KH]
-    v_base = b * g[_VB] + h * g[_VH]
+    k_base = b * g[_KB_] + h // g[_GROUPS] * g[_KH]       # grouped-query: h's key-value head
+    v_base = b * g[_VB] + h // g[_GROUPS] * g[_VH]
     m_base = b * g[_MB] + h * g[_MH]
     if end <= 0:                # no key to visit: the rows are 0 / 0, as unfused
         for c in range(QB * Dv):
@@ -629,12 +631,13 @@ def _mask_view(mask, shape):
 
 
 def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLOCK,
-              threads=None, nan_to_zero=False):
+              threads=None, nan_to_zero=False, groups=1):
     """``out = softmax(scale * q @ k^T + mask) @ v`` per (batch, head), fused
     (see the module docstring); returns ``out``.
 
-    * ``q: (B, H, Sq, D)``, ``k: (B, H, Sk, D)``, ``v: (B, H, Sk, Dv)``,
-      ``out: (B, H, Sq, Dv)``: float32 arrays whose last axis is contiguous
+    * ``q: (B, H, Sq, D)``, ``k: (B, H / groups, Sk, D)``, ``v: (B, H /
+      groups, Sk, Dv)``, ``out: (B, H, Sq, Dv)`` (query head ``h`` reads
+      key-value head ``h // groups``): float32 arrays whose last axis is contiguous
       and whose other strides are non-negative (views such as
       ``x.transpose(0, 2, 1, 3)`` of a ``(B, S, H, D)`` array are read in
       place); ``out`` writeable and not overlapping an input
@@ -653,10 +656,15 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
     vf, vs = _strided("v", v)
     B, H, Sq, D = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
-    if k.shape != (B, H, Sk, D):
-        _fail(f"k {k.shape} must be (B, H, Sk, D) = ({B}, {H}, Sk, {D}) for q {q.shape}")
-    if v.shape != (B, H, Sk, Dv):
-        _fail(f"v {v.shape} must be (B, H, Sk, Dv) = ({B}, {H}, {Sk}, Dv) for k {k.shape}")
+    groups = int(groups)
+    if groups < 1 or H % groups:
+        _fail(f"groups must be >= 1 and divide the {H} query heads, got {groups}")
+    Hk = H // groups
+    heads = "H" if groups == 1 else "H / groups"
+    if k.shape != (B, Hk, Sk, D):
+        _fail(f"k {k.shape} must be (B, {heads}, Sk, D) = ({B}, {Hk}, Sk, {D}) for q {q.shape}")
+    if v.shape != (B, Hk, Sk, Dv):
+        _fail(f"v {v.shape} must be (B, {heads}, Sk, Dv) = ({B}, {Hk}, {Sk}, Dv) for k {k.shape}")
     if type(out) is not np.ndarray or out.shape != (B, H, Sq, Dv):
         _fail(f"out must have shape {(B, H, Sq, Dv)}, got {getattr(out, 'shape', out)}")
     if not out.flags.writeable:
@@ -676,7 +684,7 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
         _fail(f"key_block must be >= 1, got {key_block}")
     scale = float(scale)
     g = np.array([B, H, Sq, Sk, D, Dv, *qs, *ks, *vs, *os_, *ms, mode, int(bool(causal)),
-                  key_block, int(bool(nan_to_zero))], np.int64)
+                  key_block, int(bool(nan_to_zero)), groups], np.int64)
     assert g.shape == (_GEOMETRY,)
     tasks = B * H * (-(-Sq // QB))
     threads = numba_threads() if threads is None else int(threads)

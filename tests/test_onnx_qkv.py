@@ -5,7 +5,9 @@ read as views; and the cases that must stay three GEMMs or copies. Each
 against the float64 reference of the ONNX graph. The gated MLP's two
 projections of one input as one GEMM and ``swiglu`` (jitnn/onnx/_gated_mlp.py,
 jitnn/ops/gated.py, kernels/gated.py) the same way, and the op against its
-float64 reference.
+float64 reference. Llama's attention block (rotary Q and K, grouped K and V,
+the causal and padding mask of ``attention_mask``, the head merge, the output
+projection): no transpose or expand step, the output projection bound.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jitnn
 import jitnn.onnx
 from jitnn.errors import JitnnValueError
 from jitnn.kernels import gated as gated_kernels
+from jitnn.kernels import matmul as mm
 from jitnn.onnx import _gated_mlp, _qkv_patterns
 from jitnn.ops.gated import swiglu_reference
 from tests.helpers import random
@@ -476,3 +479,100 @@ def test_gated_mlps_that_stay_apart(case):
     run time: the products apart, the same numbers."""
     labels, _ = check(gated_mlp(**{case: True}))
     assert "swiglu" not in labels and _matmuls(labels) == 3, labels
+
+
+def llama_block(b: int, s: int, h: int, kv_heads: int, d: int, pad: bool, seed: int = 0):
+    """Llama's self-attention as transformers exports it, with its output
+    projection (and a bias): rotary Q and K, K and V repeated by
+    ``Unsqueeze``, ``Expand``, ``Reshape``, the causal mask and the padding of
+    ``attention_mask`` combined by ``And`` into ``Where(., 0, lowest)``
+    added to the scores, the head-merge transpose and ``o_proj``."""
+    net = Net(seed)
+    e = h * d
+    feed = {"x": np.random.default_rng(seed).standard_normal((b, s, e)).astype(np.float32)}
+    x = net.input("x", (b, s, e))
+    keep = np.ones((b, s), np.int64)
+    if pad:
+        keep[-1, :s // 3] = 0                     # left padding of the last sequence
+    feed["attention_mask"] = keep
+    net.inputs.append(("attention_mask", [b, s], TensorProto.INT64))
+    angle = net.rng.uniform(-3, 3, (s, d // 2))
+    cos = net.const(np.cos(np.concatenate([angle, angle], 1)))
+    sin = net.const(np.sin(np.concatenate([angle, angle], 1)))
+    last = net.const([-1], np.int64)
+
+    def heads(count: int) -> str:
+        y = net("MatMul", x, net.const(net.rng.standard_normal((e, count * d)) / math.sqrt(e)))
+        y = net("Reshape", y, net.const([b, s, count, d], np.int64))
+        return net("Transpose", y, perm=[0, 2, 1, 3])
+
+    def rotate(t: str) -> str:
+        low = net("Slice", t, net.const([0], np.int64), net.const([d // 2], np.int64), last)
+        high = net("Slice", t, net.const([d // 2], np.int64),
+                   net.const([2 ** 62], np.int64), last)
+        rotated = net("Concat", net("Neg", high), low, axis=-1)
+        return net("Add", net("Mul", t, cos), net("Mul", rotated, sin))
+
+    def repeat(kv: str) -> str:
+        if h == kv_heads:
+            return kv
+        y = net("Unsqueeze", kv, net.const([2], np.int64))
+        y = net("Expand", y, net.const([b, kv_heads, h // kv_heads, s, d], np.int64))
+        return net("Reshape", y, net.const([b, h, s, d], np.int64))
+
+    q, k = rotate(heads(h)), repeat(rotate(heads(kv_heads)))
+    v = repeat(heads(kv_heads))
+    # the mask: causal (a constant) and the keys attention_mask keeps, as a float mask
+    causal = net.const(np.tri(s, s, dtype=bool).reshape(1, 1, s, s), np.bool_)
+    padding = net("Cast", net("Reshape", "attention_mask", net.const([b, 1, 1, s], np.int64)),
+                  to=TensorProto.BOOL)
+    lowest = float(np.finfo(np.float32).min)
+    mask = net("Where", net("And", causal, padding), net.const(0.0), net.const(lowest))
+    scores = net("Mul", net("MatMul", q, net("Transpose", k, perm=[0, 1, 3, 2])),
+                 net.const(1 / math.sqrt(d)))
+    probs = net("Softmax", net("Add", scores, mask), axis=-1)
+    out = net("Transpose", net("MatMul", probs, v), perm=[0, 2, 1, 3])
+    out = net("Reshape", out, net.const([b, s, e], np.int64))
+    y = net("MatMul", out, net.const(net.rng.standard_normal((e, e)) / math.sqrt(e)))
+    return net, [net("Add", y, net.const(net.rng.standard_normal(e) * 0.1))], 17, feed
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("b, s, h, kv_heads, d, pad", [
+    (1, 33, 8, 4, 16, False),   # Llama: two query heads a key-value head
+    (3, 9, 6, 2, 6, True),      # batch 3, three a head, the last sequence padded
+    (2, 1, 3, 1, 4, True),      # one token, odd heads, multi-query
+    (2, 7, 3, 3, 4, True),      # no groups
+])
+def test_llama_attention_writes_the_projection_input(threads, b, s, h, kv_heads, d, pad):
+    net, outputs, opset, feed = llama_block(b, s, h, kv_heads, d, pad)
+    ctx = jitnn.Context(num_threads=threads)
+    model = jitnn.onnx.prepare(net.model(outputs, opset), ctx,
+                               input_shapes={k: v.shape for k, v in feed.items()})
+    plan = jitnn.explain(next(iter(model.dispatch(feed).values())))
+    assert "scaled_dot_product_attention" in plan
+    for op in ("transpose", "expand", "softmax"):
+        assert f" {op} " not in plan, plan
+    graph = model.graph
+    outs = {k: np.empty(shape, graph.output_dtypes[k]) for k, shape in graph.outputs.items()}
+    rng = np.random.default_rng(1)
+    for run in range(3):       # new inputs at every run, from the second one bound
+        x = rng.standard_normal(feed["x"].shape).astype(np.float32)
+        keep = feed["attention_mask"].copy()
+        if pad and run:
+            keep[0, :run] = 0
+        inputs = {"x": x, "attention_mask": keep}
+        ctx.compute(graph, inputs, outs)
+        want = reference(net, outputs, opset, inputs)[outputs[0]]
+        err = np.abs(outs[outputs[0]] - want).max() / np.abs(want).max()
+        assert err < 2e-5, (run, err)
+    program = graph._programs[0]
+    labels = [(c.step.label, bool(binding)) for c, binding in
+              zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
+    # the output projection reads the attention's buffer in place: bound (a product
+    # of the kernel's direct path, below mm.DIRECT_MAX_MACS, never is)
+    # (the Q, K and V product reads the graph's input, a new array at every run)
+    products = [bound for label, bound in labels if label.startswith("matmul")]
+    if b * s * (h * d) ** 2 > mm.DIRECT_MAX_MACS:
+        assert len(products) == 2 and products[-1], labels
+    assert not any(label.startswith("transpose") for label, _ in labels), labels

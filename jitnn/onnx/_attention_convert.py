@@ -56,25 +56,6 @@ def _repeat_groups(values, plan: dict, shape: tuple[int, ...]) -> int | None:
     return groups if merged == (b, h * groups, s, d) else None
 
 
-def _grouped_mask(cv, mask: Operand, heads: int, groups: int, sq: int) -> Operand:
-    """A mask for the ``(B, H, Sq, Sk)`` scores as one for the grouped scores
-    ``(B, H / groups, groups * Sq, Sk)``: a per-row mask (of the heads or not)
-    repeats its rows for each head of a group."""
-    shape = (1,) * (4 - len(mask.shape)) + tuple(mask.shape)
-    if len(mask.shape) != 4:
-        mask = cv.op("reshape", mask, shape)
-    mb, mh, mq, mk = shape
-    if mq == 1 and mh == 1:
-        return mask                        # the same for every row and head
-    if mh == 1:                            # each of a group's heads reads the same rows
-        mask = cv.op("expand", cv.op("reshape", mask, (mb, 1, 1, sq, mk)),
-                     [mb, 1, groups, sq, mk])
-        return cv.op("reshape", mask, (mb, 1, groups * sq, mk))
-    if mq == 1:
-        mask = cv.op("expand", mask, [mb, heads, sq, mk])
-    return cv.op("reshape", mask, (mb, heads // groups, groups * sq, mk))
-
-
 def _reshaped(shape: tuple[int, ...], target, allowzero: bool) -> tuple[int, ...] | None:
     """ONNX Reshape's output shape (0 copies a dim unless ``allowzero``, one -1
     inferred), or None if it does not fit."""
@@ -266,8 +247,8 @@ def _attention(cv, values, plan) -> Operand | None:
         (b, sq, h, d), (bk, sk, hk, dk), (bv, skv, hv, _) = q.shape, k.shape, v.shape
         scores = (b, h, sq, sk)
         if hk == hv == 1 < h and groups == 1:
-            # one key-value head broadcast to all (multi-query): grouped, in bhsd (below)
-            groups, layout, hk, hv = h, "bhsd", h, h
+            # one key-value head broadcast to all (multi-query): grouped, read as it is
+            groups, hk, hv = h, h, h
     else:
         if rank not in (3, 4) or len(k.shape) != rank or len(v.shape) != rank:
             return None
@@ -291,7 +272,7 @@ def _attention(cv, values, plan) -> Operand | None:
     if (bk, hk, bv, hv) != (b, h, b, h) or dk != d or skv != sk:
         return None
     for target, allowzero in plan["reshapes"]:
-        result = (b, h, sq, v.shape[-1])
+        result = scores[:-1] + (v.shape[-1],)
         shape = values[target]
         if not isinstance(shape, Const) or _reshaped(result, shape.array.reshape(-1),
                                                      allowzero) != result:
@@ -309,6 +290,11 @@ def _attention(cv, values, plan) -> Operand | None:
         scale = scale / s if divides else scale * s
     if plan["guard"] is not None and _scalar(values[plan["guard"]]) != 0.0:
         return None
+    # the head-merge Transpose(0, 2, 1, 3) after a (B, H, S, D) attention is its
+    # output layout: written in place, and the output projection reads it as it is
+    out_layout = "bshd" if plan["bshd"] or plan.get("out_bshd") else "bhsd"
+    if rank != 4 and out_layout != layout:
+        return None
     masked = _mask_operands(cv, values, plan, scores)
     if masked is None:
         return None
@@ -324,36 +310,12 @@ def _attention(cv, values, plan) -> Operand | None:
             q, k, v = qkv.operands(cv, values, False)
     if plan["k_mode"] == "kt":
         k = cv.op("transpose", k, list(range(rank - 2)) + [rank - 1, rank - 2])
-    if plan["bshd"] and layout == "bhsd":     # Q's heads transposed ahead, K's and V's one is free
-        q = cv.op("transpose", q, [0, 2, 1, 3])
-        k, v = (cv.op("reshape", t, (t.shape[0], 1, t.shape[1], t.shape[3])) for t in (k, v))
-    if groups > 1:
-        # the G query heads of a key-value head (contiguous in Q) as one head of G * Sq
-        # rows: K and V are read once, not repeated; a per-row mask repeats its rows
-        heads = q.shape[1]
-        q = cv.op("reshape", q, (q.shape[0], heads // groups, groups * sq, d))
-        if mask is not None:
-            mask = _grouped_mask(cv, mask, heads, groups, sq)
-        if causal:                        # row r of the grouped head is query row r % Sq
-            keep = np.tile(np.tri(sq, sk, dtype=bool), (groups, 1)).reshape(1, 1, -1, sk)
-            if mask is None:
-                mask = cv.operand(Const(keep))
-            elif mask.dtype == np.uint8:
-                mask = cv.op("logical_and", mask, cv.operand(Const(keep)))
-            else:
-                mask = cv.op("add", mask, cv.float_operand(
-                    Const(np.where(keep, 0.0, -np.inf).astype(np.float32))))
-            causal = False
     # the guard zeroes the probabilities of a NaN row (every score -inf): its output
     # is 0, stored so by the kernel (no is_nan and where passes over the output:
     # GPT-2 small at 128 tokens 1.3 % faster). Left out when the masks cannot make
     # such a row: then only NaN or inf in Q or K would, which give NaN rows here
     # where the model gives 0
     guard = plan["guard"] is not None and not nan_free
-    out = cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
-                layout=layout, nan_to_zero=guard, views=views)
-    if groups > 1:
-        out = cv.op("reshape", out, (out.shape[0], out.shape[1] * groups, sq, out.shape[-1]))
-    if plan["bshd"] and layout == "bhsd":
-        out = cv.op("transpose", out, [0, 2, 1, 3])
-    return out
+    return cv.op("scaled_dot_product_attention", q, k, v, mask, scale=scale, is_causal=causal,
+                 layout=layout, nan_to_zero=guard, views=views, groups=groups,
+                 out_layout=out_layout)

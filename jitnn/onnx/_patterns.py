@@ -16,12 +16,15 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   only NaN or inf in Q or K give NaN rows, which the guarded model zeroes).
   Grouped-query attention (Llama: K and V of fewer heads, each repeated for
   its group of query heads by ``Unsqueeze(2)`` (or a ``Reshape``), ``Expand``,
-  ``Reshape``) runs on the un-repeated K and V: the G query heads of a
-  key-value head are one head of G x Sq rows (a free reshape of Q), a mask
-  that varies by row is repeated for them, a causal one becomes a constant;
-  so does multi-query attention (Falcon: one K and V head that the MatMuls
-  broadcast). Two ``Add`` masks (a relative position bias and the padding
-  mask) add up into one. A constant mask added to a ``Reshape`` view of the
+  ``Reshape``) runs on the un-repeated K and V (``groups``: query head h
+  reads key-value head h // G; the masks and ``is_causal`` as they are); so
+  does multi-query attention (Falcon: one K and V head that the MatMuls
+  broadcast). A ``(B, H, S, D)`` attention (Llama's, after the rotary
+  embeddings) whose result goes into the head-merge ``Transpose(0, 2, 1,
+  3)`` writes that ``(B, S, H, D)`` layout itself (``out_layout``): no
+  transpose runs, and the output projection reads the buffer in place. Two
+  ``Add`` masks (a relative position bias and the padding mask) add up into
+  one. A constant mask added to a ``Reshape`` view of the
   scores that a second ``Reshape`` undoes (Swin's shifted windows: ``(images,
   windows, H, N, N)`` + a per-window mask) is that mask on the scores.
 * **GELU**: ``Div(x, √2)`` or ``Mul(x, 1/√2)``, ``Erf``, ``Add 1``, and the
@@ -69,7 +72,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last, _gated_mlp, _packed_heads, _qkv_patterns
+from . import _channels_last, _gated_mlp, _qkv_patterns
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -242,16 +245,8 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         out_t = None
     scales += [(c, d) for _, c, d in q_scales + k_scales]
     covered |= {n for n, _, _ in q_scales + k_scales}
-    # Q, K and V as parts of one packed head split (timm's ViT, Swin): read in place, bshd
-    heads = _packed_heads.match(g, q_top, k_bhsd, v_name, covered | set(k_nodes) | {out_t} | set(
-        out_reshapes)) if q_t is None and v_t is None and len(k_nodes) == 1 and \
-        k_bhsd is not None and out_t is not None else None
-    bshd = heads is not None or \
-        q_t is not None and k_bshd is not None and v_t is not None and out_t is not None
-    if heads is not None:
-        covered |= {out_t} | set(out_reshapes) | set(k_nodes) | heads[0]
-        q, k, v, k_mode = None, None, None, "bshd"
-    elif bshd:
+    bshd = q_t is not None and k_bshd is not None and v_t is not None and out_t is not None
+    if bshd:
         covered |= {out_t} | {n for n, _, _ in q_before} | set(out_reshapes)
         scales += [(c, d) for _, c, d in q_before]
         for index in [q_t, v_t] + k_nodes:
@@ -276,10 +271,15 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
                 covered |= nodes
                 repeats = [_repeat_plan(g, k_repeat), _repeat_plan(g, v_repeat)]
                 k, v = k_repeat[0], v_repeat[0]
-    anchor = out_t if bshd else second
+    # a (B, H, S, D) attention whose result goes into the head-merge transpose
+    # (Llama's, after rotary embeddings): the attention writes the transposed
+    # layout, and the output projection reads its buffer as it is
+    out_bshd = not bshd and out_t is not None
+    if out_bshd:
+        covered |= {out_t} | set(out_reshapes)
+    anchor = out_t if bshd or out_bshd else second
     # Q, K and V from one input's three projections (BERT, ViT) or one's Split (GPT-2)
-    qkv = heads if heads is not None else \
-        _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
+    qkv = _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
     if qkv is None and not bshd and k_mode == "bhsd":
         # Q and K through rotary embeddings (Llama): the projections as one GEMM all the same
         qkv = _qkv_patterns.match_rotary(g, q, k, v, covered)
@@ -290,7 +290,8 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
             return None
     plan = {"q": q, "k": k, "v": v, "k_mode": k_mode, "bshd": bshd, "scales": scales,
             "reshapes": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
-                         for r in out_reshapes] if bshd else [],
+                         for r in out_reshapes] if bshd or out_bshd else [],
+            "out_bshd": out_bshd,
             "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None),
             "finite": _finite_masks(g, steps), "repeats": repeats,
             "qkv": None if qkv is None else qkv[1]}

@@ -23,6 +23,13 @@ Operands (float32; host arrays are converted, integer tensors refused):
   (the same one for all three when Q, K and V are one fused projection) of
   which columns ``[column, column + heads * head_size)`` are the operand's
   ``(B, S, heads, head_size)``, read in place (strided, no copy).
+* ``groups`` (grouped-query attention, 4-D only): ``key`` and ``value``
+  have ``H / groups`` heads, and query head ``h`` reads key-value head ``h //
+  groups`` (transformers' ``repeat_kv`` order), with no repeated copy.
+* ``out_layout``: ``"bhsd"`` or ``"bshd"`` (default: ``layout``), the
+  output's layout alone: an attention on ``(B, H, S, D)`` operands writes the
+  ``(B, S, H, Dv)`` that the exporters' ``Transpose(0, 2, 1, 3)`` before the
+  output projection would give, through strides (4-D only).
 * ``scale``: a finite number; default ``1 / sqrt(D)``.
 * ``mask`` (optional), in the ``(B, H, Sq, Sk)`` terms of the scores
   whatever the layout, broadcast as numpy does (rank <= 4, sizes 1 or the
@@ -108,7 +115,8 @@ def _viewed(array, view) -> np.ndarray:
 def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scale=None,
                                            is_causal: bool = False, layout: str = "bhsd",
                                            nan_to_zero: bool = False,
-                                           views=None) -> np.ndarray:
+                                           views=None, groups: int = 1,
+                                           out_layout: str | None = None) -> np.ndarray:
     """``softmax(query @ key^T * scale + mask) @ value`` in float64 (the module
     docstring's rules: a uint8 or bool mask adds ``float32 lowest`` where it
     is 0; ``is_causal`` sets ``-inf`` where ``j > i``)."""
@@ -117,6 +125,8 @@ def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scal
         q, k, v = (_viewed(x, view) for x, view in zip((q, k, v), views))
     if layout == "bshd":
         q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    if groups > 1:                    # key-value head h // groups for query head h
+        k, v = (np.repeat(x, groups, axis=1) for x in (k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
     if mask is not None:
@@ -133,13 +143,14 @@ def scaled_dot_product_attention_reference(query, key, value, mask=None, *, scal
         out = np.matmul(e / e.sum(axis=-1, keepdims=True), v)
     if nan_to_zero:
         out = np.where(np.isnan(out), 0.0, out)
-    return out.transpose(0, 2, 1, 3) if layout == "bshd" else out
+    return out.transpose(0, 2, 1, 3) if (out_layout or layout) == "bshd" else out
 
 
 # --- the op ----------------------------------------------------------------------------
 
-def _shapes(query: tuple, key: tuple, value: tuple, layout: str) -> tuple:
-    """``(B, H, Sq, Sk, D, Dv)`` from the operands' shapes, checked."""
+def _shapes(query: tuple, key: tuple, value: tuple, layout: str, groups: int = 1) -> tuple:
+    """``(B, H, Sq, Sk, D, Dv)`` from the operands' shapes (K and V of ``H /
+    groups`` heads), checked."""
     ranks = (len(query), len(key), len(value))
     allowed = (3, 4) if layout == "bhsd" else (4,)
     if ranks[0] not in allowed or len(set(ranks)) != 1:
@@ -154,9 +165,10 @@ def _shapes(query: tuple, key: tuple, value: tuple, layout: str) -> tuple:
     elif layout == "bshd":
         q, k, v = ((s[0], s[2], s[1], s[3]) for s in (q, k, v))
     names = "(B, H, S, D)" if layout == "bhsd" else "(B, S, H, D)"
-    if k[:2] != q[:2] or k[3] != q[3]:
+    if k[0] != q[0] or k[1] * groups != q[1] or k[3] != q[3]:
+        heads = "heads" if groups == 1 else f"heads / {groups} (groups)"
         raise JitnnValueError(
-            f"{_OP}: key {key} must have query's batch, heads and head size "
+            f"{_OP}: key {key} must have query's batch, {heads} and head size "
             f"(query {query}, layout {names})")
     if v[:3] != k[:3]:
         raise JitnnValueError(
@@ -173,11 +185,12 @@ def _shapes(query: tuple, key: tuple, value: tuple, layout: str) -> tuple:
 
 def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
                                  is_causal: bool = False, layout: str = "bhsd",
-                                 nan_to_zero: bool = False, views=None) -> Tensor:
+                                 nan_to_zero: bool = False, views=None, groups: int = 1,
+                                 out_layout: str | None = None) -> Tensor:
     """``softmax(query @ key^T * scale + mask) @ value`` per batch and head, as
     one fused kernel (PyTorch's ``F.scaled_dot_product_attention``; see the
-    module docstring for the layouts, the mask kinds, ``is_causal`` and
-    masked-out rows). Returns a pending plain tensor."""
+    module docstring for the layouts, ``groups``, ``out_layout``, the mask
+    kinds, ``is_causal`` and masked-out rows). Returns a pending plain tensor."""
     op = _OP
     ctx = context_of(op, query, key, value, mask)
     query = as_tensor(ctx, query, op, "query")
@@ -188,10 +201,20 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
     for name, flag in (("is_causal", is_causal), ("nan_to_zero", nan_to_zero)):
         if not isinstance(flag, (bool, np.bool_)):
             raise JitnnTypeError(f"{op}: {name} must be a bool, got {flag!r}")
+    out_layout = layout if out_layout is None else out_layout
+    if out_layout not in LAYOUTS:
+        raise JitnnValueError(f"{op}: out_layout must be 'bhsd' or 'bshd', got {out_layout!r}")
+    if isinstance(groups, (bool, np.bool_)) or not isinstance(groups, (int, np.integer)) \
+            or groups < 1:
+        raise JitnnTypeError(f"{op}: groups must be an int >= 1, got {groups!r}")
+    groups = int(groups)
     views = _views_arg(views, (query, key, value), layout)
     shapes = [t.shape for t in (query, key, value)] if views is None else \
         [t.shape[:2] + view[1:] for t, view in zip((query, key, value), views)]
-    B, H, Sq, Sk, D, Dv = _shapes(*shapes, layout)
+    if (groups > 1 or out_layout != layout) and len(shapes[0]) != 4:
+        raise JitnnValueError(f"{op}: groups and out_layout need 4-D operands, got "
+                              f"query {shapes[0]}")
+    B, H, Sq, Sk, D, Dv = _shapes(*shapes, layout, groups)
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
     elif not is_number(scale):
@@ -211,16 +234,17 @@ def scaled_dot_product_attention(query, key, value, mask=None, *, scale=None,
                 f"{scores} (batch, heads, query rows, keys)") from None
     if len(shapes[0]) == 3:
         out_shape = (B * H, Sq, Dv)
-    elif layout == "bshd":
+    elif out_layout == "bshd":
         out_shape = (B, Sq, H, Dv)
     else:
         out_shape = (B, H, Sq, Dv)
     attrs = {"scale": float(scale), "causal": bool(is_causal), "layout": layout,
              "dims": (B, H, Sq, Sk, D, Dv), "masked": m is not None,
-             "nan_to_zero": bool(nan_to_zero), "views": views}
+             "nan_to_zero": bool(nan_to_zero), "views": views, "groups": groups,
+             "out_layout": out_layout}
     inputs = tuple(value_of(t) for t in (query, key, value, m) if t is not None)
     sig = (op, exact(attrs["scale"]), attrs["causal"], layout, attrs["dims"], attrs["masked"],
-           attrs["nan_to_zero"], views,
+           attrs["nan_to_zero"], views, groups, out_layout,
            tuple(t.shape for t in (query, key, value)) if views is not None else None)
     node = Node(op, inputs, kind="attention", attrs=attrs, run=run_attention,
                 flops=2 * B * H * Sq * Sk * (D + Dv), sig=sig)
@@ -265,7 +289,10 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
     a = node.attrs
     layout = a["layout"]
     shape = value.shape
-    dest = out.reshape(shape) if out is not None and out.size == math.prod(shape) else \
+    # the plan's buffer itself when it has the value's shape: the step after may bind
+    # to it (a replayed plan hands out the same array every run; a reshape is new)
+    dest = out if out is not None and out.shape == shape else \
+        out.reshape(shape) if out is not None and out.size == math.prod(shape) else \
         aligned_empty(shape)
     if dest.size == 0:
         return dest
@@ -278,11 +305,13 @@ def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.n
         if node.memo is None:    # explain's line once the node is gone (jitnn/executor.py)
             node.memo = SimpleNamespace(layouts=tuple(t._layout for t in node.inputs),
                                         notes=tuple(_explain(node, value)))
+    o = _bhsd(dest, a.get("out_layout", layout))
+    options = {"scale": a["scale"], "causal": a["causal"],
+               "nan_to_zero": a.get("nan_to_zero", False)}
     # (a mask of rank <= 3 broadcasts to 3-D operands' (1, N, Sq, Sk) as to (N, Sq, Sk))
     mask = _kernel_mask(node.inputs[3], *a["dims"][2:4]) if a["masked"] else None
-    ctx.launcher.launch(attention_kernels.attention, q, k, v, _bhsd(dest, layout), mask,
-                        scale=a["scale"], causal=a["causal"],
-                        nan_to_zero=a.get("nan_to_zero", False))
+    ctx.launcher.launch(attention_kernels.attention, q, k, v, o, mask,
+                        groups=a.get("groups", 1), **options)
     return dest
 
 
