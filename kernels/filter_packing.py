@@ -14,6 +14,12 @@ Buffers (float32; ``ic_bn``, ``oc_bn`` the input and output channel blocks;
   packed filter is the dense block-diagonal filter: weights between channels
   of different groups are zero (and a kernel may skip input blocks outside an
   output block's group; see :func:`group_input_block_ranges`).
+* packed compactly (grouped convs): the same with ``R`` input blocks per
+  output block, ``R < C_phys // ic_bn`` (at least the longest of
+  :func:`group_input_block_ranges`): ``w_packed[ob, r, ...]`` holds input block
+  ``window_begin(ob) + r`` (:func:`packed_window_begins`: the block's first
+  input block, moved back so that the window ends inside the input). With
+  ``R = C_phys // ic_bn`` that is the dense layout (every window begins at 0).
 
 Every element of ``w_packed`` is written, padding lanes included, so it can
 come from ``np.empty``. ``pack_filter`` has a serial compile that runs on one
@@ -111,9 +117,12 @@ def transpose8_to_taps(typingctx, src, src_start, src_stride, dst, dst_start, fi
 def pack_filter(w, groups, out):
     """Pack ``w`` (oihw order, any strides) into ``out: OIhw{ic_bn}i{oc_bn}o``.
 
-    ``out`` has shape ``(O_phys // oc_bn, C_phys // ic_bn, KH, KW, ic_bn, oc_bn)``
-    with ``C = groups * w.shape[1]``. Weights across groups, and padding
-    lanes, are written as zero. One task per output block.
+    ``out`` has shape ``(O_phys // oc_bn, R, KH, KW, ic_bn, oc_bn)`` with
+    ``C = groups * w.shape[1]``: ``R = C_phys // ic_bn`` dense, fewer packed
+    compactly (output block ``ob``'s input blocks from
+    :func:`packed_window_begins`'s ``ob``, the module docstring). Weights
+    across groups, and padding lanes, are written as zero. One task per
+    output block.
 
     The fast tile: 8 (or 4) output channels of one group and a whole input
     block inside that group. In C-contiguous oihw, output channel ``o``'s
@@ -152,10 +161,11 @@ def _pack_output_block(wc, groups, out, where, ob):
     standalone kernel (kernels/_linking.py): the serial and the parallel
     compile of ``pack_filter`` share it."""
     out_channels, group_in, kernel_h, kernel_w = wc.shape
-    in_blocks = out.shape[1]
+    in_blocks = out.shape[1]             # the window: every input block when dense
     ic_bn, oc_bn = out.shape[4], out.shape[5]
     taps = kernel_h * kernel_w
     group_out = out_channels // groups
+    all_blocks = (groups * group_in + ic_bn - 1) // ic_bn
     row = group_in * taps  # floats per output channel in wc
     run = ic_bn * taps  # floats per (output channel, input block)
     tile_size = taps * ic_bn * oc_bn
@@ -198,10 +208,12 @@ def _pack_output_block(wc, groups, out, where, ob):
     oc1 = min(oc0 + oc_bn, out_channels)
     g_first = oc0 // group_out
     g_last = (oc1 - 1) // group_out
-    for ib in range(in_blocks):
-        c0 = ib * ic_bn
+    # the window's first input block (0 when dense): packed_window_begins
+    first_block = min((g_first * group_in) // ic_bn, all_blocks - in_blocks)
+    for rb in range(in_blocks):
+        c0 = (first_block + rb) * ic_bn
         local0 = c0 - g_first * group_in
-        dst0 = (ob * in_blocks + ib) * tile_size
+        dst0 = (ob * in_blocks + rb) * tile_size
         if (vec > 0 and oc1 - oc0 == oc_bn and g_first == g_last
                 and local0 >= 0 and local0 + ic_bn <= group_in):
             for og in range(oc_bn // vec):
@@ -262,3 +274,14 @@ def group_input_block_ranges(in_channels, out_channels, groups, ic_bn, oc_bn):
         begin[ob] = first_c // ic_bn
         end[ob] = last_c // ic_bn + 1
     return begin, end
+
+
+def packed_window_begins(ib_begin, in_blocks, window):
+    """Each output block's first input block in a filter packed with
+    ``window`` input blocks per output block (``in_blocks``: all of the
+    input's, ``C_phys // ic_bn``; ``ib_begin`` from
+    :func:`group_input_block_ranges`): its range's begin, moved back so that
+    the window ends at the last input block at most. All zeros when
+    ``window == in_blocks`` (dense). :func:`pack_filter` computes the same
+    per block."""
+    return np.minimum(np.asarray(ib_begin, np.int64), in_blocks - window)

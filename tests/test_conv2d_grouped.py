@@ -17,7 +17,9 @@ import pytest
 from jitnn.kernels import _config, conv2d as K, layout
 from jitnn.kernels.conv2d import geometry, plan as conv_plan
 from jitnn.kernels.epilogue import RELU
-from jitnn.kernels.filter_packing import group_input_block_ranges
+from jitnn import layouts
+from jitnn.kernels.filter_packing import group_input_block_ranges, packed_window_begins
+from jitnn.ops.conv2d import unpacked_filter
 from tests.helpers import random, reference
 
 
@@ -80,6 +82,60 @@ CASES = [
 def test_grouped_block8(case):
     n, c, o, h, w, stride, groups = case
     run_grouped(n, c, o, h, w, stride, groups, 8)
+
+
+# (c, o, groups, block, kernel): RegNetX-400MF's last grouped conv (25 groups
+# of 16: 2 blocks of 8 a window, 1 of 16, of 50 and 25); 4 channels a group
+# (2 groups a block); 9 (windows of 3 that straddle groups, the last moved
+# back to end at the last block); 17; a grouped 1x1 with more outputs; one
+# group (the dense layout); block 4
+PACKINGS = [(400, 400, 25, 8, 3), (400, 400, 25, 16, 3), (32, 32, 8, 8, 3), (36, 36, 4, 8, 3),
+            (34, 34, 2, 8, 3), (64, 128, 4, 8, 1), (24, 40, 1, 8, 3), (24, 24, 3, 4, 3)]
+
+
+@pytest.mark.parametrize("case", PACKINGS, ids=str)
+def test_grouped_filters_keep_only_their_windows(case):
+    """Each output block keeps the window of input blocks its groups read:
+    the dense block-diagonal packing's blocks there, nothing non-zero left
+    outside; and ``unpacked_filter`` gives the filter back."""
+    c, o, groups, block, kernel = case
+    w = random((o, c // groups, kernel, kernel), np.random.default_rng(1))
+    packed = K.pack_conv2d_filter(w, c, groups, block)
+    dense = layouts.reference_pack_filter(w, "oihw", groups, block, block)
+    in_blocks = dense.shape[1]
+    window = packed.weights.shape[1]
+    assert window == int(np.max(packed.ib_end - packed.ib_begin))
+    # (2 groups of 17 on 5 blocks: the block of channels 16-23 reads all 5)
+    assert window == in_blocks if groups == 1 or (c, groups) == (34, 2) else window < in_blocks
+    begins = packed_window_begins(packed.ib_begin, in_blocks, window)
+    for ob in range(dense.shape[0]):
+        first = begins[ob]
+        assert first <= packed.ib_begin[ob] and packed.ib_end[ob] <= first + window
+        np.testing.assert_array_equal(packed.weights[ob], dense[ob, first:first + window])
+        outside = np.delete(dense[ob], np.s_[first:first + window], axis=0)
+        assert not outside.any()
+    np.testing.assert_array_equal(unpacked_filter(packed), w)
+    if (c, groups, block) == (400, 25, 8):
+        assert packed.weights.nbytes * 25 == dense.nbytes   # 2 of 50 blocks a window
+
+
+# grouped convs packed compactly, run through the kernels: (n, c, o, h, w,
+# stride, groups, padding, kernel, dilation, block)
+COMPACT_CASES = [
+    (1, 80, 80, 7, 7, 1, 5, (1, 1, 1, 1), 3, 1, 8),     # RegNet's 16 a group, 7 x 7
+    (2, 32, 32, 12, 12, 2, 8, (1, 1, 1, 1), 3, 1, 8),   # 4 a group: 2 groups a block
+    (1, 34, 34, 9, 9, 1, 2, (1, 1, 1, 1), 3, 1, 8),     # 17: windows straddle groups
+    (1, 36, 36, 10, 10, 1, 4, (2, 2, 2, 2), 3, 2, 8),   # 9, dilated; last window moved
+    (1, 32, 64, 9, 9, 1, 4, (0, 0, 0, 0), 1, 1, 8),     # grouped 1x1
+    (1, 24, 24, 9, 9, 1, 3, (1, 1, 1, 1), 3, 1, 4),     # 8 a group on block 4
+]
+
+
+@pytest.mark.parametrize("case", COMPACT_CASES, ids=str)
+def test_compact_grouped_convs(case):
+    n, c, o, h, w, stride, groups, padding, kernel, dilation, block = case
+    run_grouped(n, c, o, h, w, stride, groups, block, padding, kernel=kernel,
+                dilation=dilation)
 
 
 @pytest.mark.parametrize("block, case", [

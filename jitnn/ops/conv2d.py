@@ -24,6 +24,7 @@ from ..errors import JitnnValueError
 from ..kernels import conv2d as conv_kernels
 from ..kernels import epilogue
 from ..kernels import layout as layout_kernels
+from ..kernels.filter_packing import packed_window_begins
 from ..kernels import vmath
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import Token
@@ -479,9 +480,10 @@ def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
 def unpacked_filter(packed: "conv_kernels.PackedConv2dFilter") -> np.ndarray:
     """The ``oihw`` filter ``(O, C // groups, KH, KW)`` that
     ``pack_conv2d_filter`` packed into ``packed``: the inverse of its layouts
-    (kernels/filter_packing.py): ``(OB, CB, KH, KW, cb, ob)`` (direct, 1x1; with
-    groups the dense block-diagonal filter), ``(OB, 1, KH, KW, C, ob)``
-    (first layer) and ``(OB, KH, KW, ob)`` (depthwise)."""
+    (kernels/filter_packing.py): ``(OB, R, KH, KW, cb, ob)`` (direct, 1x1; with
+    groups a window of R input blocks per output block, from
+    ``packed_window_begins``), ``(OB, 1, KH, KW, C, ob)`` (first layer) and
+    ``(OB, KH, KW, ob)`` (depthwise)."""
     o, c, groups = packed.out_channels, packed.in_channels, packed.groups
     weights = packed.weights
     kh, kw = packed.kernel
@@ -489,14 +491,17 @@ def unpacked_filter(packed: "conv_kernels.PackedConv2dFilter") -> np.ndarray:
         flat = weights.transpose(0, 3, 1, 2).reshape(-1, kh, kw)
         return np.ascontiguousarray(flat[:o, None])
     ob, x, _, _, y, b = weights.shape
-    dense = weights.transpose(0, 5, 1, 4, 2, 3).reshape(ob * b, x * y, kh, kw)[:o, :c]
+    # (OB, b, R * y, KH, KW): output channel ob * b + j's weights from input
+    # channels window_begin[ob] * y onwards
+    windows = weights.transpose(0, 5, 1, 4, 2, 3).reshape(ob, b, x * y, kh, kw)
     if groups == 1:
-        return np.ascontiguousarray(dense)
+        return np.ascontiguousarray(windows.reshape(ob * b, x * y, kh, kw)[:o, :c])
+    begins = packed_window_begins(packed.ib_begin, -(-c // y), x) * y
     group_in, group_out = c // groups, o // groups
     out = np.empty((o, group_in, kh, kw), np.float32)
-    for g in range(groups):
-        rows = slice(g * group_out, (g + 1) * group_out)
-        out[rows] = dense[rows, g * group_in:(g + 1) * group_in]
+    for oc in range(o):
+        first = (oc // group_out) * group_in - begins[oc // b]   # in the window
+        out[oc] = windows[oc // b, oc % b, first:first + group_in]
     return out
 
 

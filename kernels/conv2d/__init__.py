@@ -20,9 +20,12 @@ Buffers (float32, C-contiguous; ``cb`` is the channel block: 1, 4, 8, 16 or
   ============ ===================================================== =========
   path         packed filter                                         when
   ============ ===================================================== =========
-  direct       ``(O_phys//cb, C_phys//cb, KH, KW, cb, cb)``           default
-               (``OIhw{cb}i{cb}o``, ``filter_packing.pack_filter``;
-               groups packed block-diagonal)
+  direct       ``(O_phys//cb, R, KH, KW, cb, cb)``                   default
+               (``OIhw{cb}i{cb}o``, ``filter_packing.pack_filter``):
+               ``R = C_phys//cb`` without groups; grouped, the
+               longest input-block range of an output block, and
+               ``[ob, r]`` is input block ``begins[ob] + r``
+               (``filter_packing.packed_window_begins``)
   1x1          same as direct with ``KH = KW = 1``                    1x1
   depthwise    ``(O_phys//cb, KH, KW, cb)``: ``[ob, kh, kw, o]`` is   groups==C>1
                the weight of output channel ``ob*cb + o``
@@ -102,7 +105,8 @@ How it is fast (see the design notes on Numba kernels):
   pixels, so a tile's input stays in L1 across groups. Grouped convolutions
   read only the input blocks of their groups
   (``filter_packing.group_input_block_ranges``; a tile's B blocks read the
-  union).
+  union; grouped filters are packed compactly, so a tile's B blocks must
+  share one range: the plan runs tiles of one block where they would not).
   The 1x1 driver's threads take their tasks from a shared counter; the
   direct and depthwise drivers use numba's static shares of a ``prange``.
   On one thread each driver runs its serial compile (``_config.parallel_kernel``:
@@ -150,7 +154,9 @@ class PackedConv2dFilter:
 
     ``weights`` has the layout of ``path`` (see the module docstring);
     ``ib_begin``/``ib_end`` (direct, 1x1, first_layer) give each output block
-    the input blocks ``[begin, end)`` it reads.
+    the input blocks ``[begin, end)`` it reads (grouped: ``weights`` holds a
+    window of ``weights.shape[1]`` input blocks per output block that covers
+    them, :func:`.filter_packing.packed_window_begins`).
     """
     path: str
     block: int
@@ -215,9 +221,12 @@ def pack_conv2d_filter(w_oihw, in_channels: int, groups: int, block: int,
         packed[...] = padded.reshape(ob, block, kh, kw).transpose(0, 2, 3, 1)
         begin = end = np.zeros(0, np.int64)
     else:
-        packed = aligned_empty((ob, _blocks(in_channels, block), kh, kw, block, block))
-        pack_filter(w, groups, packed)
+        # grouped: each output block keeps only its window of input blocks
+        # (RegNetX-400MF's 25 groups of 16 channels on 400: 1/25th of the dense
+        # block-diagonal filter); without groups the window is every block
         begin, end = group_input_block_ranges(in_channels, out_channels, groups, block, block)
+        packed = aligned_empty((ob, int(np.max(end - begin)), kh, kw, block, block))
+        pack_filter(w, groups, packed)
     return PackedConv2dFilter(path, block, in_channels, out_channels, groups, (kh, kw),
                               packed, begin, end)
 

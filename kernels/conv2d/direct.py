@@ -5,9 +5,12 @@ Buffers (float32, flat views of C-contiguous arrays; ``ci`` input lanes per
 block: ``cb`` blocked, ``C`` plain):
 
 * input, blocked: ``x: (N, CB, H, W, cb)``; plain: ``x: (N, C, H, W)``
-* packed filter: ``w: (OB, CB, KH, KW, ci, cb)`` (``OIhw{ci}i{cb}o``; a plain
+* packed filter: ``w: (OB, R, KH, KW, ci, cb)`` (``OIhw{ci}i{cb}o``; a plain
   input's is ``(OB, 1, KH, KW, C, cb)``); output block ``ob`` reads input
-  blocks ``[ib_begin[ob], ib_end[ob])`` (groups: the blocks of its groups)
+  blocks ``[ib_begin[ob], ib_end[ob])`` (groups: the blocks of its groups),
+  whose weights are at ``w[ob, ib - min(ib_begin[ob], CB - R)]`` (``R = CB``
+  without groups; grouped filters keep only each block's window,
+  ``filter_packing.packed_window_begins``)
 * bias ``(OB * cb,)``; output ``y`` and residual: ``(N, OB, OH, OW, cb)``
 * border patch, per task: ``buf: (CB, KH, KW, P, ci)``, tap ``(kh, kw)`` of
   tile pixel ``p``, zero where the tap falls in the padding; with edge
@@ -169,9 +172,12 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
 
     y_ob = OH * OW * cb                  # between output blocks
-    # packed weight strides: (OB, CB, KH, KW, ci, cb)
+    # packed weight strides: (OB, R, KH, KW, ci, cb), R input blocks a window
+    # (CB dense, fewer grouped); a tile's blocks share one range, so one
+    # window start (filter_packing.packed_window_begins)
     w_ib = KH * KW * ci * cb
-    w_ob = CB * w_ib
+    window = wf.shape[0] // (OB * w_ib)
+    w_ob = window * w_ib
     # input blocks any group of this call reads (ranges grow with ob)
     u0 = ib_begin[og0 * B]
     u1 = ib_end[min(og1 * B, OB) - 1]
@@ -276,9 +282,10 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             # and spills them; it runs below)
             ib = ib_begin[ob0]
             steps = (ib_end[ob0 + last] - ib) * taps
+            w0 = ob0 * w_ob + (ib - min(ib, CB - window)) * w_ib
             if last == B - 1 and in_row:
                 conv_tile(P, B, cb, ci, plain, row_step, src, xb, tap_x, taps, steps,
-                          ib * s_ib, s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias,
+                          ib * s_ib, s_ib, wf, w0, w_ib, w_ob, bias,
                           ob0 * cb, resf, has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo,
                           hi, run, edges, ihs[0] + kh0 * dh, geom.H, iws[0] + kw0 * dw,
                           geom.W, tap_rc, buf)
@@ -286,12 +293,12 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                 raise ValueError("conv2d: an edge-masked tile off its row")
             elif last == B - 1:
                 conv_tile(P, B, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
-                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
+                          s_ib, wf, w0, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi, 1, 0, 0, 0,
                           0, 0, tap_rc, buf)
             elif not plain:
                 conv_tile(P, 1, cb, ci, plain, 0, src, xb, tap_x, taps, steps, ib * s_ib,
-                          s_ib, wf, ob0 * w_ob + ib * w_ib, w_ib, w_ob, bias, ob0 * cb, resf,
+                          s_ib, wf, w0, w_ib, w_ob, bias, ob0 * cb, resf,
                           has_res, yf, ob0 * y_ob, yos, y_ob, p_lo, clamp, lo, hi, 1, 0, 0, 0,
                           0, 0, tap_rc, buf)
             if post and not interior:
@@ -329,7 +336,7 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             # of the packed weights; a single loop level keeps LLVM from
             # spilling the pixel pointers around inner loops (40 % on 1x1)
             ib = ib_begin[ob0]
-            wib = ob0 * w_ob + ib * w_ib
+            wib = ob0 * w_ob + (ib - min(ib, CB - window)) * w_ib
             xib = ib * s_ib
             t = 0
             for step in range((ib_end[ob0 + last] - ib) * taps):
