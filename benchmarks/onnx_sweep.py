@@ -3,13 +3,16 @@
     python benchmarks/onnx_sweep.py                    # every model
     python benchmarks/onnx_sweep.py falcon mpnet fcn   # some of them
     python benchmarks/onnx_sweep.py --list
+    python benchmarks/onnx_sweep.py --dynamo           # torch.export-based exporter
 
 Each model is built from its library's definition (transformers, timm,
 torchvision) in a small configuration with seeded random weights
 (``jitnn.bench.zoo.randomize``; batch-norm statistics calibrated on random
 images), exported by ``torch.onnx.export`` (TorchScript, opset 17, dynamic
-batch and sequence axes) to ``--out`` (default ``$JITNN_NETWORKS_DIR/sweep``
-or ``~/.cache/jitnn/networks/sweep``, never the repository), then run by ONNX
+batch and sequence axes; ``--dynamo``: the ``torch.export``-based exporter,
+torch's default, opset 18, the same axes dynamic, files of their own) to
+``--out`` (default ``$JITNN_NETWORKS_DIR/sweep`` or
+``~/.cache/jitnn/networks/sweep``, never the repository), then run by ONNX
 Runtime and by ``jitnn.onnx`` (1 thread) on the same inputs: two token inputs
 for the text models, one input otherwise. One row per model: ``pass`` with
 the largest difference over the largest output magnitude (below 1e-3), or
@@ -307,11 +310,12 @@ def out_dir() -> str:
     return os.path.normpath(root)
 
 
-def export(name: str, folder: str) -> tuple[str, list[dict]]:
-    """Export model ``name`` into ``folder`` (once); returns its path and input sets."""
+def export(name: str, folder: str, dynamo: bool = False) -> tuple[str, list[dict]]:
+    """Export model ``name`` into ``folder`` (once; ``dynamo``: by the ``torch.export``-based
+    exporter, to a file of its own); returns its path and input sets."""
     import torch
     built = MODELS[name][1]()
-    path = os.path.join(folder, f"{name}.onnx")
+    path = os.path.join(folder, f"{name}{'-dynamo' if dynamo else ''}.onnx")
     feeds = [built.example]
     if built.vocab:
         batch, sequence = zoo.TEXT_SHAPES[True]
@@ -322,14 +326,21 @@ def export(name: str, folder: str) -> tuple[str, list[dict]]:
         tmp = f"{path}.tmp{os.getpid()}"
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            torch.onnx.export(built.module, args, tmp, dynamo=False, opset_version=17,
-                              input_names=names, output_names=built.outputs,
-                              dynamic_axes=built.dynamic_axes)
+            if dynamo:
+                dynamic = tuple({axis: torch.export.Dim.DYNAMIC
+                                 for axis in built.dynamic_axes.get(n, {})} for n in names)
+                torch.onnx.export(built.module, args, tmp, dynamo=True, opset_version=18,
+                                  input_names=names, output_names=built.outputs,
+                                  dynamic_shapes=dynamic, external_data=False)
+            else:
+                torch.onnx.export(built.module, args, tmp, dynamo=False, opset_version=17,
+                                  input_names=names, output_names=built.outputs,
+                                  dynamic_axes=built.dynamic_axes)
         os.replace(tmp, path)
     return path, feeds
 
 
-def check(name: str, folder: str) -> dict:
+def check(name: str, folder: str, dynamo: bool = False) -> dict:
     """One model: ``{"name", "status", "error" or "why", "nodes", "launches"}``."""
     import onnx
     import onnxruntime as ort
@@ -338,7 +349,7 @@ def check(name: str, folder: str) -> dict:
     import jitnn.onnx
     row: dict = {"name": name, "library": MODELS[name][0]}
     try:
-        path, feeds = export(name, folder)
+        path, feeds = export(name, folder, dynamo)
     except Exception as error:                          # noqa: BLE001 - reported, not raised
         return {**row, "status": "export failed", "why": f"{type(error).__name__}: {error}"}
     row["nodes"] = len(onnx.load(path, load_external_data=False).graph.node)
@@ -374,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="run every model in this process (default: one process each)")
     parser.add_argument("--json", action="store_true", help="one JSON line per model")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="export by torch.export (opset 18) instead of TorchScript")
     args = parser.parse_args(argv)
     if args.list:
         for name, (library, _) in MODELS.items():
@@ -387,9 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     passed = 0
     for name in args.names or MODELS:
         if args.in_process or len(args.names) == 1:
-            row = check(name, folder)
+            row = check(name, folder, args.dynamo)
         else:
-            done = subprocess.run([sys.executable, __file__, name, "--out", folder, "--json"],
+            done = subprocess.run([sys.executable, __file__, name, "--out", folder, "--json"]
+                                  + ["--dynamo"] * args.dynamo,
                                   capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             row = json.loads(lines[-1]) if lines else {
