@@ -19,7 +19,7 @@ from jitnn.onnx import _proto
 from jitnn.onnx._reader import read_model
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,6 +94,11 @@ def _conv_reference(x, model):
     return np.maximum(out + b[None, :, None, None], 0) + bias
 
 
+def _equal(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a)
+                      and math.isnan(b))
+
+
 def _same(ours, theirs, where: str) -> None:
     """Every field of ``theirs`` (onnx's parse) that jitnn's message type has
     is in ``ours`` with the same value, presence included."""
@@ -119,11 +124,11 @@ def _same(ours, theirs, where: str) -> None:
             expected, got = list(expected), list(np.asarray(got).tolist()) \
                 if isinstance(got, np.ndarray) else list(got)
             assert len(got) == len(expected), here
-            assert all(a == b or (a != a and b != b) for a, b in zip(got, expected)), here
+            assert all(_equal(a, b) for a, b in zip(got, expected)), here
             continue
         if field.has_presence:
             assert ours.HasField(name) == theirs.HasField(name), here
-        assert got == expected or (got != got and expected != expected), \
+        assert _equal(got, expected), \
             (here, got if not isinstance(got, bytes) else len(got), expected
              if not isinstance(expected, bytes) else len(expected))
 
@@ -159,7 +164,8 @@ def test_the_decoder_reads_onnx_test_models_as_onnx_does():
     models = [(case.name, case.model.SerializeToString()) for case in _all_node_cases()]
     data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     for path in sorted(glob.glob(os.path.join(data, "*", "*", "model.onnx"))):
-        models.append((path, open(path, "rb").read()))
+        with open(path, "rb") as file:
+            models.append((path, file.read()))
     assert len(models) > 1000
     for name, data in models:
         _same(_proto.ModelProto.decode(data), onnx.ModelProto.FromString(data), name)
@@ -333,3 +339,15 @@ def test_an_onnx_model_proto_is_still_accepted_and_truncation_is_named(tmp_path)
         with pytest.raises(JitnnValueError, match="given bytes"):
             jitnn.onnx.run(data[:cut], {"x": x})
     assert math.prod(_proto.ModelProto.decode(data).graph.initializer[0].dims) == 8 * 27
+
+
+def test_a_decoded_model_pickles_and_copies_whole():
+    """The backend keeps the model and pickles it (jitnn/onnx/backend.py)."""
+    import copy
+    import pickle
+    model = _small_model()
+    ours = _proto.ModelProto.decode(model.SerializeToString())
+    for again in (pickle.loads(pickle.dumps(ours)), copy.deepcopy(ours)):
+        _same(again, model, "copy")
+        assert again.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+        assert not again.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")

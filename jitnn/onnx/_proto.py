@@ -110,7 +110,7 @@ class Message:
             return kind()
         return _DEFAULTS[kind]
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
+    def HasField(self, name: str) -> bool:  # protobuf's name: the converter calls it
         spec = type(self)._BY_NAME.get(name)
         if spec is None or spec[2]:
             raise ValueError(f"{type(self).__name__} has no singular field {name!r}")
@@ -122,7 +122,7 @@ class Message:
         return f"{type(self).__name__}({shown})"
 
     @classmethod
-    def decode(cls, data) -> "Message":
+    def decode(cls, data) -> Message:
         """The message of ``data`` (bytes or a memoryview); DecodeError when
         it is not one."""
         view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
@@ -280,12 +280,12 @@ Dimension = _message("Dimension", {1: ("dim_value", _INT, False), 2: ("dim_param
                                    3: ("denotation", _STR, False)})
 TensorShapeProto = _message("TensorShapeProto", {1: ("dim", Dimension, True)})
 TypeProto = _message("TypeProto", {})
-TensorTypeProto = _message("Tensor", {1: ("elem_type", _INT, False),
+TensorTypeProto = _message("TensorTypeProto", {1: ("elem_type", _INT, False),
                                       2: ("shape", TensorShapeProto, False)})
-SequenceTypeProto = _message("Sequence", {1: ("elem_type", TypeProto, False)})
-MapTypeProto = _message("Map", {1: ("key_type", _INT, False), 2: ("value_type", TypeProto, False)})
-OptionalTypeProto = _message("Optional", {1: ("elem_type", TypeProto, False)})
-SparseTensorTypeProto = _message("SparseTensor", {1: ("elem_type", _INT, False),
+SequenceTypeProto = _message("SequenceTypeProto", {1: ("elem_type", TypeProto, False)})
+MapTypeProto = _message("MapTypeProto", {1: ("key_type", _INT, False), 2: ("value_type", TypeProto, False)})
+OptionalTypeProto = _message("OptionalTypeProto", {1: ("elem_type", TypeProto, False)})
+SparseTensorTypeProto = _message("SparseTensorTypeProto", {1: ("elem_type", _INT, False),
                                                   2: ("shape", TensorShapeProto, False)})
 TypeProto.FIELDS = {1: ("tensor_type", TensorTypeProto, False),
                     4: ("sequence_type", SequenceTypeProto, False),
@@ -376,7 +376,8 @@ def np_dtype(code: int) -> np.dtype:
     if entry is None:
         raise KeyError(code)
     if isinstance(entry[1], str):
-        import ml_dtypes      # onnx's own dependency for these types
+        # onnx's own dependency for these types
+        import ml_dtypes
         return np.dtype(getattr(ml_dtypes, entry[1]))
     return entry[1]
 
@@ -479,6 +480,6 @@ _ATTRIBUTE_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t", 5: "g", 11: "sparse_tensor"
                      12: "sparse_tensors", 14: "type_protos"}
 _REPEATED_KINDS = frozenset({6, 7, 8, 9, 10, 12, 14})
 
-__all__ = ["ModelProto", "GraphProto", "NodeProto", "AttributeProto", "TensorProto",
-           "ValueInfoProto", "TypeProto", "DecodeError", "to_array", "attribute_value",
-           "np_dtype", "type_name"]
+__all__ = ["AttributeProto", "DecodeError", "GraphProto", "ModelProto", "NodeProto",
+           "TensorProto", "TypeProto", "ValueInfoProto", "attribute_value", "np_dtype",
+           "to_array", "type_name"]

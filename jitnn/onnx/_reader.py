@@ -20,7 +20,8 @@ import math
 import mmap
 import os
 import sys
-from typing import Any, BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
