@@ -218,17 +218,22 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
     if q_t is not None and g.private(q_t, covered | {n for n, _, _ in q_scales}):
         q_src, q_before = _scales(g, q_src)
     # Kᵀ: scales, then (0, 2, 3, 1) of (B, S, H, D), or (0, 1, 3, 2) of (B, H, S, D)
+    # (or the dynamo exporter's form of it, a 3-D swap between two Reshapes)
     k_top, k_scales = _scales(g, g.nodes[first].input[1])
-    k_nodes, k_bshd, k_bhsd = [], None, None
+    k_nodes, k_bshd, k_bhsd, k_view = [], None, None, None
     t = _transpose(g, k_top, [0, 2, 3, 1])
     if t is not None:
         k_nodes, k_bshd = [t], g.nodes[t].input[0]
     else:
         t = _transpose(g, k_top, [0, 1, 3, 2], [0, 2, 1])
-        if t is not None:
-            k_nodes, k_bhsd = [t], g.nodes[t].input[0]
+        k_chain = None if t is None else [t]
+        if t is None and (k_view := _swap_view(g, k_top)) is not None:
+            k_chain = k_view["nodes"]
+        if k_chain is not None:
+            k_nodes, k_bhsd = list(k_chain), g.nodes[k_chain[-1]].input[0]
             inner = _transpose(g, k_bhsd, [0, 2, 1, 3])
-            if inner is not None and g.users(k_bhsd) == [t] and k_bhsd not in g.outputs:
+            if inner is not None and g.users(k_bhsd) == [k_chain[-1]] \
+                    and k_bhsd not in g.outputs:
                 k_nodes.append(inner)
                 k_bshd = g.nodes[inner].input[0]
     v_name = g.nodes[second].input[1]
@@ -255,11 +260,12 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
                 covered.add(index)
         q, k, v, k_mode = q_src, k_bshd, g.nodes[v_t].input[0], "bshd"
     else:
-        if k_bhsd is not None and g.private(k_nodes[0], covered):
-            covered.add(k_nodes[0])
+        chain = k_nodes[:3 if k_view is not None else 1]
+        if k_bhsd is not None and all(g.private(i, covered | set(chain)) for i in chain):
+            covered |= set(chain)
             k, k_mode = k_bhsd, "bhsd"
         else:
-            k, k_mode = k_top, "kt"
+            k, k_mode, k_view = k_top, "kt", None    # Kᵀ read as computed
         q, v = q_top, v_name
     # grouped-query attention: K and V of fewer heads, each repeated for a group of Q's
     repeats = None
@@ -295,7 +301,55 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
             "steps": steps, "guard": guard, "axis": g.attr(softmax, "axis", None),
             "finite": _finite_masks(g, steps), "repeats": repeats,
             "qkv": None if qkv is None else qkv[1]}
-    return Pattern("attention", covered, anchor, lambda cv, values: _attention(cv, values, plan))
+    if k_view is None:
+        return Pattern("attention", covered, anchor,
+                       lambda cv, values: _attention(cv, values, plan))
+    k_view["bhsd"] = k_bhsd
+    # the shape of the (B, H, S, D) K that the views are checked against, given
+    # to the values like a Shape reader's when its writer is held back
+    return Pattern("attention", covered, anchor, lambda cv, values: _attention(
+        cv, values, plan) if _swap_view_fits(values, k_view) else None,
+        {"shaped": {g.writer.get(k_bhsd)}})
+
+
+def _swap_view(g: _Graph, name: str) -> dict | None:
+    """``Reshape(Transpose(Reshape(x, t1), (0, 2, 1)), t2)`` writing ``name``
+    (torch.export's Kᵀ: ``(B, H, S, D)`` viewed as ``(B·H, S, D)``, its last
+    two axes swapped, viewed as ``(B, H, D, S)``), the targets load-time
+    constants whose values :func:`_swap_view_fits` checks: ``{"nodes": [outer
+    Reshape, Transpose, inner Reshape], "targets": [(t1, allowzero), (t2,
+    allowzero)]}``, or None."""
+    outer = g.node(name, "Reshape")
+    if outer is None or g.nodes[outer].input[1] not in g.const:
+        return None
+    t = _transpose(g, g.nodes[outer].input[0], [0, 2, 1])
+    if t is None or g.users(g.nodes[t].input[0]) != [t]:
+        return None
+    inner = g.node(g.nodes[t].input[0], "Reshape")
+    if inner is None or g.nodes[inner].input[1] not in g.const \
+            or g.users(g.nodes[t].output[0]) != [outer]:
+        return None
+    return {"nodes": [outer, t, inner],
+            "targets": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
+                        for r in (inner, outer)]}
+
+
+def _swap_view_fits(values: dict, view: dict) -> bool:
+    """Whether the Reshapes of a :func:`_swap_view` make the swap of the last
+    two axes of the ``(B, H, S, D)`` tensor they view: its shape from the
+    converted values (the value itself, or the shape :func:`walk` gave it when
+    its writer is held back)."""
+    x = values.get(view["bhsd"])
+    if x is None:
+        return False
+    shape = tuple(x.shape)
+    targets = [values.get(t) for t, _ in view["targets"]]
+    if len(shape) != 4 or not all(isinstance(t, Const) for t in targets):
+        return False
+    b, h, s, d = shape
+    (_, first), (_, second) = view["targets"]
+    return _reshaped(shape, targets[0].array.reshape(-1), first) == (b * h, s, d) and \
+        _reshaped((b * h, d, s), targets[1].array.reshape(-1), second) == (b, h, d, s)
 
 
 def _repeat_kv(g: _Graph, name: str) -> tuple[str, list[int]] | None:
@@ -533,7 +587,8 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
         if pattern is not None and not pattern.nodes & g.taken:
             g.taken |= pattern.nodes
             pattern.shaped = {i for i in pattern.nodes - {pattern.anchor}
-                              if g.shape_readers(i, pattern.nodes)}
+                              if g.shape_readers(i, pattern.nodes)} | \
+                (pattern.data.get("shaped", set()) & pattern.nodes - {pattern.anchor})
             found.append(pattern)
             return pattern
         return None

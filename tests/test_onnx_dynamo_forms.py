@@ -1,0 +1,97 @@
+"""Forms that torch's ``torch.export``-based ONNX exporter (``dynamo=True``,
+opset 18, torch's default) writes where the TorchScript one wrote others,
+built with onnx.helper and checked against a float64 run of the same model
+(onnx's reference evaluator), and for the fused ops in jitnn's plan."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
+
+from onnx import TensorProto  # noqa: E402
+
+from tests.helpers import random  # noqa: E402
+from tests.test_onnx_patterns import Net, _heads, check  # noqa: E402
+
+
+def _shape_dims(net: Net, x: str, *axes: int) -> list[str]:
+    """``Shape(x)[axis]`` for each axis, as 1-D int64 values (the exporter's
+    symbolic sizes)."""
+    shape = net("Shape", x)
+    return [net("Slice", shape, net.const([a], np.int64), net.const([a + 1], np.int64))
+            for a in axes]
+
+
+def _dynamo_kt(net: Net, k: str, b: int, h: int, s: int, d: int, targets: str) -> str:
+    """Kᵀ of a (B, H, S, D) ``k`` as the dynamo exporter writes ``k.transpose(-2, -1)``
+    in SDPA's decomposition: a Reshape to (B·H, S, D), Transpose(0, 2, 1), a Reshape to
+    (B, H, D, S); ``targets``: "shape" (sizes from ``Shape(k)``, as exported), "const",
+    or "wrong" (a first view of (B·H, D, S): no swap, the same sizes)."""
+    if targets == "shape":
+        bd, hd, sd, dd = _shape_dims(net, k, 0, 1, 2, 3)
+        first = net("Concat", net.const([-1], np.int64), sd, dd, axis=0)
+        second = net("Concat", bd, hd, dd, sd, axis=0)
+    else:
+        first = net.const([-1, d, s] if targets == "wrong" else [-1, s, d], np.int64)
+        second = net.const([b, h, d, s], np.int64)
+    flat = net("Reshape", k, first)
+    return net("Reshape", net("Transpose", flat, perm=[0, 2, 1]), second)
+
+
+def dynamo_attention(targets: str = "shape", heads_in: str = "bshd", b: int = 2, s: int = 6,
+                     h: int = 2, d: int = 8, seed: int = 0):
+    """Self-attention as the dynamo exporter writes transformers' SDPA (BERT,
+    GPT-2): Q, K, V projections split into heads, Q and the swapped K each scaled
+    by D^-1/4, a boolean padding mask as a Where of 0 and -inf added, Softmax, the
+    IsNaN guard, · V, the heads merged back. ``heads_in="bhsd"``: Q, K and V are
+    (B, H, S, D) inputs and the result stays (B, H, S, D)."""
+    net = Net(seed)
+    rng = np.random.default_rng(seed + 1)
+    keep = rng.random((b, 1, 1, s)) > 0.3
+    keep[..., 0] = True
+    feed: dict = {"keep": keep}
+    if heads_in == "bshd":
+        feed["x"] = random((b, s, h * d), seed)
+        x = net.input("x", (b, s, h * d))
+        q, k, v = (_heads(net, x, b, s, h, d, [0, 2, 1, 3]) for _ in range(3))
+    else:
+        q, k, v = (net.input(n, (b, h, s, d)) for n in "qkv")
+        feed.update({n: random((b, h, s, d), seed + i) for i, n in enumerate("qkv")})
+    root = net.const(1 / math.sqrt(math.sqrt(d)))
+    scores = net("MatMul", net("Mul", q, root),
+                 net("Mul", _dynamo_kt(net, k, b, h, s, d, targets), root))
+    bias = net("Where", net.input("keep", (b, 1, 1, s), TensorProto.BOOL), net.const(0.0),
+               net.const(-np.inf))
+    probs = net("Softmax", net("Add", scores, bias), axis=-1)
+    probs = net("Where", net("IsNaN", probs), net.const(0.0), probs)
+    out = net("MatMul", probs, v)
+    if heads_in == "bshd":
+        out = net("Reshape", net("Transpose", out, perm=[0, 2, 1, 3]),
+                  net.const([b, s, h * d], np.int64))
+    return net.model([out], opset=18), feed
+
+
+@pytest.mark.parametrize("targets", ["shape", "const"])
+@pytest.mark.parametrize("heads_in", ["bshd", "bhsd"])
+def test_dynamo_swapped_k_is_one_attention(targets, heads_in):
+    """The Reshape-Transpose-Reshape Kᵀ fuses like a Transpose: one attention, no
+    transposes left, no reshapes but the output's; from (B, S, H, D) heads the three
+    projections are one GEMM that the attention reads in place (the TorchScript
+    export's plan)."""
+    labels = check(*dynamo_attention(targets, heads_in))
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+    assert "softmax" not in labels and "transpose" not in labels, labels
+    assert labels.count("reshape") <= 1, labels
+    if heads_in == "bshd":
+        assert [label for label in labels if label.startswith("matmul")] == ["matmul + add"]
+
+
+def test_dynamo_views_that_do_not_swap_run_as_they_are():
+    """A first view of (B·H, D, S), the same sizes as the swap's: not Kᵀ, the
+    nodes convert one by one and give the model's numbers."""
+    labels = check(*dynamo_attention("wrong"))
+    assert "softmax" in labels or "transpose" in labels, labels
