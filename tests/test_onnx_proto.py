@@ -292,9 +292,11 @@ def test_external_data_is_read_from_the_model_directory(tmp_path):
     np.testing.assert_array_equal(_proto.to_array(ours.graph.node[2].attribute[0].t),
                                   numpy_helper.to_array(model.graph.node[2].attribute[0].t))
     np.testing.assert_array_equal(jitnn.onnx.run(path, {"x": x})["y"], expected)
-    # bytes have no directory to find the weights in
-    with pytest.raises(JitnnValueError, match="model's path"):
-        jitnn.onnx.run(path.read_bytes(), {"x": x})
+    # bytes, and a ModelProto whose external data onnx did not load, have no directory
+    for given in (path.read_bytes(), saved):
+        with pytest.raises(JitnnValueError, match="model's path"):
+            jitnn.onnx.run(given, {"x": x})
+    np.testing.assert_array_equal(jitnn.onnx.run(onnx.load(str(path)), {"x": x})["y"], expected)
 
 
 def _with_location(path, location: str, out) -> None:

@@ -214,8 +214,8 @@ def _external_file(tensor, base_dir: str | None) -> tuple[BinaryIO, int, int]:
     location = info.get("location", "")
     if base_dir is None:
         raise _proto.tensor_error(tensor, f"its data is in the external file {location!r}, "
-                                  "which a model given as bytes cannot locate (give the "
-                                  "model's path)")
+                                  "which a model given as bytes or as an onnx.ModelProto "
+                                  "cannot locate (give the model's path)")
     if not location or os.path.isabs(location) or os.path.splitdrive(location)[0]:
         raise _proto.tensor_error(tensor, f"the external data location {location!r} is not "
                                   "a path relative to the model's directory")
