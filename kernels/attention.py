@@ -25,7 +25,9 @@ strides ``(S*H*D, D, H*D)``); the last axis is always contiguous:
   the logical ``(B, H, Sq, Sk)`` read with strides ``(mb, mh, mq, mk)``, 0 on
   broadcast axes (BERT's ``(B, 1, 1, Sk)`` has ``mh = mq = 0``); or a
   :class:`RowMask`: ``(MB, MH, ceil(Sq / QB), Sk, QB)``, a per-row mask's
-  ``QB``-row blocks transposed as ``st`` is, added by vectors
+  ``QB``-row blocks transposed as ``st`` is, added by vectors; its
+  distinct batches only, with a ``(B,)`` map (the int64 geometry array's
+  tail: where each batch's rows start) when batches repeat
 * per worker, on the heap (allocated once per call and thread):
   ``qt: (D, QB)`` the task's query rows, transposed and times ``scale``;
   ``st: (KBP, QB)`` the scores of one key block, transposed (``st[j, i]``:
@@ -179,7 +181,9 @@ _STRONG = np.float32(-1e30)
 
 #: the fields of the int64 geometry array the driver reads
 (_B, _H, _SQ, _SK, _D, _DV, _QB_, _QH, _QS, _KB_, _KH, _KS, _VB, _VH, _VS, _OB, _OH, _OS,
- _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _NAN_ZERO, _GROUPS, _GEOMETRY) = range(28)
+ _MB, _MH, _MQ, _MK, _MODE, _CAUSAL, _KEYS, _NAN_ZERO, _GROUPS, _MMAP, _GEOMETRY) = range(29)
+#: with ``g[_MMAP]`` set, ``g[_GEOMETRY + b]`` is where batch ``b``'s rows of a
+#: :class:`RowMask` start (its ``batches`` map), in place of ``b * g[_MB]``
 
 
 # --- the tiles -----------------------------------------------------------------
@@ -447,15 +451,16 @@ def _task(task, qf, kf, vf, of, mf, mbits, g, scale, qt, st, ot, m, l, alpha, of
         l[i] = _ZERO
     end = min(Sk, i0 + rows) if causal else Sk
     # a RowMask's rows: (b, h, block) of (Sk, QB) values, row i of key j at j * QB + i
-    r_base = b * g[_MB] + h * g[_MH] + block * Sk * QB
+    b_mask = g[_GEOMETRY + b] if g[_MMAP] != 0 else b * g[_MB]
+    r_base = b_mask + h * g[_MH] + block * Sk * QB
     if mode == MASK_ROWS:       # causal or padding masks given as values: skip the dead keys
         end = min(end, _live_end(MASK_ADD, mf, mbits, r_base, 1, QB, rows, Sk))
     elif mode != MASK_NONE:
-        end = min(end, _live_end(mode, mf, mbits, b * g[_MB] + h * g[_MH] + i0 * g[_MQ],
+        end = min(end, _live_end(mode, mf, mbits, b_mask + h * g[_MH] + i0 * g[_MQ],
                                  g[_MQ], g[_MK], rows, Sk))
     k_base = b * g[_KB_] + h // g[_GROUPS] * g[_KH]       # grouped-query: h's key-value head
     v_base = b * g[_VB] + h // g[_GROUPS] * g[_VH]
-    m_base = b * g[_MB] + h * g[_MH]
+    m_base = b_mask + h * g[_MH]
     if end <= 0:                # no key to visit: the rows are 0 / 0, as unfused
         for c in range(QB * Dv):
             ot[np.uint64(c)] = _ZERO
@@ -563,13 +568,21 @@ class RowMask:
     lowest``, as the kernel adds them). Made once by :func:`row_mask` (a
     constant mask: once per model), it is added by vectors where the mask as
     given is read one row per lane. Swin-T's windows (N 49, D 32, a (B, H, 49,
-    49) mask), kernel alone, 1 thread: 12-15 % faster, the same bits."""
+    49) mask), kernel alone, 1 thread: 12-15 % faster, the same bits.
 
-    __slots__ = ("data", "batch", "heads", "rows", "keys")
+    ``batches`` (None or an int64 ``(B,)`` array): batch ``b`` reads the
+    mask's batch ``batches[b]``. :func:`row_mask` keeps each distinct batch
+    once: a shifted Swin window's mask (the relative bias plus the shift
+    mask) has 4 distinct windows of the 64 of Swin-T's first stage, so the
+    kernel reads 4 x 3 heads' rows from cache, not 64 x 3 from memory."""
 
-    def __init__(self, data: np.ndarray, batch: int, heads: int, rows: int, keys: int):
+    __slots__ = ("data", "batch", "heads", "rows", "keys", "batches")
+
+    def __init__(self, data: np.ndarray, batch: int, heads: int, rows: int, keys: int,
+                 batches: np.ndarray | None = None):
         self.data = data
         self.batch, self.heads, self.rows, self.keys = batch, heads, rows, keys
+        self.batches = batches
 
 
 def row_mask(mask: np.ndarray, rows: int, keys: int) -> RowMask:
@@ -585,28 +598,43 @@ def row_mask(mask: np.ndarray, rows: int, keys: int) -> RowMask:
     if mask.dtype == _U8:
         values = np.where(values != 0, _ZERO, _LOWEST)
     mb, mh = full[:2]
+    batches = None
+    if mb > 1:
+        # each distinct batch once (compared bit for bit: the same sums), and a map
+        bits = np.ascontiguousarray(values, np.float32).view(np.uint32).reshape(mb, -1)
+        distinct, inverse = np.unique(bits, axis=0, return_inverse=True)
+        if len(distinct) < mb:
+            values = distinct.view(np.float32).reshape((len(distinct),) + values.shape[1:])
+            batches = inverse.reshape(-1).astype(np.int64)
+            mb = len(distinct)
     blocks = -(-rows // QB)
     padded = np.zeros((mb, mh, blocks * QB, keys), np.float32)
     padded[:, :, :rows] = values
     data = np.ascontiguousarray(
         padded.reshape(mb, mh, blocks, QB, keys).transpose(0, 1, 2, 4, 3)).reshape(-1)
-    return RowMask(data, mb, mh, rows, keys)
+    return RowMask(data, mb, mh, rows, keys, batches)
 
 
 def _mask_view(mask, shape):
     """The mask's flat data, its element strides over the logical ``shape``
-    (B, H, Sq, Sk) (0 on broadcast axes) and its mode."""
+    (B, H, Sq, Sk) (0 on broadcast axes), its mode and, for a :class:`RowMask`
+    with a ``batches`` map, where each batch's rows start (else None)."""
     if mask is None:
-        return _NO_FLOATS, _NO_BITS, (0, 0, 0, 0), MASK_NONE
+        return _NO_FLOATS, _NO_BITS, (0, 0, 0, 0), MASK_NONE, None
     if type(mask) is RowMask:
         B, H, Sq, Sk = shape
-        if mask.rows != Sq or mask.keys != Sk or mask.batch not in (1, B) \
-                or mask.heads not in (1, H):
+        mapped = mask.batches is not None
+        if mask.rows != Sq or mask.keys != Sk or mask.heads not in (1, H) or (
+                mask.batches.shape != (B,) if mapped else mask.batch not in (1, B)):
             _fail(f"row mask of ({mask.batch}, {mask.heads}, {mask.rows}, {mask.keys}) "
+                  f"{'mapped to ' + str(mask.batches.shape[0]) + ' batches ' if mapped else ''}"
                   f"does not broadcast to {tuple(shape)}")
         head = -(-Sq // QB) * Sk * QB
+        if mapped and (mask.batches.min() < 0 or mask.batches.max() >= mask.batch):
+            _fail(f"row mask's batches must lie in [0, {mask.batch})")
+        starts = mask.batches * (head * mask.heads) if mapped else None
         return mask.data, _NO_BITS, (head * mask.heads if mask.batch > 1 else 0,
-                                     head if mask.heads > 1 else 0, 0, 0), MASK_ROWS
+                                     head if mask.heads > 1 else 0, 0, 0), MASK_ROWS, starts
     if type(mask) is not np.ndarray or mask.dtype not in (_F32, _U8):
         _fail("mask must be a float32 (additive) or uint8 (boolean) numpy array, got "
               f"{getattr(mask, 'dtype', type(mask).__name__)}")
@@ -626,8 +654,8 @@ def _mask_view(mask, shape):
         step *= full[axis]
     flat = data.reshape(-1)
     if mask.dtype == _F32:
-        return flat, _NO_BITS, tuple(steps), MASK_ADD
-    return _NO_FLOATS, flat, tuple(steps), MASK_BOOL
+        return flat, _NO_BITS, tuple(steps), MASK_ADD, None
+    return _NO_FLOATS, flat, tuple(steps), MASK_BOOL, None
 
 
 def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLOCK,
@@ -678,14 +706,16 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
                     ("mask", mask.data if type(mask) is RowMask else mask)):
         if x is not None and np.may_share_memory(out, x):
             _fail(f"out must not overlap {name}")
-    mf, mbits, ms, mode = _mask_view(mask, (B, H, Sq, Sk))
+    mf, mbits, ms, mode, starts = _mask_view(mask, (B, H, Sq, Sk))
     key_block = int(key_block)
     if key_block < 1:
         _fail(f"key_block must be >= 1, got {key_block}")
     scale = float(scale)
     g = np.array([B, H, Sq, Sk, D, Dv, *qs, *ks, *vs, *os_, *ms, mode, int(bool(causal)),
-                  key_block, int(bool(nan_to_zero)), groups], np.int64)
+                  key_block, int(bool(nan_to_zero)), groups, int(starts is not None)], np.int64)
     assert g.shape == (_GEOMETRY,)
+    if starts is not None:      # the RowMask's batch map, after the fields
+        g = np.concatenate((g, starts.astype(np.int64)))
     tasks = B * H * (-(-Sq // QB))
     threads = numba_threads() if threads is None else int(threads)
     workers = max(1, min(threads, tasks))

@@ -237,6 +237,37 @@ def test_row_masks_give_the_masks_bits(mode, threads):
         _run(q, k, v, A.row_mask(causal[:50], 50, 100))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_masks_keep_each_distinct_batch_once(threads):
+    """A RowMask keeps each distinct batch of the mask once and maps the
+    batches to them (a shifted Swin window's bias plus shift mask: 4 distinct
+    windows of 64), with the bits of the mask as given: windows of two images,
+    odd counts, a mask per head or broadcast over heads; every batch distinct
+    keeps no map; a map that does not fit the batch is refused."""
+    rng = np.random.default_rng(7)
+    for images, windows, H, N, D in ((1, 64, 3, 49, 32), (2, 9, 2, 49, 16), (3, 5, 1, 9, 8)):
+        B = images * windows
+        kinds = np.stack([np.where(rng.random((N, N)) < 0.3, -100.0, 0.0) for _ in range(4)])
+        shift = kinds[rng.integers(0, 4, windows)][:, None]                 # (windows, 1, N, N)
+        for mask in (np.asarray(random((1, H, N, N), rng)) + shift, shift):
+            mask = np.ascontiguousarray(np.tile(mask.astype(np.float32), (images, 1, 1, 1)))
+            rows = A.row_mask(mask, N, N)
+            assert rows.batches is not None and rows.batch <= 4 < B
+            assert rows.data.size < A.row_mask(mask[:1], N, N).data.size * 5
+            q, k, v = random((B, H, N, D), rng), random((B, H, N, D), rng), \
+                random((B, H, N, D), rng)
+            got = _run(q, k, v, rows, threads=threads)
+            np.testing.assert_array_equal(got, _run(q, k, v, mask, threads=threads))
+            assert_close(got, _want(q, k, v, mask), tol=TOL)
+    distinct = np.asarray(random((3, 2, 9, 9), rng))
+    assert A.row_mask(distinct, 9, 9).batches is None
+    rows = A.row_mask(np.concatenate([distinct, distinct]), 9, 9)
+    assert rows.batch == 3 and list(rows.batches) == [*rows.batches[:3]] * 2
+    q = random((4, 2, 9, 8), rng)
+    with pytest.raises(ValueError, match="mapped to 6 batches"):
+        _run(q, q, q, rows)
+
+
 def _causal_mask(rows, keys, fill):
     return np.triu(np.full((rows, keys), fill, np.float32), 1)
 
