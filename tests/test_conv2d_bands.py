@@ -106,3 +106,64 @@ def test_depthwise_bands_of_rows(case):
         np.testing.assert_allclose(_plain(out, c), want, rtol=1e-5, atol=1e-5)
         assert not out[:, -1, ..., c % block or block:].any()      # padding lanes zero
     np.testing.assert_array_equal(outs[0], outs[1])   # the order moves tasks, not sums
+
+
+# (n, c, o, h, w, block): one chunk of pixels at batch 1 on 2 threads, output-
+# block groups that split evenly (2, 4, 8 groups: each thread takes every
+# pixel for half of them); odd channels and sizes, partial lanes in and out;
+# two images (one chunk each: no group split) and groups that do not split
+# evenly (3 at block 8: the pixel chunks) for the other rules
+GROUP_SPLITS = [
+    (1, 1, 64, 9, 7, 8),
+    (1, 3, 40, 13, 11, 16),
+    (1, 7, 32, 14, 14, 4),
+    (1, 9, 128, 7, 7, 8),
+    (1, 17, 64, 14, 14, 16),
+    (1, 300, 120, 11, 13, 8),
+    (2, 17, 64, 9, 9, 8),
+    (1, 40, 96, 14, 14, 8),
+]
+
+
+@pytest.mark.parametrize("case", GROUP_SPLITS,
+                         ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}_b{c[5]}")
+def test_1x1_group_split_on_two_threads(case):
+    """Fewer pixel chunks than threads: groups that split evenly go to the
+    threads in equal shares (every pixel each); against float64 on 1 and 2
+    threads, the same bits on both (each output sums its K-blocks in order
+    whichever thread runs it)."""
+    n, c, o, h, w, block = case
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has fewer than 2 threads")
+    from jitnn.kernels.conv2d import plan as conv_plan
+    CB, OB = -(-c // block), -(-o // block)
+    P, B = K.conv1x1_tile_shape(block, OB)
+    groups = -(-OB // B)
+    chunk, _, gsets = conv_plan._gemm_blocking(n, CB, OB, h * w, block, 2, P, B)
+    one_chunk = n * -(-h * w // conv_plan._gemm_blocking(n, CB, OB, h * w, block, 1, P, B)[0])
+    if one_chunk < 2 and groups % 2 == 0:
+        assert gsets == 2 and chunk >= h * w
+    rng = np.random.default_rng(c + o)
+    x = random((n, c, h, w), rng)
+    weights = random((o, c, 1, 1), rng, scale=c ** -0.5)     # outputs of order 1
+    bias = random((o,), rng)
+    res = random((n, o, h, w), rng)
+    packed = K.pack_conv2d_filter(weights, c, 1, block)
+    want = reference("conv2d")(x.astype(np.float64), weights.astype(np.float64),
+                               bias.astype(np.float64)) + res
+    want = np.maximum(want, 0.0)
+    outs = []
+    for threads in (1, 2):
+        out = np.full((n, OB, h, w, block), np.nan, np.float32)
+        saved = numba.get_num_threads()
+        try:
+            numba.set_num_threads(threads)
+            K.conv2d_forward(_blocked(x, block), packed, out, bias=bias,
+                             residual=_blocked(res, block), activation=RELU)
+        finally:
+            numba.set_num_threads(saved)
+        assert not np.isnan(out).any()
+        np.testing.assert_allclose(_plain(out, o), want, rtol=1e-5, atol=1e-5)
+        assert not out[:, -1, ..., o % block or block:].any()      # padding lanes zero
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -245,13 +245,22 @@ def _gemm_blocking(N: int, CB: int, OB: int, pixels: int, cb: int, threads: int,
     nchunks = -(-pixels // chunk)
     threads = max(1, threads)
     gsets = 1
-    if N * nchunks < 8 * threads and (N * nchunks) % threads:
+    groups = -(-OB // B)
+    if N * nchunks < threads and groups % threads == 0:
+        # fewer chunks than threads and groups that split evenly: each thread
+        # takes every pixel for its share of the groups, so it reads a share
+        # of the weights, where shorter pixel chunks each read all of them
+        # and end in partial tiles (14 x 14, 2 threads, block 8, kernel alone,
+        # best of 150 alternated: 1024 -> 256 574 -> 494 us, 256 -> 1024 553
+        # -> 515, 1024 -> 512 1002 -> 931; 96 -> 576 111 -> 106)
+        gsets = threads
+    elif N * nchunks < 8 * threads and (N * nchunks) % threads:
         # balance the threads: more pixel chunks while they stay long (a
         # short chunk wastes its partial last tile), else split the groups
         if N == 1 and pixels >= 16 * P * threads:
             nchunks += -nchunks % threads
         else:
-            gsets = min(-(-OB // B), threads)
+            gsets = min(groups, threads)
     chunk = -(-(-(-pixels // nchunks)) // P) * P
     return chunk, kcb, gsets
 
