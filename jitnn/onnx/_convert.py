@@ -33,6 +33,7 @@ from ._common import (Const, Converter, ints, jitnn_dtype, need_const, onnx_dtyp
                       refused_dtype, reshape_target, shape_of, slice_index,
                       spatial_rank_check, split_sizes, squeeze_shape, unsqueeze_shape)
 from ._validate import check_kernel_shape
+from ._row_moves import fold as fold_rows
 from ._shuffle import gathered_channels, shuffle_indices
 
 
@@ -521,7 +522,8 @@ def op_concat(cv: Converter, inputs, attrs):
     axis = int(attrs["axis"]) % rank_of(items[0])
     picked = _slices_of_one(cv, operands, axis)
     if picked is not None:
-        return [cv.op("gather", picked[0], picked[1], axis)]
+        y = cv.origins.note(cv.op("gather", picked[0], picked[1], axis), "gather", *picked, axis)
+        return [fold_rows(cv, cv.origins, y) or y]   # a roll ending row moves: one gather
     return [cv.op("concat", operands, axis)]
 
 
@@ -554,14 +556,16 @@ def op_reshape(cv: Converter, inputs, attrs):
         return [cv.origins.note(cv.op("gather", source, indices, 1), "gather", source,
                                 indices, 1)]
     y = cv.operand(x)
-    return [cv.origins.note(cv.op("reshape", y, shape), "reshape", y, tuple(shape))]
+    y = cv.origins.note(cv.op("reshape", y, shape), "reshape", y, tuple(shape))
+    return [fold_rows(cv, cv.origins, y) or y]     # row moves (Swin's windows): one gather
 
 
 def op_transpose(cv: Converter, inputs, attrs):
     perm = attrs.get("perm")
     x = cv.operand(inputs[0])
     perm = None if perm is None else list(perm)
-    return [cv.origins.note(cv.op("transpose", x, perm), "transpose", x, perm)]
+    y = cv.origins.note(cv.op("transpose", x, perm), "transpose", x, perm)
+    return [fold_rows(cv, cv.origins, y) or y]     # row moves (Swin's windows): one gather
 
 
 def _channel_parts(cv: Converter, x, axis: int, bounds) -> list | None:
