@@ -138,6 +138,21 @@ def test_compact_grouped_convs(case):
                 dilation=dilation)
 
 
+@pytest.mark.parametrize("case", [
+    (1, 64, 64, 7, 7, 1, 2),       # 32 channels a group: 2 blocks a tile
+    (2, 64, 64, 14, 14, 2, 4),     # 16 a group, stride 2 to 7 x 7: 1 block a tile
+], ids=str)
+def test_seven_wide_grouped_outputs_run_row_tiles_on_block_16(case):
+    """A 7 x 7 output on 16-channel blocks, where the default tile (12 pixels
+    with 512-bit registers) is wider than the row: 7-pixel row tiles on the
+    input in place, edges masked (plan._EDGE_ROW_PIXELS)."""
+    n, c, o, h, w, stride, groups = case
+    launch, _ = run_grouped(n, c, o, h, w, stride, groups, 16)
+    if geometry.VECTOR_REGISTERS >= 32 and geometry.direct_tile_shape(16, False)[0] > 7:
+        assert "_7x" in launch.driver.serial.py_func.__qualname__ and _edges(launch) == 1
+        assert launch.pad_copy is None
+
+
 @pytest.mark.parametrize("block, case", [
     (4, (1, 8, 8, 12, 12, 1, 2)), (4, (2, 12, 12, 9, 13, 2, 2)), (4, (1, 16, 16, 14, 14, 1, 2)),
     (16, (1, 32, 32, 12, 12, 1, 2)), (16, (2, 48, 48, 14, 14, 1, 3)),

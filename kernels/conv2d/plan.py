@@ -63,6 +63,13 @@ _DW_PAD_WIDTH = 56
 # borders in place, at most this many pixels masked at each end of a tile
 # (register_tile.conv_tile's edges; 1 for 3x3 with padding 1)
 _MAX_EDGE_PIXELS = 2
+# ... in row tiles of at least this many pixels, fewer than the default
+# tile's 12 on 16-channel blocks: 7 x 7 outputs then run 7-pixel row tiles
+# (1 thread, Zen 4, block 16, kernel alone, alternated, shared host: ResNeXt-50's
+# 1024 channels in groups of 32, 12 x 2 tables on a padded copy 632-749 us,
+# 7 x 2 row tiles 324-348; stride 2 from 14 x 14 686-830 -> 333-371;
+# RegNetX-400MF's 400 in groups of 16, 12 x 1 73 -> 59, stride 2 83 -> 62)
+_EDGE_ROW_PIXELS = 7
 
 # A tile of one output block that reads the offset tables: 12 pixels (6 and
 # 16 measured slower: see _plan_conv2d)
@@ -442,8 +449,11 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
             and OB % B == 0:
         # the widest row tile: the masks cost a select per tile end and tap,
         # and 14 x 2 ran 0.70-0.93x the time of 7 x 2 (RegNetX's grouped
-        # convs on 14 to 56 columns; block 8, 1 thread, Zen 4, alternated)
-        row = row_tile_pixels(cb, B, OW, P, largest=True)
+        # convs on 14 to 56 columns; block 8, 1 thread, Zen 4, alternated).
+        # Down to _EDGE_ROW_PIXELS where the default tile is wider than the
+        # row: 7 x 7 outputs on 16-channel blocks (the default 12 x 2 or
+        # 12 x 1 otherwise ran the offset tables on a padded copy)
+        row = row_tile_pixels(cb, B, OW, min(P, _EDGE_ROW_PIXELS), largest=True)
         masked = edge_pixels(OW, row, sw, dw, KW, pl, W) if row else -1
         if masked >= 0:
             edges = max(1, masked)       # (1 also when no column needs a mask)
