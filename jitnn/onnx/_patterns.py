@@ -72,7 +72,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last, _gated_mlp, _qkv_patterns
+from . import _channels_last, _gated_mlp, _packed_heads, _qkv_patterns
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -250,8 +250,16 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         out_t = None
     scales += [(c, d) for _, c, d in q_scales + k_scales]
     covered |= {n for n, _, _ in q_scales + k_scales}
-    bshd = q_t is not None and k_bshd is not None and v_t is not None and out_t is not None
-    if bshd:
+    # Q, K and V as parts of one packed head split (timm's ViT, Swin): read in place, bshd
+    heads = _packed_heads.match(g, q_top, k_bhsd, v_name, covered | set(k_nodes) | {out_t} | set(
+        out_reshapes)) if q_t is None and v_t is None and len(k_nodes) == 1 and \
+        k_bhsd is not None and out_t is not None else None
+    bshd = heads is not None or \
+        q_t is not None and k_bshd is not None and v_t is not None and out_t is not None
+    if heads is not None:
+        covered |= {out_t} | set(out_reshapes) | set(k_nodes) | heads[0]
+        q, k, v, k_mode = None, None, None, "bshd"
+    elif bshd:
         covered |= {out_t} | {n for n, _, _ in q_before} | set(out_reshapes)
         scales += [(c, d) for _, c, d in q_before]
         for index in [q_t, v_t] + k_nodes:
@@ -285,7 +293,8 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
         covered |= {out_t} | set(out_reshapes)
     anchor = out_t if bshd or out_bshd else second
     # Q, K and V from one input's three projections (BERT, ViT) or one's Split (GPT-2)
-    qkv = _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
+    qkv = heads if heads is not None else \
+        _qkv_patterns.match(g, q, k, v, covered) if bshd and repeats is None else None
     if qkv is None and not bshd and k_mode == "bhsd":
         # Q and K through rotary embeddings (Llama): the projections as one GEMM all the same
         qkv = _qkv_patterns.match_rotary(g, q, k, v, covered)
