@@ -25,7 +25,7 @@ from . import compile_pool
 from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
 from .errors import JitnnExecutionError
-from .ops._common import blocked_buffer
+from .ops._common import Binding, blocked_buffer
 from .plan import Plan, Step, physical_shape
 from .registry import kind_of
 from .tensor import Node, Value
@@ -176,9 +176,13 @@ class Bindings:
     run (their derived forms, a packed filter of a graph input, are never
     bound)."""
 
-    def __init__(self, steps: int, seeds: dict[str, np.ndarray], dynamic: set[int]):
+    def __init__(self, steps: int, seeds: dict[str, np.ndarray], dynamic: set[int],
+                 inputs: Sequence[Value] = ()):
         self.steps: list = [None] * steps
         self.dynamic = dynamic
+        #: the graph's input Values, whose arrays a bound step may take anew at
+        #: every run (:class:`InputFedBinding`)
+        self.inputs = {id(v) for v in inputs}
         self.stable: dict[int, np.ndarray] = {id(a): a for a in seeds.values()}
         self.views: dict[tuple[int, tuple], np.ndarray] = {}
         self.last_views: list = [None] * steps     # per step: (stable array, its view)
@@ -233,16 +237,89 @@ class Bindings:
         """Bind step ``index`` after its node ran and returned ``data``."""
         binder = getattr(node.run, "bind", None)
         binding = binder(ctx, node, data) if binder is not None else None
-        stable = self.stable
+        stable, inputs = self.stable, self.inputs
         if binding is not None and stable.get(id(binding.out)) is binding.out and all(
-                stable.get(id(array)) is array for _, array in binding.reads) and not any(
+                stable.get(id(array)) is array or id(value) in inputs
+                for value, array in binding.reads) and not any(
                 id(value) in self.dynamic for value, _, _ in binding.derived):
             binding.kernel = compiled_entry(binding.kernel, binding.args, binding.threads)
-            self.steps[index] = binding
-            return
+            if any(id(value) in inputs for value, _ in binding.reads):
+                # a graph input's array is the caller's, new at any run
+                binding = InputFedBinding.of(binding, inputs)
+            if binding is not None:
+                self.steps[index] = binding
+                return
         self.misses[index] += 1
         if binder is None or self.misses[index] >= 2:
             self.steps[index] = False
+
+
+class InputFedBinding:
+    """A bound step that reads a graph input (a first-layer conv reads the
+    caller's plain image in place): the caller's array may be another one at
+    every run, so its place among the kernel's arguments is filled at each
+    run, with the array or its flat view as the binder passed it, when the
+    new array has the bound one's type (dtype, shape, C order, alignment and
+    writeability: the compiled kernel's argument type), else the step runs
+    through its op. Everything else is checked as a :class:`Binding` is.
+    Between runs it keeps no caller's array (:meth:`forget`)."""
+
+    __slots__ = ("inner", "kernel", "args", "out", "threads", "slots", "template")
+
+    def __init__(self, inner: Binding, slots: list, template: list):
+        self.inner = inner
+        self.kernel, self.out, self.threads = inner.kernel, inner.out, inner.threads
+        self.slots = slots          # (input Value, [(argument index, flat view?)], its type)
+        self.template = template    # the arguments, None where an input goes
+        self.args: tuple | None = None
+
+    @classmethod
+    def of(cls, binding: Binding, inputs: set[int]) -> "InputFedBinding | None":
+        """``binding`` with its reads of graph inputs made per run; None when
+        an input's array is not among its arguments as itself or its flat view."""
+        template = list(binding.args)
+        slots, others = [], []
+        for value, array in binding.reads:
+            if id(value) not in inputs:
+                others.append((value, array))
+                continue
+            places = []
+            for i, arg in enumerate(binding.args):
+                if arg is array:
+                    places.append((i, False))
+                elif isinstance(arg, np.ndarray) and arg.base is array and arg.ndim == 1 \
+                        and arg.size == array.size:
+                    places.append((i, True))
+            if not places or not isinstance(array, np.ndarray):
+                return None
+            for i, _ in places:
+                template[i] = None
+            slots.append((value, places, _array_type(array)))
+        inner = Binding(binding.kernel, tuple(template), tuple(others), binding.derived,
+                        binding.out, binding.threads)
+        return cls(inner, slots, template)
+
+    def valid(self, ctx: "Context", out: np.ndarray | None) -> bool:
+        if not self.inner.valid(ctx, out):
+            return False
+        args = list(self.template)
+        for value, places, kind in self.slots:
+            array = value._data
+            if not isinstance(array, np.ndarray) or _array_type(array) != kind:
+                return False
+            for i, flat in places:
+                args[i] = array.ravel() if flat else array
+        self.args = tuple(args)
+        return True
+
+    def forget(self) -> None:
+        self.args = None
+
+
+def _array_type(array: np.ndarray) -> tuple:
+    """What a compiled kernel's argument type says of an array (and its shape)."""
+    flags = array.flags
+    return (array.dtype, array.shape, flags.c_contiguous, flags.aligned, flags.writeable)
 
 
 def compiled_entry(kernel, args: tuple, threads: int):
@@ -304,6 +381,8 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     start_call = time.perf_counter()
                     ctx.launcher.run_bound(binding.kernel, binding.args)
                     bound_seconds += time.perf_counter() - start_call
+                    if type(binding) is InputFedBinding:
+                        binding.forget()         # holds no caller's array between runs
                     bound_calls += 1
                     data = binding.out
                 else:

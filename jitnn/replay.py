@@ -37,8 +37,13 @@ call bound to them at the run before (:class:`jitnn.executor.Bindings`):
 a convolution then costs one numba call instead of ~9 us of Python for its
 op's checks and planning (a classifier's few-row product too: its packed
 weight and bias are derived forms, checked like a conv's filter). Every binding is checked against the step's
-Values before it is used; a step whose arrays are new at every run (it
-reads a graph input, or its filter is one) goes through its op as before. A
+Values before it is used; a step whose arrays are new at every run (its
+filter is a graph input, or it reads a reordered copy of one) goes through
+its op as before. One that reads a graph input's array as it is (a
+first-layer conv reads the caller's plain image in place) is bound with that
+run's array put in its arguments, when it has the bound one's type
+(:class:`jitnn.executor.InputFedBinding`; the binding keeps no caller's
+array between runs). A
 conv that pads its input first or takes scratch memory is bound as well: those
 come from the thread's scratch buffers (kernels.conv2d.padding.BoundScratchRun).
 
@@ -107,7 +112,7 @@ class Program:
                              if c.step.kind == "op" and c.node.fused)
         # steps run as bound kernel calls from the second run on (jitnn/executor.py)
         self.bindings = executor.Bindings(len(self.steps), self.seeds,
-                                          {id(v) for v in dynamic})
+                                          {id(v) for v in dynamic}, [v for _, v in inputs])
 
     def run(self, ctx: "Context", arrays: Mapping[str, "Tensor | np.ndarray"],
             outputs: Mapping[str, np.ndarray]) -> None:
