@@ -72,8 +72,9 @@ How it is fast (see the design notes on Numba kernels):
   width, so rows hold whole tiles): the offset tables' tile keeps a general
   register per pixel and spills past 6 to 8 pixels. Groups narrower than a
   tile's B blocks (ResNeXt's 8-wide groups on 8-channel blocks) run tiles of
-  one block and up to 28 pixels, so that no product is with the
-  block-diagonal filter's zeros (:func:`.plan.tile_input_share`).
+  one block and up to 28 pixels, so that no product is with zeros between
+  groups (:func:`.plan.tile_input_share`); the compact grouped filter needs
+  it too (it has one window of input blocks a block, shared by a tile).
 * **Moved-back last tile.** When a run of pixels (direct: the interior
   region; depthwise: a row's interior columns) does not end on a whole tile,
   its last tile starts ``P`` pixels before the end instead: it recomputes some

@@ -434,7 +434,10 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     by_regions = share <= _TAP_REGION_SHARE and \
         tiny_region_share(regions, P) <= _TINY_REGION_SHARE
     # groups narrower than a tile's blocks: one block per tile, so that no
-    # product is with the filter's zeros, and more pixels in its place
+    # product is with zeros between groups, and more pixels in its place.
+    # Required, too: a grouped filter keeps one window of input blocks per
+    # output block (filter_packing.packed_window_begins), and a tile of B
+    # blocks reads theirs from one start, so its blocks must share a range.
     narrow = not plain and B > 1 and tile_input_share(packed.ib_begin, packed.ib_end, B) > 1.0
     if narrow:
         B, P = 1, _GROUPED_TABLE_PIXELS
