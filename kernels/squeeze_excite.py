@@ -100,30 +100,54 @@ def _gate(means, squeeze, b1, act1, a1p0, a1p1, excite, b2, act2, a2p0, a2p1,
 
 
 @jit()
-def _scale_plane(xf, outf, gate, plane, blocks, pixels, cb):
+def _gate_run(gate, rep, plane, blocks, cb):
+    """``rep[:span]``: the plane's ``cb`` gate values repeated over ``span``
+    floats, the most whole pixels that fit in :data:`_MAX_LANES`; returns
+    ``span``. Scaling a plane is then one flat loop of ``span``-float chunks
+    (64 with a literal ``cb``: whole vectors, no per-pixel loop of ``cb``
+    lanes, which compiled to scalar or 1-vector steps)."""
     n, block = plane // blocks, plane % blocks
-    g = gate[n, block * cb:(block + 1) * cb]
-    base = plane * pixels * cb
-    for p in range(pixels):
-        row = np.uint64(base + p * cb)
-        for lane in range(cb):
-            k = row + np.uint64(lane)
-            outf[k] = xf[k] * g[lane]
+    span = cb * (_MAX_LANES // cb)
+    for j in range(span):
+        rep[j] = gate[n, block * cb + j % cb]
+    return span
+
+
+@jit()
+def _scale_plane(xf, outf, gate, plane, blocks, pixels, cb):
+    rep = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    span = _gate_run(gate, rep, plane, blocks, cb)
+    base = np.uint64(plane * pixels * cb)
+    total = pixels * cb
+    chunks = total // span
+    for q in range(chunks):
+        row = base + np.uint64(q * span)
+        for j in range(span):
+            k = row + np.uint64(j)
+            outf[k] = xf[k] * rep[j]
+    for j in range(chunks * span, total):
+        k = base + np.uint64(j)
+        outf[k] = xf[k] * rep[j - chunks * span]
 
 
 @jit()
 def _scale_plane_in_place(xf, gate, plane, blocks, pixels, cb):
     """:func:`_scale_plane` with ``out`` being ``x``, as one array: given
     the same array twice, the compiled loop's overlap check sent it to the
-    scalar path (1.3-1.5x the time of a separate ``out`` on 1.2-1.8 MB)."""
-    n, block = plane // blocks, plane % blocks
-    g = gate[n, block * cb:(block + 1) * cb]
-    base = plane * pixels * cb
-    for p in range(pixels):
-        row = np.uint64(base + p * cb)
-        for lane in range(cb):
-            k = row + np.uint64(lane)
-            xf[k] = xf[k] * g[lane]
+    scalar path."""
+    rep = numba.carray(stack_empty(_MAX_LANES, np.float32), _MAX_LANES)
+    span = _gate_run(gate, rep, plane, blocks, cb)
+    base = np.uint64(plane * pixels * cb)
+    total = pixels * cb
+    chunks = total // span
+    for q in range(chunks):
+        row = base + np.uint64(q * span)
+        for j in range(span):
+            k = row + np.uint64(j)
+            xf[k] = xf[k] * rep[j]
+    for j in range(chunks * span, total):
+        k = base + np.uint64(j)
+        xf[k] = xf[k] * rep[j - chunks * span]
 
 
 @jit()
