@@ -276,7 +276,11 @@ class InputFedBinding:
     @classmethod
     def of(cls, binding: Binding, inputs: set[int]) -> "InputFedBinding | None":
         """``binding`` with its reads of graph inputs made per run; None when
-        an input's array is not among its arguments as itself or its flat view."""
+        an input's array is not among its arguments as itself or its flat view,
+        or ``binding`` does work of its own at each run (a subclass's ``valid``:
+        the wrapper would skip it)."""
+        if type(binding) is not Binding:
+            return None
         template = list(binding.args)
         slots, others = [], []
         for value, array in binding.reads:

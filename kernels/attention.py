@@ -679,6 +679,23 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
       ``-inf``, and NaN inputs): the ``Where(IsNaN(x), 0, x)`` guard that
       exporters put after the softmax, without a pass over the output
     """
+    call = attention_call(q, k, v, out, mask, scale=scale, causal=causal,
+                          key_block=key_block, threads=threads, nan_to_zero=nan_to_zero,
+                          groups=groups)
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def attention_call(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLOCK,
+                   threads=None, nan_to_zero=False, groups=1):
+    """The checked arguments of an :func:`attention` call (the same options):
+    ``(kernel, args)`` with ``kernel(*args)`` computing it, or None when
+    ``out`` is empty. A replayed plan keeps the pair (jitnn/ops/attention.py's
+    binding): the kernel then reads the operands' and the mask's memory as
+    the arrays given here lay it out (a read-only operand is copied here, so
+    the call would not see its later values), and a :class:`RowMask`'s
+    values from its ``data`` (:func:`rebind_rows` refreshes them)."""
     qf, qs = _strided("q", q)
     kf, ks = _strided("k", k)
     vf, vs = _strided("v", v)
@@ -699,7 +716,7 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
         _fail("out must be writeable")
     of, os_ = _strided("out", out)
     if out.size == 0:
-        return out
+        return None
     if D < 1 or Sk < 1:
         _fail(f"queries need keys with at least one element (D = {D}, Sk = {Sk})")
     for name, x in (("q", q), ("k", k), ("v", v),
@@ -719,5 +736,24 @@ def attention(q, k, v, out, mask=None, *, scale, causal=False, key_block=KEY_BLO
     tasks = B * H * (-(-Sq // QB))
     threads = numba_threads() if threads is None else int(threads)
     workers = max(1, min(threads, tasks))
-    attention_parallel.on_threads(workers)(qf, kf, vf, of, mf, mbits, g, scale, workers)
-    return out
+    return attention_parallel.on_threads(workers), (qf, kf, vf, of, mf, mbits, g, scale,
+                                                    workers)
+
+
+def rebind_rows(args: tuple, mask: RowMask) -> bool:
+    """Put ``mask`` (this run's :class:`RowMask` of a mask computed at every
+    run) into the arguments of an :func:`attention_call` made with an earlier
+    one: its values over the bound ones, its batch map into the geometry's
+    tail. False (nothing written) when its layout differs (another number
+    of distinct batches, or a map where there was none): the call must then
+    be made anew."""
+    mf, g = args[4], args[6]
+    new, _, steps, mode, starts = _mask_view(mask, tuple(int(n) for n in g[_B:_SK + 1]))
+    if g[_MODE] != MASK_ROWS or new.shape != mf.shape or (starts is None) != (g[_MMAP] == 0) \
+            or (starts is not None and starts.shape[0] != g.shape[0] - _GEOMETRY):
+        return False
+    mf[:] = new
+    g[_MB:_MK + 1] = steps
+    if starts is not None:
+        g[_GEOMETRY:] = starts
+    return True

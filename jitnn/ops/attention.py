@@ -94,7 +94,7 @@ from ..kernels.buffers import aligned_empty
 from ..limits import real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value, exact
-from ._common import as_tensor, context_of, is_number, pending, plain_buffer, value_of
+from ._common import Binding, as_tensor, context_of, is_number, pending, plain_buffer, value_of
 
 _OP = "scaled_dot_product_attention"
 _UINT8 = np.dtype(np.uint8)
@@ -286,33 +286,130 @@ def _bhsd(array: np.ndarray, layout: str) -> np.ndarray:
 
 def run_attention(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
     """Run the fused kernel into the plan's buffer (or a new array)."""
-    a = node.attrs
-    layout = a["layout"]
-    shape = value.shape
-    # the plan's buffer itself when it has the value's shape: the step after may bind
-    # to it (a replayed plan hands out the same array every run; a reshape is new)
-    dest = out if out is not None and out.shape == shape else \
-        out.reshape(shape) if out is not None and out.size == math.prod(shape) else \
-        aligned_empty(shape)
+    dest = _dest(value, out)
     if dest.size == 0:
         return dest
+    call = _attention_call(ctx, node, value, dest)[0]
+    ctx.launcher.launch(call[0], *call[1])
+    return dest
+
+
+def _dest(value: Value, out: np.ndarray | None) -> np.ndarray:
+    """The plan's buffer itself when it has the value's shape: the step after
+    may bind to it (a replayed plan hands out the same array every run; a
+    reshape is new)."""
+    shape = value.shape
+    return out if out is not None and out.shape == shape else \
+        out.reshape(shape) if out is not None and out.size == math.prod(shape) else \
+        aligned_empty(shape)
+
+
+def _attention_call(ctx, node: Node, value: Value | None, dest: np.ndarray) -> tuple:
+    """The kernel call into ``dest`` (non-empty) as ``((kernel, args), operands,
+    mask)``: the plain arrays the kernel reads Q, K and V from (in their
+    layouts' logical (B, H, S, D) views) and the mask as it reads it (None,
+    an array or a RowMask)."""
+    a = node.attrs
+    layout = a["layout"]
     views = a.get("views")
     if views is None:
-        q, k, v = (_bhsd(plain_buffer(t), layout) for t in node.inputs[:3])
+        plains = [plain_buffer(t) for t in node.inputs[:3]]
+        q, k, v = (_bhsd(x, layout) for x in plains)
     else:                    # strided views of the fused projection: no copies
-        q, k, v = (_bhsd(_viewed(plain_buffer(t), view), layout)
-                   for t, view in zip(node.inputs[:3], views))
+        plains = [plain_buffer(t) for t in node.inputs[:3]]
+        q, k, v = (_bhsd(_viewed(x, view), layout) for x, view in zip(plains, views))
         if node.memo is None:    # explain's line once the node is gone (jitnn/executor.py)
             node.memo = SimpleNamespace(layouts=tuple(t._layout for t in node.inputs),
                                         notes=tuple(_explain(node, value)))
     o = _bhsd(dest, a.get("out_layout", layout))
-    options = {"scale": a["scale"], "causal": a["causal"],
-               "nan_to_zero": a.get("nan_to_zero", False)}
     # (a mask of rank <= 3 broadcasts to 3-D operands' (1, N, Sq, Sk) as to (N, Sq, Sk))
     mask = _kernel_mask(node.inputs[3], *a["dims"][2:4]) if a["masked"] else None
-    ctx.launcher.launch(attention_kernels.attention, q, k, v, o, mask,
-                        groups=a.get("groups", 1), **options)
-    return dest
+    call = attention_kernels.attention_call(
+        q, k, v, o, mask, scale=a["scale"], causal=a["causal"],
+        nan_to_zero=a.get("nan_to_zero", False), groups=a.get("groups", 1),
+        threads=ctx.num_threads)
+    return call, plains, mask
+
+
+class _MaskFedBinding(Binding):
+    """A bound attention whose mask is computed at every run (its array is
+    new at each: BERT's padding mask from the caller's ids, a causal mask
+    from the positions): the arguments hold a mask buffer of their own, and
+    before each call this run's mask is put into it, converted as the op
+    converts it (a per-row one made a RowMask again, its distinct batches
+    mapped anew: kernels.attention.rebind_rows). When the mask's type or
+    the RowMask's layout (its number of distinct batches) changed, the step
+    runs through its op. No array of one run is kept for the next."""
+
+    __slots__ = ("mask", "rows", "keys", "kind")
+
+    def valid(self, ctx, out: np.ndarray | None) -> bool:
+        if not super().valid(ctx, out):
+            return False
+        data = self.mask._data
+        dtype, shape, rows = self.kind
+        if not isinstance(data, np.ndarray) or data.dtype != dtype or data.shape != shape:
+            return False
+        if rows:
+            # made once per run and mask, as the op makes it: the layers of a
+            # model that share one mask (Llama's causal one) convert it once
+            form = self.mask._derive(("attention_rows", self.rows, self.keys),
+                                     lambda: attention_kernels.row_mask(data, self.rows,
+                                                                        self.keys))
+            return attention_kernels.rebind_rows(self.args, form)
+        np.copyto(self.args[4] if dtype == FLOAT32 else self.args[5], data.reshape(-1))
+        return True
+
+
+def bind_attention(ctx, node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_attention` just made, bound to its arrays
+    (~130 us of Python wrapper per step otherwise, a Llama layer's attention
+    at 128 tokens): Q, K, V and a computed mask read in place from the
+    plan's buffers, a constant mask's kernel form held as a derived form. A
+    mask computed at every run that the kernel reads as a RowMask is
+    converted again at each call (:class:`_MaskFedBinding`). None when an
+    operand is a copy made at this run (a blocked one read back) or read-only
+    (the kernel reads a copy of it)."""
+    a = node.attrs
+    if result.size == 0 or any(t._data is None for t in node.inputs):
+        return None
+    call, plains, mask = _attention_call(ctx, node, None, result)
+    if call is None:
+        return None
+    args = call[1]
+    reads = []
+    for t, plain, flat in zip(node.inputs[:3], plains, args[:3]):
+        data = t._data
+        if not isinstance(data, np.ndarray) or not np.may_share_memory(plain, data) \
+                or not np.may_share_memory(flat, data):
+            return None                   # a copy made at this run
+        if not any(t is r for r, _ in reads):
+            reads.append((t, data))
+    if not a["masked"]:
+        return Binding(call[0], args, tuple(reads), (), result, ctx.num_threads)
+    m = node.inputs[3]
+    rows, keys = a["dims"][2:4]
+    row_mask = type(mask) is attention_kernels.RowMask
+    if m.held:
+        # a constant: its kernel form (possibly a copy) kept as a derived form
+        key = ("attention_rows", rows, keys) if row_mask else ("attention_mask",)
+        form = mask if row_mask else m._derive(key, lambda: m._data)
+        return Binding(call[0], args, tuple(reads), ((m, key, form),), result,
+                       ctx.num_threads)
+    data = m._data
+    if not isinstance(data, np.ndarray):
+        return None
+    args = list(args)
+    index = 4 if row_mask or data.dtype == FLOAT32 else 5
+    args[index] = args[index].copy()       # the binding's own, refilled at every call
+    binding = _MaskFedBinding(call[0], tuple(args), tuple(reads), (), result, ctx.num_threads)
+    binding.mask, binding.rows, binding.keys = m, rows, keys
+    binding.kind = (data.dtype, data.shape, row_mask)
+    return binding
+
+
+# (the executor asks a node's run function for its binder)
+run_attention.bind = bind_attention
 
 
 def _kernel_mask(mask: Value, rows: int, keys: int):
