@@ -6,16 +6,84 @@ built with onnx.helper and checked against a float64 run of the same model
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
-from onnx import TensorProto  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+import jitnn  # noqa: E402
+import jitnn.onnx  # noqa: E402
 from tests.helpers import random  # noqa: E402
-from tests.test_onnx_patterns import Net, _heads, check  # noqa: E402
+
+
+class Net:
+    """Nodes, initializers and inputs of one graph, with fresh names."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
+
+    def const(self, array, dtype=np.float32) -> str:
+        self.count += 1
+        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), f"c{self.count}"))
+        return f"c{self.count}"
+
+    def input(self, name: str, shape, elem=TensorProto.FLOAT) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
+        return name
+
+    def __call__(self, op: str, *inputs: str, **attrs) -> str:
+        self.count += 1
+        name = f"{op.lower()}{self.count}"
+        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def model(self, outputs: list[str], opset: int = 18):
+        graph = helper.make_graph(
+            self.nodes, "dynamo", self.inputs,
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(model, feed: dict, tol: float = 2e-5) -> list[str]:
+    """jitnn (1 thread) against onnx's reference evaluator on a float64 copy of
+    ``model``; returns the step labels of the plan (``jitnn.explain``)."""
+    from onnx.reference import ReferenceEvaluator
+    wide = type(model)()
+    wide.CopyFrom(model)
+    for i, tensor in enumerate(wide.graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT:
+            wide.graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float64), tensor.name))
+    for info in wide.graph.input:
+        if info.type.tensor_type.elem_type == TensorProto.FLOAT:
+            info.type.tensor_type.elem_type = TensorProto.DOUBLE
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(wide).run(None, {k: v.astype(np.float64) if v.dtype == np.float32
+                                                   else v for k, v in feed.items()})
+    converted = jitnn.onnx.prepare(model, jitnn.Context(num_threads=1),
+                                   input_shapes={k: v.shape for k, v in feed.items()})
+    plan = jitnn.explain(next(iter(converted.dispatch(feed).values())))
+    got = next(iter(converted.run(feed).values()))
+    assert got.shape == want[0].shape
+    err = float(np.abs(got - want[0]).max()) / float(np.abs(want[0]).max())
+    assert err < tol, f"max error {err:.2e} of the largest magnitude"
+    return [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
+                                            re.MULTILINE)]
+
+
+def _heads(net: Net, x: str, b: int, s: int, h: int, d: int) -> str:
+    """A projection of ``x`` (B, S, E) split into (B, H, S, D) heads."""
+    e = h * d
+    w = net.const(net.rng.standard_normal((e, e)) / math.sqrt(e))
+    y = net("Add", net.const(net.rng.standard_normal(e) * 0.1), net("MatMul", x, w))
+    return net("Transpose", net("Reshape", y, net.const([b, s, h, d], np.int64)),
+               perm=[0, 2, 1, 3])
 
 
 def _shape_dims(net: Net, x: str, *axes: int) -> list[str]:
@@ -57,7 +125,7 @@ def dynamo_attention(targets: str = "shape", heads_in: str = "bshd", b: int = 2,
     if heads_in == "bshd":
         feed["x"] = random((b, s, h * d), seed)
         x = net.input("x", (b, s, h * d))
-        q, k, v = (_heads(net, x, b, s, h, d, [0, 2, 1, 3]) for _ in range(3))
+        q, k, v = (_heads(net, x, b, s, h, d) for _ in range(3))
     else:
         q, k, v = (net.input(n, (b, h, s, d)) for n in "qkv")
         feed.update({n: random((b, h, s, d), seed + i) for i, n in enumerate("qkv")})
@@ -72,7 +140,7 @@ def dynamo_attention(targets: str = "shape", heads_in: str = "bshd", b: int = 2,
     if heads_in == "bshd":
         out = net("Reshape", net("Transpose", out, perm=[0, 2, 1, 3]),
                   net.const([b, s, h * d], np.int64))
-    return net.model([out], opset=18), feed
+    return net.model([out]), feed
 
 
 @pytest.mark.parametrize("targets", ["shape", "const"])
