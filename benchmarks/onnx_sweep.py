@@ -351,7 +351,12 @@ def check(name: str, folder: str, dynamo: bool = False) -> dict:
     try:
         path, feeds = export(name, folder, dynamo)
     except Exception as error:                          # noqa: BLE001 - reported, not raised
-        return {**row, "status": "export failed", "why": f"{type(error).__name__}: {error}"}
+        root = error                 # the exporter's own errors wrap the cause in advice
+        while root.__cause__ is not None:
+            root = root.__cause__
+        why = f"{type(error).__name__}: " + (f"{error}" if root is error else
+                                             f"{type(root).__name__}: {root}")
+        return {**row, "status": "export failed", "why": why}
     row["nodes"] = len(onnx.load(path, load_external_data=False).graph.node)
     try:
         options = ort.SessionOptions()
