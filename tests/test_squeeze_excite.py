@@ -60,6 +60,59 @@ def test_a_squeeze_excitation_block_is_one_launch(batch, channels, reduced, size
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("batch,channels,reduced,size", [(1, 7, 3, 5), (2, 17, 5, 9)])
+@pytest.mark.parametrize("gate", GATE)
+def test_a_block_squeezing_with_reduce_mean_is_one_launch(batch, channels, reduced, size, gate):
+    """timm's SE modules (RegNetY's) pool with x.mean((2, 3), keepdim=True)."""
+    ctx = jitnn.Context()
+    x_np = random((batch, 5, size, size), 21)
+    w0 = random((channels, 5, 3, 3), 22, 0.3)
+    w1, b1 = random((reduced, channels, 1, 1), 23, 0.5), random((reduced,), 24)
+    w2, b2 = random((channels, reduced, 1, 1), 25, 0.5), random((channels,), 26)
+    x = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w0), padding=1)
+    pooled = jitnn.reduce_mean(x, axes=[2, 3], keep_dimensions=True)
+    excite = jitnn.conv2d(jitnn.relu(jitnn.conv2d(pooled, ctx.tensor(w1), ctx.tensor(b1))),
+                          ctx.tensor(w2), ctx.tensor(b2))
+    g = GATE[gate][0](excite, 1 / 6, 0.5) if gate == "hard_sigmoid" else GATE[gate][0](excite)
+    y = jitnn.mul(x, g)
+    del x, pooled, excite, g
+    assert "squeeze_excite" in jitnn.explain(y)
+    with assert_schedule(ctx, kernels=2):           # the first conv, then the block
+        got = y.numpy()
+    x_ref = conv2d_reference(x_np.astype(np.float64), w0, padding=1)
+    want = _reference(x_ref, w1, b1, w2, b2, INNER["relu"][1], GATE[gate][1])
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+
+
+def test_a_mean_over_rows_only_is_no_squeeze():
+    """A mean over H alone (W > 1 left) is not the planes' means: no block."""
+    ctx = jitnn.Context()
+    x_np = random((1, 9, 5, 1), 27)
+    w0, w1, w2 = random((9, 9, 1, 1), 28), random((4, 9, 1, 1), 29), random((9, 4, 1, 1), 30)
+    x_ref = conv2d_reference(x_np.astype(np.float64), w0)
+    # W = 1: the mean over H is the plane's mean, and fuses
+    x = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w0))
+    g = jitnn.sigmoid(jitnn.conv2d(jitnn.relu(jitnn.conv2d(
+        jitnn.reduce_mean(x, axes=[2], keep_dimensions=True), ctx.tensor(w1))), ctx.tensor(w2)))
+    y = jitnn.mul(x, g)
+    del x, g
+    assert "squeeze_excite" in jitnn.explain(y)
+    want = _reference(x_ref, w1, None, w2, None, lambda h: np.maximum(h, 0), _sigmoid)
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-4, atol=2e-5)
+    # W = 3: rows' means, (1, 9, 1, 3); the gate broadcasts over H
+    x_np = random((1, 9, 5, 3), 31)
+    x = jitnn.conv2d(ctx.tensor(x_np), ctx.tensor(w0))
+    g = jitnn.sigmoid(jitnn.conv2d(jitnn.relu(jitnn.conv2d(
+        jitnn.reduce_mean(x, axes=[2], keep_dimensions=True), ctx.tensor(w1))), ctx.tensor(w2)))
+    y = jitnn.mul(x, g)
+    del x, g
+    assert "squeeze_excite" not in jitnn.explain(y)
+    x_ref = conv2d_reference(x_np.astype(np.float64), w0)
+    rows = x_ref.mean(2, keepdims=True)
+    gate_ref = _sigmoid(conv2d_reference(np.maximum(conv2d_reference(rows, w1), 0), w2))
+    np.testing.assert_allclose(y.numpy(), x_ref * gate_ref, rtol=2e-4, atol=2e-5)
+
+
 def test_the_block_stays_apart_where_its_inner_values_are_read():
     ctx = jitnn.Context()
     x_np = random((1, 9, 5, 5), 7)

@@ -3,7 +3,7 @@
 The pattern, as every exporter writes it (MobileNetV3, EfficientNet,
 RegNetY, ...)::
 
-    s = global_average_pool2d(x)          # (N, C, 1, 1)
+    s = global_average_pool2d(x)          # (N, C, 1, 1); or reduce_mean over H, W
     h = conv2d(s, w1, b1) + activation    # 1x1, C -> R (relu, SiLU, ...)
     g = conv2d(h, w2, b2) + gate          # 1x1, R -> C (sigmoid, hard_sigmoid)
     y = mul(x, g)                         # either operand order
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import layouts
+from ..kernels import reduce as reduce_kernels
 from ..kernels import squeeze_excite as se_kernels
 from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, register_kind
@@ -49,6 +50,24 @@ def _pointwise_on_one_pixel(node: Node | None, value: Value | None) -> bool:
             and tuple(w_shape[2:]) == (1, 1) and value._shape[2:] == (1, 1))
 
 
+def _plane_means(pool: Node | None, pooled: Value) -> bool:
+    """Whether ``pool`` makes ``pooled`` as the (N, C, 1, 1) means of its
+    input's planes: a global average pool, or a mean over H and W kept as 1s
+    (timm's SE modules, RegNetY's among them, write ``x.mean((2, 3),
+    keepdim=True)``: an ONNX ReduceMean)."""
+    if pool is None or len(pool.inputs) != 1:
+        return False
+    if pool.op == "global_average_pool2d":
+        return True
+    x = pool.inputs[0]
+    # reduced over the spatial axes only (a blocked reduction is never over
+    # N or C), all of them: no H or W left above 1
+    return (pool.op == "reduce_mean" and pool.kind == "reduce_blocked"
+            and pool.attrs["code"] == reduce_kernels.MEAN and not pool.attrs["plain"]
+            and pool.attrs["axes"] == "nchw" and x.ndim == 4
+            and pooled._shape == tuple(x._shape[:2]) + (1, 1))
+
+
 def match(node: Node, value: Value, plan: "PlanQueries"):
     """``(y, node)``: the squeeze-and-excitation block whose excite conv is
     ``node`` (making ``value``), as one node computing the block's output
@@ -62,8 +81,7 @@ def match(node: Node, value: Value, plan: "PlanQueries"):
         return None
     pooled = squeeze.attrs["x"]
     pool = plan.producer(pooled)
-    if pool is None or pool.op != "global_average_pool2d" or len(pool.inputs) != 1 \
-            or plan.only_reader(pooled) is not squeeze:
+    if not _plane_means(pool, pooled) or plan.only_reader(pooled) is not squeeze:
         return None
     x = pool.inputs[0]
     block = node.attrs["block"]
