@@ -113,7 +113,9 @@ def test_1x1_tile_in_fours(case):
     n, c, o, h, w, s = case
     blocks = -(-o // 8)
     fours = _config.VECTOR_REGISTERS >= 32 and blocks % 4 == 0
-    assert gemm1x1_tile_shape(8, blocks) == ((6, 4) if fours else conv1x1_tile_shape(8, blocks))
+    fives = _config.VECTOR_REGISTERS >= 32 and not fours and blocks % 5 == 0
+    assert gemm1x1_tile_shape(8, blocks) == (
+        (6, 4) if fours else (4, 5) if fives else conv1x1_tile_shape(8, blocks))
     for seed, residual in ((1, True), (2, False)):
         packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=8, residual=residual,
                           seed=seed)

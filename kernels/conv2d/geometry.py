@@ -233,9 +233,17 @@ def gemm1x1_tile_shape(cb: int, out_blocks: int) -> tuple[int, int]:
     loop, hence whole fours only). MobileNetV2, 1 thread, in the network, old
     and new alternated: 1x1 convs 16 -> 96 channels at 112 x 112 487 -> 423
     us, the 7 x 7 projections 806 -> 741 us, all 1x1 convs -3 to -4 % at
-    batch 1 and 8 (the same sums: bit-identical outputs)."""
+    batch 1 and 8 (the same sums: bit-identical outputs).
+
+    4 x 5 there when the blocks come in fives and not in fours (RegNetX's 400
+    channels, EfficientNet's 40 and 240): 20 sums, 9 loads per 20 FMAs
+    instead of the 6 x 2 tile's 8 per 12 (5 x 5 measured no better than 6 x
+    2 at 7 x 7; 12 x 2 and 8 x 2 slower: 400 -> 400 channels 197 us against
+    166)."""
     if cb == 8 and VECTOR_REGISTERS >= 32 and out_blocks % 4 == 0:
         return 6, 4
+    if cb == 8 and VECTOR_REGISTERS >= 32 and out_blocks % 5 == 0:
+        return 4, 5
     return conv1x1_tile_shape(cb, out_blocks)
 
 
