@@ -2,7 +2,8 @@
 the padding-lane invariant of blocked buffers, tensors of each layout kind,
 kernel activations as the ops' references, and checks of what a run
 launched. Test modules import from here (and from the other non-test modules
-of tests/), never from each other."""
+of tests/), never from each other; and the slow marks of kernel cases on the
+blocks other than the host's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import functools
 from typing import Iterator
 
 import numpy as np
+import pytest
 
 import jitnn
 from jitnn import layouts, registry
@@ -200,3 +202,39 @@ def nan_guards(model, feed: dict) -> list[bool]:
                                    input_shapes={k: v.shape for k, v in feed.items()})
     return [n.attrs["nan_to_zero"] for n in pending_nodes(converted.dispatch(feed).values())
             if n.op == "scaled_dot_product_attention"]
+
+
+# --- cases on the blocks other than the host's -----------------------------------------
+
+def per_block(cases, ids, keep, blocks=(4, 8, 16), unpack: bool = False) -> list:
+    """Every case on each of ``blocks`` as pytest params ``case, block``
+    (``*case, block`` with ``unpack``), named ``<ids(case)>-<block>`` as a
+    parametrize of the cases under one of the blocks names them. On the
+    host's block (``jitnn.host_block()``, which the rest of the suite
+    compiles its kernels for) every case runs by default; on another block
+    only the cases numbered in ``keep`` (each kernel family's cover there)
+    do and the others are slow: each compiles that block's kernels for a
+    geometry of its own (10-25 s a case in the cold default run)."""
+    host = jitnn.host_block()
+    return [pytest.param(*(case if unpack else (case,)), block, id=f"{ids(case)}-{block}",
+                         marks=pytest.mark.slow if block != host and index not in keep else ())
+            for index, case in enumerate(cases) for block in blocks]
+
+
+def other_blocks_slow(blocks=(4, 8, 16)) -> list:
+    """``blocks`` as pytest params, those other than the host's slow (the
+    case's kernels for another block are covered by the kernel tests'
+    :func:`per_block` cases; each block costs a cold run its own compiles)."""
+    return [pytest.param(block, marks=pytest.mark.slow if block != jitnn.host_block() else ())
+            for block in blocks]
+
+
+def per_block_and_threads(blocks=(4, 8, 16), threads=(1, 2)) -> list:
+    """``block, threads`` pytest params, named ``<block>-<threads>`` as a
+    parametrize of the thread counts over one of the blocks names them; on a
+    block other than the host's only 1 thread runs by default (more threads
+    are the kernels' parallel compiles for that block: slow)."""
+    host = jitnn.host_block()
+    return [pytest.param(block, count, id=f"{block}-{count}",
+                         marks=pytest.mark.slow if block != host and count > 1 else ())
+            for count in threads for block in blocks]

@@ -7,7 +7,7 @@ import pytest
 import jitnn
 from jitnn import layouts
 from jitnn.kernels.channel_gather import gather_channels
-from tests.helpers import assert_schedule, random
+from tests.helpers import assert_schedule, per_block_and_threads, random
 
 
 @pytest.mark.parametrize("block", [4, 8, 16, 32])
@@ -110,8 +110,7 @@ def test_exported_channel_shuffle_runs_as_channel_gathers(channels, groups, tail
         assert "gather" in plan and "transpose" not in plan
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block, threads", per_block_and_threads())
 def test_replayed_shuffle_unit_binds_its_concat_and_gathers(threads, block):
     """A ShuffleNet unit (split by gathers, a conv on one half, concat with
     the other, shuffled by a gather) computed again on new inputs: the

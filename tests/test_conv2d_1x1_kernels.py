@@ -11,6 +11,7 @@ from jitnn.kernels.conv2d import conv1x1, plan as conv_plan
 from jitnn.kernels.epilogue import CLAMP, LEAKY_RELU, SIGMOID
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.conv2d_cases import run_case
+from tests.helpers import per_block
 
 # --- the 1x1 GEMM path ------------------------------------------------------------
 
@@ -28,8 +29,9 @@ GEMM_1X1 = [
 ]
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("case", GEMM_1X1, ids=lambda c: f"c{c[1]}o{c[2]}_{c[3]}x{c[4]}s{c[5]}")
+# blocks 4 and 16 by default: the first two cases (K-blocks at either block)
+@pytest.mark.parametrize("case, block", per_block(
+    GEMM_1X1, lambda c: f"c{c[1]}o{c[2]}_{c[3]}x{c[4]}s{c[5]}", keep={0, 1}))
 def test_1x1_gemm_path(block, case):
     n, c, o, h, w, s = case
     packed = run_case(n, c, o, h, w, (1, 1), (s, s), block=block,

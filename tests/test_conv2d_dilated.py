@@ -18,7 +18,7 @@ from jitnn.kernels import conv2d as K
 from jitnn.kernels import layout
 from jitnn.kernels.conv2d import geometry, plan as conv_plan
 from jitnn.kernels.epilogue import HARD_SWISH, NONE, RELU
-from tests.helpers import apply_activation, random, reference
+from tests.helpers import apply_activation, per_block, random, reference
 
 
 def _blocked(x: np.ndarray, block: int) -> np.ndarray:
@@ -82,9 +82,11 @@ def test_aspp_960_channels_runs_tap_by_tap():
 DILATED = list(itertools.product([2, 6, 12, 18], [7, 9, 17, 33], [3, 9, 17]))
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("dilation, size, channels", DILATED,
-                         ids=[f"d{d}_{s}x{s}_c{c}" for d, s, c in DILATED])
+# blocks 4 and 16 by default: d 12 on 17 x 17, 17 channels (regions, partial
+# lanes); tests/test_conv2d_kernels.py's direct cases cover those blocks too
+@pytest.mark.parametrize("dilation, size, channels, block", per_block(
+    DILATED, lambda case: "d{}_{}x{}_c{}".format(case[0], case[1], case[1], case[2]),
+    keep={DILATED.index((12, 17, 17))}, unpack=True))
 def test_dilated_3x3_padding_equal_to_dilation(block, dilation, size, channels):
     check_conv(2, channels, channels + 4, size, size, (3, 3), (1, 1), (dilation, dilation),
                (dilation,) * 4, block, seed=dilation * 100 + size + channels)
@@ -101,10 +103,11 @@ FORCED = [
 ]
 
 
+# blocks 4 and 16 by default: each way on the strided, unevenly padded case
 @pytest.mark.parametrize("way", ["padded", "regions", "tap_passes"])
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("case", FORCED, ids=lambda c: f"{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}"
-                         f"_s{c[6][0]}_d{c[7][0]}{c[7][1]}_p{''.join(map(str, c[8]))}")
+@pytest.mark.parametrize("case, block", per_block(
+    FORCED, lambda c: f"{c[3]}x{c[4]}_k{c[5][0]}{c[5][1]}"
+    f"_s{c[6][0]}_d{c[7][0]}{c[7][1]}_p{''.join(map(str, c[8]))}", keep={1}))
 def test_regions_tap_passes_and_padding_agree(monkeypatch, way, block, case):
     """Forced each way (regions whatever share of taps reads the input, tap
     by tap whatever the weights' size, or never): the same results, with a

@@ -21,7 +21,7 @@ from jitnn.kernels.conv2d import direct, plan as conv_plan
 from jitnn.kernels.epilogue import CLAMP, HARD_SWISH, LEAKY_RELU, RELU, SIGMOID
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.conv2d_cases import run_case, to_blocked
-from tests.helpers import apply_activation, random, reference
+from tests.helpers import apply_activation, other_blocks_slow, per_block, random, reference
 
 # --- geometry, block 8 -------------------------------------------------------
 
@@ -104,8 +104,12 @@ BLOCK_GEOMETRY = [
 ]
 
 
-@pytest.mark.parametrize("block", [4, 16])
-@pytest.mark.parametrize("case", BLOCK_GEOMETRY, ids=lambda c: f"c{c[1]}o{c[2]}_k{c[5][0]}{c[5][1]}_g{c[9]}")
+# the first case is the direct kernel's default cover on these blocks (the
+# others' kernels: tests/test_conv2d_1x1_kernels.py, _depthwise_kernels.py,
+# _epilogue_kernels.py and test_conv2d_grouped.py)
+@pytest.mark.parametrize("case, block", per_block(
+    BLOCK_GEOMETRY, lambda c: f"c{c[1]}o{c[2]}_k{c[5][0]}{c[5][1]}_g{c[9]}", keep={0},
+    blocks=(4, 16)))
 def test_geometry_blocks_4_16(block, case):
     n, c, o, h, w, kernel, strides, dilations, padding, groups = case
     run_case(n, c, o, h, w, kernel, strides, dilations, padding, groups, block,
@@ -121,7 +125,7 @@ def test_residual_may_be_the_output():
              residual_in_place=True, activation=(SIGMOID, 0.0, 0.0))
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", other_blocks_slow())
 def test_direct_moved_back_last_tile(block):
     """49 and 25 interior pixels: the last tile moves back over pixels already
     stored (register tile, and the stack-array path for partial output lanes

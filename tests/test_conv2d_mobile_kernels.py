@@ -13,7 +13,7 @@ from jitnn.kernels.conv2d import conv1x1, depthwise, plan as conv_plan
 from jitnn.kernels.conv2d.geometry import (conv1x1_tile_shape, direct_tile_shape,
                                            gemm1x1_tile_shape)
 from jitnn.kernels.epilogue import CLAMP, HARD_SWISH, RELU, SILU
-from tests.helpers import apply_activation, random, reference
+from tests.helpers import apply_activation, per_block, random, reference
 
 
 def _to_blocked(x, block):
@@ -84,8 +84,9 @@ def _ahead(n, c, o, h, w, block):
     return chunk <= conv1x1._PREFETCH_TILES * P
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("case", PREFETCH_1X1, ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}")
+# blocks 4 and 16 by default: a case with the prefetch and one without
+@pytest.mark.parametrize("case, block", per_block(
+    PREFETCH_1X1, lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}", keep={0, 4}))
 def test_1x1_weight_prefetch(block, case):
     n, c, o, h, w, ahead = case
     if block == 8:
@@ -135,10 +136,10 @@ DEPTHWISE_AHEAD = [
 ]
 
 
+# blocks 4 and 16 by default: the two prefetching cases (strides 2 and 1)
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("block", [4, 8, 16])
-@pytest.mark.parametrize("case", DEPTHWISE_AHEAD,
-                         ids=lambda c: f"n{c[0]}c{c[1]}_{c[2]}x{c[3]}s{c[4]}")
+@pytest.mark.parametrize("case, block", per_block(
+    DEPTHWISE_AHEAD, lambda c: f"n{c[0]}c{c[1]}_{c[2]}x{c[3]}s{c[4]}", keep={0, 1}))
 def test_depthwise_rows_ahead(block, case, threads):
     """Against the float64 reference on 1 and 2 threads, with the row
     prefetch where the input is large."""

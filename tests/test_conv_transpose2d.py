@@ -22,7 +22,7 @@ from jitnn.ops.conv_transpose2d import (FILTER_LAYOUTS, conv_transpose2d_pack,
                                         conv_transpose2d_plan, conv_transpose2d_reference,
                                         run_conv_transpose2d)
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
-from tests.helpers import random
+from tests.helpers import per_block, random
 from tests.wpt import arguments, float32_cases
 
 ACTIVATIONS = [None, "relu", ("clamp", -0.5, 0.75),
@@ -184,9 +184,9 @@ def test_geometry_block8(case):
              ("leaky_relu", 0.2))
 
 
-@pytest.mark.parametrize("block", [4, 16])
-@pytest.mark.parametrize("case", GEOMETRY[1:5] + GEOMETRY[11:12] + GEOMETRY[14:16],
-                         ids=_case_id)
+# the first case by default (test_activations_blocks_4_16 runs these blocks too)
+@pytest.mark.parametrize("case, block", per_block(
+    GEOMETRY[1:5] + GEOMETRY[11:12] + GEOMETRY[14:16], _case_id, keep={0}, blocks=(4, 16)))
 def test_geometry_blocks_4_16(case, block):
     n, c, o, h, w, kernel, strides, dilations, padding, opad, groups = case
     run_case(n, c, o, h, w, kernel, strides, dilations, padding, opad, None, groups, block,

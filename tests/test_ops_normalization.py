@@ -17,7 +17,7 @@ import pytest
 import jitnn
 from jitnn.kernels import normalization as norm_kernels
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random, reference)
+                           expected_layout, make, per_block_and_threads, random, reference)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -153,8 +153,7 @@ def test_convnext_block_needs_no_reorder():
     assert_close(got, want, tol=1e-5)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block, threads", per_block_and_threads())
 def test_replayed_channel_layer_norm_is_a_bound_call_into_the_plan_buffer(threads, block):
     """conv -> LayerNorm over C -> conv, computed again and again on new
     inputs: the norm runs as one bound kernel call writing the plan's buffer

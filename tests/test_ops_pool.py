@@ -14,7 +14,7 @@ from jitnn.ops.pool import (average_pool2d_reference, global_average_pool2d_refe
                             l2_pool2d_reference, max_pool2d_reference)
 from tests import wpt
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random, reference)
+                           expected_layout, make, per_block_and_threads, random, reference)
 
 REFERENCES = {"max_pool2d": max_pool2d_reference, "average_pool2d": average_pool2d_reference,
               "l2_pool2d": l2_pool2d_reference}
@@ -482,8 +482,7 @@ def test_l2_wpt_cases():
     assert wrong <= names and len(names) == 14
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block, threads", per_block_and_threads())
 def test_replayed_blocked_pools_are_bound_calls_into_plan_buffers(threads, block):
     """conv -> max pool -> conv -> global average pool -> conv, computed again
     on new inputs: both pools run as bound calls writing the plan's buffers,
