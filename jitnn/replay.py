@@ -46,6 +46,10 @@ run's array put in its arguments, when it has the bound one's type
 array between runs). A
 conv that pads its input first or takes scratch memory is bound as well: those
 come from the thread's scratch buffers (kernels.conv2d.padding.BoundScratchRun).
+So is a fused attention: its Q, K and V are read in place from the plan's
+buffers, and a mask computed at every run (a padding or causal mask) is copied
+into a mask buffer of the binding's own before each call
+(jitnn.ops.attention.bind_attention).
 
 A program serves one call at a time: a call takes an idle program from its
 graph, or records a new one if none is idle (two threads computing the same
