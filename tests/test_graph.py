@@ -708,35 +708,41 @@ def test_a_bound_conv_call_is_checked_like_a_run():
                                 random((8, 8, 3, 3), 0), padding=1)[0], atol=1e-4)
 
 
-def test_a_replayed_grouped_conv_that_pads_its_input_is_bound():
-    """A grouped 3x3 on 7 x 7 (RegNet's) pads its input first, into this
-    thread's scratch buffer: replayed, it is still one bound call, and the
-    answers match the float64 reference on new inputs."""
+def test_replayed_convs_that_pad_their_input_or_mask_its_edges_are_bound():
+    """On 7 x 7 (a network's last stage) a dense direct 3x3 pads its input
+    first, into this thread's scratch buffer, and a grouped 3x3 (RegNet's)
+    reads it in place with masked edge taps: replayed, each is one bound
+    call, and the answers match the float64 reference on new inputs."""
     from jitnn.kernels import conv2d as conv_kernels
-    ctx = jitnn.Context(block=8)
+    ctx = jitnn.Context(block=8, conv_algorithm="direct")
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (1, 32, 7, 7))
     w1, w2 = random((32, 32, 1, 1), 1, 0.3), random((32, 8, 3, 3), 2, 0.3)
-    w3 = random((32, 32, 1, 1), 3, 0.3)
-    # (between two convs: it reads and writes the program's own buffers)
+    w3 = random((32, 32, 3, 3), 3, 0.1)
+    # (between convs: each reads and writes the program's own buffers)
     h = b.conv2d(x, b.constant(w1))
     h = b.relu(b.conv2d(h, b.constant(w2), padding=(1, 1, 1, 1), groups=4))
-    graph = b.build({"y": b.conv2d(h, b.constant(w3))})
+    h = b.conv2d(h, b.constant(w3), padding=(1, 1, 1, 1))
+    graph = b.build({"y": b.conv2d(h, b.constant(w1))})
     for seed in range(4):
         xs = random((1, 32, 7, 7), seed)
         outs = {"y": np.full((1, 32, 7, 7), np.nan, np.float32)}
         ctx.compute(graph, {"x": xs}, outs)
-        want = conv2d_reference(np.maximum(conv2d_reference(conv2d_reference(xs, w1), w2,
-                                                            padding=1, groups=4), 0), w3)
+        grouped = np.maximum(conv2d_reference(conv2d_reference(xs, w1), w2, padding=1,
+                                              groups=4), 0)
+        want = conv2d_reference(conv2d_reference(grouped, w3, padding=1), w1)
         _close(outs["y"], want, atol=1e-4)
     (program,) = graph._programs
-    grouped = [(c.node.memo.launch(), bound) for c, bound in
-               zip(program.steps, program.bindings.steps)
-               if c.step.kind == "op" and c.node.attrs.get("groups") == 4]
-    assert len(grouped) == 1
-    launch, bound = grouped[0]
+    three = {c.node.attrs.get("groups"): (c.node.memo.launch(), bound) for c, bound in
+             zip(program.steps, program.bindings.steps)
+             if c.step.kind == "op" and tuple(c.node.attrs["padding"]) == (1, 1, 1, 1)}
+    assert sorted(three) == [1, 4]
+    launch, bound = three[1]
     assert launch.pad_copy is not None
     assert bound and isinstance(bound.kernel, conv_kernels.BoundScratchRun)
+    launch, bound = three[4]
+    assert launch.pad_copy is None and launch.scratch == 0
+    assert bound and not isinstance(bound.kernel, conv_kernels.BoundScratchRun)
 
 
 def test_a_conv_launch_rejects_arrays_of_other_shapes():
