@@ -222,7 +222,7 @@ def _run_time_mask(cv, cond: Operand, keep_if_true: bool, infinite: bool) -> Ope
 
 
 def _attention(cv, values, plan) -> Operand | None:
-    qkv = plan.get("qkv")             # a _qkv_patterns.Projections
+    qkv = plan.get("qkv")             # a _pattern_graph.QkvSource
     if qkv is not None:
         # Q, K and V from their projections, not converted yet: their shapes for the checks
         heads = qkv.shapes(values)

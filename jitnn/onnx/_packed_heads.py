@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ._attention_convert import _float_tensor, _reshaped
 from ._common import Const
-from ._pattern_graph import _Graph
+from ._pattern_graph import QkvSource, _Graph
 
 #: read the packed head split in place (False: convert the nodes as exported)
 ENABLED = True
@@ -82,22 +82,8 @@ def _part(g: _Graph, name: str) -> dict | None:
     return part
 
 
-class PackedHeads:
-    """A matched packed head split, for the attention's conversion (the
-    interface of :class:`._qkv_patterns.Projections`)."""
-
-    def __init__(self, plan: dict) -> None:
-        self.plan = plan
-
-    def shapes(self, values: dict) -> list[tuple[int, ...]] | None:
-        return shapes(values, self.plan)
-
-    def operands(self, cv, values: dict, packed: bool):
-        return operands(cv, values, self.plan, packed)
-
-
 def match(g: _Graph, q: str, k: str, v: str,
-          covered: set[int]) -> tuple[set[int], PackedHeads] | None:
+          covered: set[int]) -> tuple[set[int], QkvSource] | None:
     """The head split writing the attention's ``(B, H, S, D)`` ``q``, ``k``
     and ``v`` as parts of one ``Transpose(Reshape(x), (2, 0, 3, 1, 4))``:
     (its nodes, what converts them), or None."""
@@ -121,7 +107,7 @@ def match(g: _Graph, q: str, k: str, v: str,
         return None
     plan = {"source": g.nodes[reshape].input[0], "parts": parts,
             "target": (g.nodes[reshape].input[1], bool(g.attr(reshape, "allowzero", 0)))}
-    return nodes, PackedHeads(plan)
+    return nodes, QkvSource(plan, shapes, operands)
 
 
 def _ints(values: dict, name: str | None) -> list[int] | None:

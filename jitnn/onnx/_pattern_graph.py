@@ -92,6 +92,24 @@ class _Graph:
         return default
 
 
+class QkvSource:
+    """Where a matched attention's Q, K and V come from when they are not
+    converted values yet (one packed GEMM, or one packed head split): the
+    match's ``plan`` and the two functions of the matching module that read
+    it, ``shapes(values, plan)`` (Q's, K's and V's shapes, or None) and
+    ``operands(cv, values, plan, packed)``. The attention's conversion calls
+    them (it cannot import those modules: they import its helpers)."""
+
+    def __init__(self, plan: dict, shapes: Callable, operands: Callable) -> None:
+        self.plan, self._shapes, self._operands = plan, shapes, operands
+
+    def shapes(self, values: dict) -> list[tuple[int, ...]] | None:
+        return self._shapes(values, self.plan)
+
+    def operands(self, cv, values: dict, packed: bool):
+        return self._operands(cv, values, self.plan, packed)
+
+
 class Pattern:
     """One matched pattern: the nodes it covers (``anchor``, the last, writes
     its result) and ``convert(cv, values) -> value or None`` (None: a constant

@@ -39,7 +39,7 @@ import numpy as np
 from . import _rotary_patterns
 from ._attention_convert import _float_tensor, _reshaped
 from ._common import Const
-from ._pattern_graph import _const_operand, _constant_matmul, _Graph
+from ._pattern_graph import QkvSource, _const_operand, _constant_matmul, _Graph
 
 #: pack the three projections into one GEMM (False: three GEMMs, as exported)
 ENABLED = True
@@ -65,22 +65,8 @@ def _projection(g: _Graph, name: str) -> tuple[list[int], str, str, str | None] 
     return ([matmul] if add is None else [matmul, add]), x, w, bias
 
 
-class Projections:
-    """A matched packing, for the attention's conversion (which cannot import
-    this module: it imports that one's helpers)."""
-
-    def __init__(self, plan: dict) -> None:
-        self.plan = plan
-
-    def shapes(self, values: dict) -> list[tuple[int, ...]] | None:
-        return shapes(values, self.plan)
-
-    def operands(self, cv, values: dict, packed: bool):
-        return operands(cv, values, self.plan, packed)
-
-
 def match(g: _Graph, q: str, k: str, v: str,
-          covered: set[int]) -> tuple[set[int], Projections] | None:
+          covered: set[int]) -> tuple[set[int], QkvSource] | None:
     """The projections writing the attention's ``q``, ``k``, ``v`` (each a
     ``(B, S, H, D)`` head split): (their nodes, what converts them), or None."""
     if not ENABLED:
@@ -116,11 +102,11 @@ def match(g: _Graph, q: str, k: str, v: str,
     if not all(g.private(i, covered | nodes) for i in nodes):
         return None
     plan["targets"] = targets
-    return nodes, Projections(plan)
+    return nodes, QkvSource(plan, shapes, operands)
 
 
 def match_rotary(g: _Graph, q: str, k: str, v: str,
-                 covered: set[int]) -> tuple[set[int], Projections] | None:
+                 covered: set[int]) -> tuple[set[int], QkvSource] | None:
     """The projections writing the attention's ``(B, H, S, D)`` ``q`` and ``k``
     through a rotary embedding of their head split's transpose and ``v`` as
     that transpose alone: (their nodes, what converts them), or None."""
@@ -151,7 +137,7 @@ def match_rotary(g: _Graph, q: str, k: str, v: str,
             "rotary": [r.data for r in rotaries],
             "targets": [(g.nodes[r].input[1], bool(g.attr(r, "allowzero", 0)))
                         for r in reshapes]}
-    return nodes, Projections(plan)
+    return nodes, QkvSource(plan, shapes, operands)
 
 
 def _split_sizes(values: dict, plan: dict, width: int) -> list[int] | None:
