@@ -13,41 +13,12 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, numpy_helper  # noqa: E402
 
 import jitnn  # noqa: E402
 import jitnn.onnx  # noqa: E402
 from tests.helpers import random  # noqa: E402
-
-
-class Net:
-    """Nodes, initializers and inputs of one graph, with fresh names."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
-
-    def const(self, array, dtype=np.float32) -> str:
-        self.count += 1
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), f"c{self.count}"))
-        return f"c{self.count}"
-
-    def input(self, name: str, shape, elem=TensorProto.FLOAT) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        return name
-
-    def __call__(self, op: str, *inputs: str, **attrs) -> str:
-        self.count += 1
-        name = f"{op.lower()}{self.count}"
-        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
-        return name
-
-    def model(self, outputs: list[str], opset: int = 18):
-        graph = helper.make_graph(
-            self.nodes, "dynamo", self.inputs,
-            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-            self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+from tests.onnx_nets import Net  # noqa: E402
 
 
 def check(model, feed: dict, tol: float = 2e-5) -> list[str]:
@@ -140,7 +111,7 @@ def dynamo_attention(targets: str = "shape", heads_in: str = "bshd", b: int = 2,
     if heads_in == "bshd":
         out = net("Reshape", net("Transpose", out, perm=[0, 2, 1, 3]),
                   net.const([b, s, h * d], np.int64))
-    return net.model([out]), feed
+    return net.model([out], opset=18), feed
 
 
 @pytest.mark.parametrize("targets", ["shape", "const"])

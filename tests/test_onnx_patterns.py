@@ -20,50 +20,20 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import jitnn
 import jitnn.onnx
 from jitnn.onnx import _patterns
 from tests.helpers import assert_schedule, nan_guards, random
 from tests.onnx_models import evaluate, masked_attention_block
+from tests.onnx_nets import Net
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "models")
 LOWEST = float(np.finfo(np.float32).min)
 
 
 # --- building models and their float64 reference ----------------------------------------
-
-class Net:
-    """Nodes, initializers and inputs of one graph, with fresh names."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
-
-    def const(self, array, dtype=np.float32) -> str:
-        self.count += 1
-        name = f"c{self.count}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), name))
-        return name
-
-    def input(self, name: str, shape, elem=TensorProto.FLOAT) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, elem, list(shape)))
-        return name
-
-    def __call__(self, op: str, *inputs: str, outputs: int = 1, **attrs):
-        self.count += 1
-        names = [f"{op.lower()}{self.count}_{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op, list(inputs), names, name=names[0], **attrs))
-        return names[0] if outputs == 1 else names
-
-    def model(self, outputs: list[str], opset: int = 17):
-        graph = helper.make_graph(
-            self.nodes, "patterns", self.inputs,
-            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-            self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
 
 def _float64(model):
     """A copy of ``model`` computing in float64 (inputs, constants and Casts)."""

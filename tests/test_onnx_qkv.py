@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 import jitnn
 import jitnn.onnx
@@ -27,42 +27,9 @@ from jitnn.kernels import matmul as mm
 from jitnn.onnx import _gated_mlp, _qkv_patterns
 from jitnn.ops.gated import swiglu_reference
 from tests.helpers import random
+from tests.onnx_nets import ReferenceNet as Net
 
 FUSED = "read in place from one"
-
-
-class Net:
-    """Nodes, float64 initializers and inputs of one graph, with fresh names
-    (float32 for jitnn, float64 for the reference: :meth:`model`)."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
-
-    def const(self, array, dtype=np.float64) -> str:
-        self.count += 1
-        self.inits.append((f"c{self.count}", np.asarray(array, dtype)))
-        return f"c{self.count}"
-
-    def input(self, name: str, shape) -> str:
-        self.inputs.append((name, list(shape), None))
-        return name
-
-    def __call__(self, op: str, *inputs: str, outputs: int = 1, **attrs):
-        self.count += 1
-        names = [f"{op.lower()}{self.count}_{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op, list(inputs), names, name=names[0], **attrs))
-        return names[0] if outputs == 1 else names
-
-    def model(self, outputs: list[str], opset: int = 17, dtype=np.float32):
-        elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
-        inits = [numpy_helper.from_array(a.astype(dtype) if a.dtype == np.float64 else a, n)
-                 for n, a in self.inits]
-        graph = helper.make_graph(
-            self.nodes, "qkv", [helper.make_tensor_value_info(n, t or elem, s)
-                                for n, s, t in self.inputs],
-            [helper.make_tensor_value_info(o, elem, None) for o in outputs], inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _mask(net: Net, kind: str, scores: str, b: int, s: int, feed: dict) -> str:
