@@ -211,6 +211,23 @@ def test_one_key_value_head_runs_the_projections_apart(mask):
 
 
 
+def _rotate(net: Net, t: str, cos: str, sin: str, d: int, last: str) -> str:
+    """Rotary embedding as exporters write it: t * cos + rotate_half(t) * sin."""
+    low = net("Slice", t, net.const([0], np.int64), net.const([d // 2], np.int64), last)
+    high = net("Slice", t, net.const([d // 2], np.int64), net.const([2 ** 62], np.int64), last)
+    rotated = net("Concat", net("Neg", high), low, axis=-1)
+    return net("Add", net("Mul", t, cos), net("Mul", rotated, sin))
+
+
+def _repeat(net: Net, kv: str, b: int, h: int, kv_heads: int, s: int, d: int) -> str:
+    """Grouped-query K or V repeated to every query head (repeat_kv's export)."""
+    if h == kv_heads:
+        return kv
+    y = net("Unsqueeze", kv, net.const([2], np.int64))
+    y = net("Expand", y, net.const([b, kv_heads, h // kv_heads, s, d], np.int64))
+    return net("Reshape", y, net.const([b, h, s, d], np.int64))
+
+
 def rotary_attention(mask: str = "causal_trilu", b: int = 2, s: int = 7, h: int = 4,
                      kv_heads: int = 2, d: int = 6, biases: bool = False, tables: int = 2,
                      v_output: bool = False, seed: int = 0):
@@ -240,22 +257,9 @@ def rotary_attention(mask: str = "causal_trilu", b: int = 2, s: int = 7, h: int 
         y = net("Reshape", y, net.const([b, s, count, d], np.int64))
         return net("Transpose", y, perm=[0, 2, 1, 3])
 
-    def rotate(t: str) -> str:
-        low = net("Slice", t, net.const([0], np.int64), net.const([d // 2], np.int64), last)
-        high = net("Slice", t, net.const([d // 2], np.int64),
-                   net.const([2 ** 62], np.int64), last)
-        rotated = net("Concat", net("Neg", high), low, axis=-1)
-        return net("Add", net("Mul", t, cos), net("Mul", rotated, sin))
-
-    def repeat(kv: str) -> str:
-        if h == kv_heads:
-            return kv
-        y = net("Unsqueeze", kv, net.const([2], np.int64))
-        y = net("Expand", y, net.const([b, kv_heads, h // kv_heads, s, d], np.int64))
-        return net("Reshape", y, net.const([b, h, s, d], np.int64))
-
-    q, k = rotate(heads(h)), repeat(rotate(heads(kv_heads)))
-    v = repeat(heads(kv_heads))
+    q = _rotate(net, heads(h), cos, sin, d, last)
+    k = _repeat(net, _rotate(net, heads(kv_heads), cos, sin, d, last), b, h, kv_heads, s, d)
+    v = _repeat(net, heads(kv_heads), b, h, kv_heads, s, d)
     scores = net("Mul", net("MatMul", q, net("Transpose", k, perm=[0, 1, 3, 2])),
                  net.const(1 / math.sqrt(d)))
     probs = net("Softmax", _mask(net, mask, scores, b, s, feed), axis=-1)
@@ -473,22 +477,9 @@ def llama_block(b: int, s: int, h: int, kv_heads: int, d: int, pad: bool, seed: 
         y = net("Reshape", y, net.const([b, s, count, d], np.int64))
         return net("Transpose", y, perm=[0, 2, 1, 3])
 
-    def rotate(t: str) -> str:
-        low = net("Slice", t, net.const([0], np.int64), net.const([d // 2], np.int64), last)
-        high = net("Slice", t, net.const([d // 2], np.int64),
-                   net.const([2 ** 62], np.int64), last)
-        rotated = net("Concat", net("Neg", high), low, axis=-1)
-        return net("Add", net("Mul", t, cos), net("Mul", rotated, sin))
-
-    def repeat(kv: str) -> str:
-        if h == kv_heads:
-            return kv
-        y = net("Unsqueeze", kv, net.const([2], np.int64))
-        y = net("Expand", y, net.const([b, kv_heads, h // kv_heads, s, d], np.int64))
-        return net("Reshape", y, net.const([b, h, s, d], np.int64))
-
-    q, k = rotate(heads(h)), repeat(rotate(heads(kv_heads)))
-    v = repeat(heads(kv_heads))
+    q = _rotate(net, heads(h), cos, sin, d, last)
+    k = _repeat(net, _rotate(net, heads(kv_heads), cos, sin, d, last), b, h, kv_heads, s, d)
+    v = _repeat(net, heads(kv_heads), b, h, kv_heads, s, d)
     # the mask: causal (a constant) and the keys attention_mask keeps, as a float mask
     causal = net.const(np.tri(s, s, dtype=bool).reshape(1, 1, s, s), np.bool_)
     padding = net("Cast", net("Reshape", "attention_mask", net.const([b, 1, 1, s], np.int64)),
