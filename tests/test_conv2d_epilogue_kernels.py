@@ -19,6 +19,12 @@ FIRST_LAYER = [
     # (the border share once padded it as if blocked); 3 output blocks: a
     # group of one
     (2, 8, 24, 11, 10, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    # the register tile takes 3 channels a step where 3 divides C (6: two
+    # steps a tap), else one (5, 2): direct.plain_step_lanes
+    (3, 5, 17, 11, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (1, 6, 17, 11, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (2, 2, 9, 7, 5, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (1, 4, 8, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),     # a one-pixel plane
     pytest.param((1, 9, 16, 13, 12, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
                  marks=pytest.mark.slow),                          # C over a block
     pytest.param((1, 1, 8, 9, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1),  # grayscale:

@@ -2,7 +2,8 @@
 groups, on a blocked input or (the first layer) a plain one.
 
 Buffers (float32, flat views of C-contiguous arrays; ``ci`` input lanes per
-block: ``cb`` blocked, ``C`` plain):
+block: ``cb`` blocked, ``C`` plain, whose register tile reads them ``ci`` (3
+or 1) at a step):
 
 * input, blocked: ``x: (N, CB, H, W, cb)``; plain: ``x: (N, C, H, W)``
 * packed filter: ``w: (OB, R, KH, KW, ci, cb)`` (``OIhw{ci}i{cb}o``; a plain
@@ -12,9 +13,10 @@ block: ``cb`` blocked, ``C`` plain):
   without groups; grouped filters keep only each block's window,
   ``filter_packing.packed_window_begins``)
 * bias ``(OB * cb,)``; output ``y`` and residual: ``(N, OB, OH, OW, cb)``
-* border patch, per task: ``buf: (CB, KH, KW, P, ci)``, tap ``(kh, kw)`` of
-  tile pixel ``p``, zero where the tap falls in the padding; with edge
-  masks (below), ``buf: ((P - 1) * sw + 1, cb)`` zeros instead
+* border patch, per task: ``buf: (CB, KH, KW, P, ci)`` (plain: ``(1, KH,
+  KW, P, C)``), tap ``(kh, kw)`` of tile pixel ``p``, zero where the tap
+  falls in the padding; with edge masks (below), ``buf: ((P - 1) * sw + 1,
+  cb)`` zeros instead
 * regions ``(R, 8)`` int64: output rows ``[r0, r1)``, columns ``[c0, c1)``
   and the taps ``[kh0, kh1) x [kw0, kw1)`` its pixels run; chunks
   ``(nchunks, 3)`` int64: a region (-1: border pixels), first and end pixel;
@@ -77,11 +79,12 @@ from .register_tile import conv_tile
 
 
 @jit()
-def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
+def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P, lanes):
     """Copy what a border tile reads from input blocks ``ib0 .. ib1-1`` into
-    ``buf``: ``buf[((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci + i]`` is
-    lane ``i`` of tap ``(kh, kw)`` of pixel ``p`` (input row ``ihs[p] + kh*dh``,
-    column ``iws[p] + kw*dw``), zero where the tap falls in the padding."""
+    ``buf``: ``buf[((((ib - ib0) * KH + kh) * KW + kw) * P + p) * lanes + i]``
+    is lane ``i`` of tap ``(kh, kw)`` of pixel ``p`` (input row ``ihs[p] +
+    kh*dh``, column ``iws[p] + kw*dw``), zero where the tap falls in the
+    padding. ``lanes``: ``ci`` (blocked), or a plain input's C channels."""
     literally(ci)
     literally(P)
     H, W, KH, KW, dh, dw = geom.H, geom.W, geom.KH, geom.KW, geom.dh, geom.dw
@@ -94,18 +97,28 @@ def _fill_patch(buf, xf, geom, n, ib0, ib1, ihs, iws, ci, P):
                 row_ok = ih >= 0 and ih < H
                 for kw in range(KW):
                     iw = iws[p] + kw * dw
-                    d = ((((ib - ib0) * KH + kh) * KW + kw) * P + p) * ci
+                    d = ((((ib - ib0) * KH + kh) * KW + kw) * P + p) * lanes
                     if row_ok and iw >= 0 and iw < W:
                         s = xbase + ih * x_row + iw * x_px
-                        if x_lane == 1:              # blocked: one vector move
+                        if x_lane == 1 and lanes == ci:  # blocked: one vector move
                             for i in range(ci):
                                 buf[np.uint64(d + i)] = xf[np.uint64(s + i)]
                         else:
-                            for i in range(ci):
+                            for i in range(lanes):
                                 buf[np.uint64(d + i)] = xf[np.uint64(s + i * x_lane)]
                     else:
-                        for i in range(ci):
+                        for i in range(lanes):
                             buf[np.uint64(d + i)] = _ZERO
+
+
+@jit()
+def _input_lanes(wf, OB, KH, KW, cb, ci, plain):
+    """The input lanes a tap reads: ``ci`` for a blocked input; a plain
+    input's C channels (its packed filter is ``(OB, 1, KH, KW, C, cb)``),
+    which the register tile runs ``ci`` at a step."""
+    if plain:
+        return wf.shape[0] // (OB * KH * KW * cb)
+    return ci
 
 
 @jit(standalone=True)
@@ -120,9 +133,11 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     :class:`.geometry.ConvGeometry`; ``epilogue``: an
     :class:`.geometry.Epilogue`; ``buf``: the border patch (module docstring).
 
-    ``plain``: the input is plain nchw, its ``ci`` channels a plane apart
+    ``plain``: the input is plain nchw, its C channels a plane apart
     (blocked: ``ci = cb`` adjacent lanes), so each (tap, channel) pair gets
-    its own input offset.
+    its own input offset; the register tile takes ``ci`` of them a step (3
+    or 1, :func:`plain_step_lanes`), so one compile serves every C that
+    ``ci`` divides.
 
     ``groups_outside``: every tile of one group, then the next group (the
     group's weights stay in L1 when they fit); otherwise every group of one
@@ -172,10 +187,12 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
     acc = numba.carray(stack_empty(_TILE_ELEMENTS, np.float32), _TILE_ELEMENTS)
 
     y_ob = OH * OW * cb                  # between output blocks
-    # packed weight strides: (OB, R, KH, KW, ci, cb), R input blocks a window
-    # (CB dense, fewer grouped); a tile's blocks share one range, so one
-    # window start (filter_packing.packed_window_begins)
-    w_ib = KH * KW * ci * cb
+    # the lanes a tap reads: ci, or a plain input's C channels, ci at a step
+    lanes = _input_lanes(wf, OB, KH, KW, cb, ci, plain)
+    # packed weight strides: (OB, R, KH, KW, lanes, cb), R input blocks a
+    # window (CB dense, fewer grouped; 1 plain); a tile's blocks share one
+    # range, so one window start (filter_packing.packed_window_begins)
+    w_ib = KH * KW * lanes * cb
     window = wf.shape[0] // (OB * w_ib)
     w_ob = window * w_ib
     # input blocks any group of this call reads (ranges grow with ob)
@@ -186,14 +203,14 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
         s_ib, s_kh, s_kw, s_lane = x_ib, dh * x_row, dw * x_px, x_lane
     else:
         src = buf                        # patch of blocks u0 .. u1-1
-        s_ib, s_kh, s_kw, s_lane = KH * KW * P * ci, KW * P * ci, P * ci, 1
+        s_ib, s_kh, s_kw, s_lane = KH * KW * P * lanes, KW * P * lanes, P * lanes, 1
     # per tap (kh, kw) this call runs, t = (kh - kh0) * (kw1 - kw0) + kw - kw0:
     # blocked, the pair (its input offset from tap (kh0, kw0) of an input
     # block, its weights' offset in an input block's packed weights); plain,
-    # the input offset of each input channel i (entry t * ci + i; the
+    # the input offset of each input channel i (entry t * lanes + i; the
     # weights walk on, every tap running)
     taps = (kh1 - kh0) * (kw1 - kw0)
-    entries = ci if plain else 2
+    entries = lanes if plain else 2
     tap_x = np.empty(taps * entries, np.int64)
     # edges: each tap's input column and row past tap (kh0, kw0)'s (a tap in
     # the padding reads the zeros of buf instead)
@@ -204,8 +221,8 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             tap_rc[2 * t] = (kw - kw0) * dw
             tap_rc[2 * t + 1] = (kh - kh0) * dh
             if plain:
-                for i in range(ci):
-                    tap_x[t * ci + i] = kh * s_kh + kw * s_kw + i * s_lane
+                for i in range(lanes):
+                    tap_x[t * lanes + i] = kh * s_kh + kw * s_kw + i * s_lane
             else:
                 tap_x[2 * t] = (kh - kh0) * s_kh + (kw - kw0) * s_kw
                 tap_x[2 * t + 1] = (kh * KW + kw) * ci * cb
@@ -268,9 +285,9 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                     # the pixel's tap (kh0, kw0), inside the input
                     xb[p] = n * x_n + (ihs[p] + kh0 * dh) * x_row + (iws[p] + kw0 * dw) * x_px
             else:
-                _fill_patch(buf, xf, geom, n, u0, u1, ihs, iws, ci, P)
+                _fill_patch(buf, xf, geom, n, u0, u1, ihs, iws, ci, P, lanes)
                 for p in range(P):
-                    xb[p] = p * ci - u0 * s_ib
+                    xb[p] = p * lanes - u0 * s_ib
 
         ob0 = og * B
         last = min(B, OB - ob0) - 1  # blocks past the last one re-read it
@@ -281,7 +298,8 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
             # tile of one block: LLVM loads all its 3 x 6 broadcasts first
             # and spills them; it runs below)
             ib = ib_begin[ob0]
-            steps = (ib_end[ob0 + last] - ib) * taps
+            # (a plain input: one block, lanes // ci steps a tap)
+            steps = (ib_end[ob0 + last] - ib) * taps * (lanes // ci)
             w0 = ob0 * w_ob + (ib - min(ib, CB - window)) * w_ib
             if last == B - 1 and in_row:
                 conv_tile(P, B, cb, ci, plain, row_step, src, xb, tap_x, taps, steps,
@@ -357,14 +375,14 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
                     xib += s_ib
                     wib += w_ib
         else:
-            # plain input, few lanes (ci = C): the flat loop lets LLVM keep
-            # the fully unrolled lane loop's accumulators in memory; nest it
-            # (and compute the offsets: loading them from tap_x does too)
+            # plain input, few lanes (its C channels): the flat loop lets
+            # LLVM keep the accumulators in memory; nest it (and compute the
+            # offsets: loading them from tap_x does too)
             for kh in range(KH):
                 for kw in range(KW):
                     toff = kh * s_kh + kw * s_kw
-                    wo = ob0 * w_ob + (kh * KW + kw) * ci * cb
-                    for i in range(ci):
+                    wo = ob0 * w_ob + (kh * KW + kw) * lanes * cb
+                    for i in range(lanes):
                         xi = toff + i * s_lane
                         wi = wo + i * cb
                         for p in range(P):
@@ -401,8 +419,8 @@ def _conv_tiles(xf, wf, bias, resf, yf, buf, geom, region, ib_begin, ib_end, n, 
         if post and not interior:
             for p in range(p_lo, nvalid):
                 for b in range(last + 1):
-                    lanes = min(cb, O - (ob0 + b) * cb)
-                    activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, lanes,
+                    live = min(cb, O - (ob0 + b) * cb)
+                    activate_pixels(yf, yos[p] + (ob0 + b) * y_ob, 1, cb, live,
                                      act, p0, p1)
         at += 1
     if post and interior:
@@ -448,7 +466,8 @@ def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_en
     # selects of the loaded values lane by lane instead of a pointer per tap,
     # 1.3-1.7x slower)
     zeros = (P - 1) * row_step + cb if edges else 0
-    buf = np.empty(zeros if interior else geom.CB * KH * KW * P * ci, np.float32)
+    lanes = _input_lanes(wf, geom.OB, KH, KW, cb, ci, plain)
+    buf = np.empty(zeros if interior else geom.CB * KH * KW * P * lanes, np.float32)
     for i in range(zeros):
         buf[i] = _ZERO
     # border tiles fill a patch per tile: keep them tile-major
@@ -460,7 +479,8 @@ def _run_chunk(xf, wf, bias, resf, yf, geom, regions, chunks, c, ib_begin, ib_en
 def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int, row_step: int = 0,
                       edges: int = 0):
     """The parallel driver for block ``cb`` reading ``ci`` lanes per input
-    block (cb, or C for a ``plain`` input), tiles of P pixels x B blocks,
+    block (cb; a ``plain`` input's C channels ``ci`` at a step:
+    :func:`plain_step_lanes`), tiles of P pixels x B blocks,
     ``row_step`` and ``edges`` as in :func:`_conv_tiles`. All are
     compile-time constants captured in the closure, so the numba cache keeps
     one entry per (cb, ci, plain, P, B, row_step, edges)."""
@@ -514,6 +534,16 @@ def _make_conv_driver(cb: int, ci: int, plain: bool, P: int, B: int, row_step: i
 
 
 _conv_drivers: dict = {}
+
+
+def plain_step_lanes(C: int) -> int:
+    """The lanes a plain input's register-tile step reads (the driver's
+    ``ci``): 3 for RGB images (and any C that 3 divides), unrolled; 1 for the
+    rest, one channel a step. A lane a step is as many FMAs per step (B x P)
+    as a vector's worth, and one compile serves every C instead of one per C
+    (the suite's C = 1 ... 9 and 17 compiled eight drivers a tile shape, 7-33
+    s each, cold)."""
+    return 3 if C % 3 == 0 else 1
 
 
 def conv_driver(cb: int, ci: int, plain: bool = False, P: int | None = None,

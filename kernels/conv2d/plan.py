@@ -20,7 +20,7 @@ from ..epilogue import CLAMP, LAST_ACTIVATION, NONE, RELU
 from . import winograd
 from .conv1x1 import conv1x1_driver
 from .depthwise import _DW_PATCH_ELEMENTS, depthwise_driver, depthwise_mode, edge_tiles
-from .direct import conv_driver
+from .direct import conv_driver, plain_step_lanes
 from .geometry import (PASS_WHOLE, ConvGeometry, DepthwiseGeometry, _clip_range,
                        conv1x1_tile_shape, conv2d_output_size, depthwise_tile_pixels,
                        direct_chunks, direct_tile_shape, gemm1x1_tile_shape, row_tile_pixels,
@@ -524,6 +524,7 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     if by_regions and group_bytes > _TAP_PASS_GROUP_BYTES and \
             N * -(-OB // B) >= _TAP_PASS_MIN_TASKS:
         regions, chunks, passes = tap_passes(geom, chunk)
-    return launch(conv_driver(cb, C if plain else cb, plain, P, B, row_step, max(edges, 0)),
+    return launch(conv_driver(cb, plain_step_lanes(C) if plain else cb, plain, P, B, row_step,
+                              max(edges, 0)),
                   (tuple(geom), packed.ib_begin, packed.ib_end, regions, chunks, passes,
                    og_inner, group_fits_l1, has_res) + epilogue, pad_copy)
