@@ -231,10 +231,22 @@ def other_blocks_slow(blocks=(4, 8, 16)) -> list:
 
 def per_block_and_threads(blocks=(4, 8, 16), threads=(1, 2)) -> list:
     """``block, threads`` pytest params, named ``<block>-<threads>`` as a
-    parametrize of the thread counts over one of the blocks names them; on a
-    block other than the host's only 1 thread runs by default (more threads
-    are the kernels' parallel compiles for that block: slow)."""
+    parametrize of the thread counts over one of the blocks names them; the
+    host's block on every thread count by default, the others slow. (For the
+    runtime's tests around a kernel: binding, replay. On another block the
+    case compiles that block's kernels for its own geometry, 10-25 s cold,
+    and those kernels are covered by the kernel tests' :func:`per_block`
+    cases.)"""
     host = jitnn.host_block()
     return [pytest.param(block, count, id=f"{block}-{count}",
-                         marks=pytest.mark.slow if block != host and count > 1 else ())
+                         marks=pytest.mark.slow if block != host else ())
             for count in threads for block in blocks]
+
+
+def portable_block_slow(blocks=(4, 8, 16)) -> list:
+    """``blocks`` as pytest params, block 4 slow unless it is the host's:
+    tests/portable_check.py (run by the default suite) checks every conv2d
+    path on block 4, and a block-4 case here compiles kernels of its own."""
+    return [pytest.param(block, marks=pytest.mark.slow
+                         if block == 4 and block != jitnn.host_block() else ())
+            for block in blocks]

@@ -8,6 +8,7 @@ import pytest
 
 from jitnn.kernels.epilogue import GELU, RELU, SIGMOID, SILU
 from tests.conv2d_cases import ACTIVATIONS, run_case
+from tests.helpers import other_blocks_slow, portable_block_slow
 
 FIRST_LAYER = [
     # (n, c, o, h, w, kernel, strides, dilations, padding, groups)
@@ -52,7 +53,7 @@ def test_epilogue_direct(block, bias, residual, activation):
              bias, residual, seed=block)
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", portable_block_slow())
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: f"act{a[0]}_{a[1]}")
 def test_epilogue_depthwise_and_first_layer(block, activation):
     run_case(1, 19, 19, 7, 15, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 19, block, activation,
@@ -83,7 +84,7 @@ SPAN_CASES = [
     (1, 7, 3, 13, 5, (5, 3), (2, 1), (2, 2, 1, 1), 1, False, False)]
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", other_blocks_slow())
 @pytest.mark.parametrize("activation", [(SILU, 0.0, 0.0), (SIGMOID, 0.0, 0.0), (GELU, 0.0, 0.0)],
                          ids=lambda a: f"act{a[0]}")
 def test_activation_spans(block, activation):

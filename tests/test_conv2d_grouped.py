@@ -14,6 +14,7 @@ import numba
 import numpy as np
 import pytest
 
+import jitnn
 from jitnn.kernels import _config, conv2d as K, layout
 from jitnn.kernels.conv2d import geometry, plan as conv_plan
 from jitnn.kernels.epilogue import RELU
@@ -153,10 +154,17 @@ def test_seven_wide_grouped_outputs_run_row_tiles_on_block_16(case):
         assert launch.pad_copy is None
 
 
+# one case a block by default (each compiles row-tile drivers of its own;
+# block 4 is the portable check's, tests/portable_check.py), the rest slow
 @pytest.mark.parametrize("block, case", [
-    (4, (1, 8, 8, 12, 12, 1, 2)), (4, (2, 12, 12, 9, 13, 2, 2)), (4, (1, 16, 16, 14, 14, 1, 2)),
-    (16, (1, 32, 32, 12, 12, 1, 2)), (16, (2, 48, 48, 14, 14, 1, 3)),
-    (16, (1, 36, 36, 11, 9, 2, 4))], ids=str)
+    pytest.param(block, case, id=str((block, case)),
+                 marks=pytest.mark.slow if block != jitnn.host_block() and (
+                     index or block == 4) else ())
+    for block, cases in [(4, [(1, 8, 8, 12, 12, 1, 2), (2, 12, 12, 9, 13, 2, 2),
+                              (1, 16, 16, 14, 14, 1, 2)]),
+                         (16, [(1, 32, 32, 12, 12, 1, 2), (2, 48, 48, 14, 14, 1, 3),
+                               (1, 36, 36, 11, 9, 2, 4)])]
+    for index, case in enumerate(cases)])
 def test_grouped_blocks_4_16(block, case):
     n, c, o, h, w, stride, groups = case
     run_grouped(n, c, o, h, w, stride, groups, block)

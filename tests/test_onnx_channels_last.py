@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import jitnn
 import jitnn.onnx
-from tests.helpers import random
+from tests.helpers import other_blocks_slow, random
 
 
 class Net:
@@ -128,7 +128,7 @@ def test_convnext_block_runs_without_transposes(n, c, h, w):
         "conv2d", "layer_normalization", "conv2d + gelu", "conv2d + add"], labels
 
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", other_blocks_slow())
 def test_convnext_block_each_block(block):
     net, y, feed = convnext_block(2, 17, 7, 5, seed=block)
     labels = check(net.model([y]), feed, ctx=jitnn.Context(num_threads=1, block=block))

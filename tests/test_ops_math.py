@@ -10,7 +10,7 @@ import pytest
 
 import jitnn
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random, reference)
+                           expected_layout, make, other_blocks_slow, random, reference)
 
 #: (op, options): every unary op, and the options it claims
 UNARY = [("abs", {}), ("ceil", {}), ("floor", {}), ("round_even", {}), ("exp", {}),
@@ -269,7 +269,7 @@ def test_integer_prelu(dtype):
 
 # --- fusion --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("block", [8, 16])
+@pytest.mark.parametrize("block", other_blocks_slow((8, 16)))
 def test_conv_then_math_chain_is_one_pass(block):
     """conv -> abs -> sqrt -> mul -> erf -> add(conv) -> pow 2 runs as the conv
     and one element-wise pass, blocked throughout (no reorder to plain)."""

@@ -486,7 +486,8 @@ def test_kernel_checks():
 
 # --- batch_normalization: WebNN's options ---------------------------------------------
 
-@pytest.mark.parametrize("kind", ["plain", "nChw8c", "block16"])
+@pytest.mark.parametrize("kind", ["plain", "nChw8c", pytest.param(
+    "block16", marks=pytest.mark.slow if jitnn.host_block() != 16 else ())])
 def test_batch_norm_statistics_from_graph_inputs(kind):
     """mean, variance, scale and bias as graph inputs (WebNN MLOperands, not
     constants), after a conv (blocked) or on the input (plain)."""

@@ -18,7 +18,8 @@ from jitnn.ops.shape import (concat_reference, expand_reference, flatten_referen
                              reshape_reference, split_reference, tile_reference,
                              transpose_reference)
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, random, typed_data)
+                           expected_layout, make, portable_block_slow, random,
+                           typed_data)
 
 
 # --- reshape, flatten, transpose, softmax ------------------------------------------------
@@ -199,7 +200,7 @@ def test_concat_errors():
 
 # --- a CNN chain ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", portable_block_slow())
 def test_cnn_chain_against_composed_references(block):
     """conv2d -> batch_normalization -> relu -> max_pool2d -> add (residual)
     -> global_average_pool2d -> flatten -> gemm, blocked until the flatten."""
