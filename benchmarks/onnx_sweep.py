@@ -16,7 +16,8 @@ torch's default, opset 18, the same axes dynamic, files of their own) to
 Runtime and by ``jitnn.onnx`` (1 thread) on the same inputs: two token inputs
 for the text models, one input otherwise. One row per model: ``pass`` with
 the largest difference over the largest output magnitude (below 1e-3), or
-what failed (the export, loading: jitnn's error, or the numbers). Each model
+what failed (the export, loading: jitnn's error, or the numbers; a NaN or
+inf where ONNX Runtime's output has a number fails). Each model
 runs in its own process (``--in-process``: not), so that one that crashes or
 exhausts memory leaves the others. docs/onnx.md has the results. Needs torch
 2.13 (CPU), transformers, timm, torchvision, onnx and onnxruntime.
