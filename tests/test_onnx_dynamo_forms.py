@@ -134,3 +134,38 @@ def test_dynamo_views_that_do_not_swap_run_as_they_are():
     nodes convert one by one and give the model's numbers."""
     labels = check(*dynamo_attention("wrong"))
     assert "softmax" in labels or "transpose" in labels, labels
+
+
+def multihead_attention(targets: str = "const", b: int = 2, s: int = 6, h: int = 2,
+                        d: int = 8, seed: int = 0):
+    """``nn.MultiheadAttention`` as the dynamo exporter writes it: its heads split
+    as 3-D (B·H, S, D) tensors (here inputs), Q and V viewed as (B, H, S, D) for
+    SDPA, K's swap (:func:`_dynamo_kt`) starting from the 3-D K (its first
+    Reshape a view of the same shape), the heads merged by Transpose(2, 0, 1, 3).
+    ``targets="wrong"``: a first view of (B·H, D, S), no swap."""
+    net = Net(seed)
+    q3, k3, v3 = (net.input(n, (b * h, s, d)) for n in "qkv")
+    feed = {n: random((b * h, s, d), seed + i) for i, n in enumerate("qkv")}
+    heads = net.const([-1, h, s, d], np.int64)
+    q, v = net("Reshape", q3, heads), net("Reshape", v3, heads)
+    kt = net("Reshape", net("Transpose", net("Reshape", k3, net.const(
+        [b * h, d, s] if targets == "wrong" else [b * h, s, d], np.int64)), perm=[0, 2, 1]),
+        net.const([b, h, d, s], np.int64))
+    root = net.const(1 / math.sqrt(math.sqrt(d)))
+    probs = net("Softmax", net("MatMul", net("Mul", q, root), net("Mul", kt, root)), axis=-1)
+    out = net("Transpose", net("MatMul", probs, v), perm=[2, 0, 1, 3])
+    return net.model([net("Reshape", out, net.const([-1, h * d], np.int64))], opset=18), feed
+
+
+def test_multihead_attention_heads_split_3d_are_one_attention():
+    """K swapped from its 3-D (B·H, S, D) heads (``nn.MultiheadAttention``; torchvision's
+    ViT exported by dynamo: 68 -> 58 launches) is read as their (B, H, S, D) view: one
+    attention, no softmax and no transpose but the head merge's."""
+    labels = check(*multihead_attention())
+    assert labels.count("scaled_dot_product_attention") == 1, labels
+    assert "softmax" not in labels and labels.count("transpose") <= 1, labels
+
+
+def test_multihead_attention_views_that_do_not_swap_run_as_they_are():
+    labels = check(*multihead_attention("wrong"))
+    assert "softmax" in labels, labels

@@ -66,6 +66,7 @@ False`` turns every fusion off.
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -316,9 +317,9 @@ def _match_attention(g: _Graph, softmax: int) -> Pattern | None:
     k_view["bhsd"] = k_bhsd
     # the shape of the (B, H, S, D) K that the views are checked against, given
     # to the values like a Shape reader's when its writer is held back
-    return Pattern("attention", covered, anchor, lambda cv, values: _attention(
-        cv, values, plan) if _swap_view_fits(values, k_view) else None,
-        {"shaped": {g.writer.get(k_bhsd)}})
+    return Pattern("attention", covered, anchor,
+                   lambda cv, values: _swapped_k_attention(cv, values, plan, k_view),
+                   {"shaped": {g.writer.get(k_bhsd)}})
 
 
 def _swap_view(g: _Graph, name: str) -> dict | None:
@@ -343,22 +344,44 @@ def _swap_view(g: _Graph, name: str) -> dict | None:
                         for r in (inner, outer)]}
 
 
-def _swap_view_fits(values: dict, view: dict) -> bool:
-    """Whether the Reshapes of a :func:`_swap_view` make the swap of the last
-    two axes of the ``(B, H, S, D)`` tensor they view: its shape from the
-    converted values (the value itself, or the shape :func:`walk` gave it when
-    its writer is held back)."""
+def _swap_view_fits(values: dict, view: dict) -> tuple[int, int, int, int] | None:
+    """The ``(B, H, S, D)`` shape of K when the Reshapes of a :func:`_swap_view`
+    make the swap of the last two axes of the tensor they view, else None. That
+    tensor is K itself, or (``nn.MultiheadAttention``'s heads, split as ``(B·H,
+    S, D)``) a 3-D ``(B·H, S, D)`` whose outer view gives B and H; its shape from
+    the converted values (the value itself, or the shape :func:`walk` gave it
+    when its writer is held back)."""
     x = values.get(view["bhsd"])
-    if x is None:
-        return False
-    shape = tuple(x.shape)
     targets = [values.get(t) for t, _ in view["targets"]]
-    if len(shape) != 4 or not all(isinstance(t, Const) for t in targets):
-        return False
-    b, h, s, d = shape
+    if x is None or not all(isinstance(t, Const) for t in targets):
+        return None
+    shape = tuple(x.shape)
+    if len(shape) not in (3, 4):
+        return None
+    s, d = shape[-2:]
+    n = math.prod(shape[:-2])
     (_, first), (_, second) = view["targets"]
-    return _reshaped(shape, targets[0].array.reshape(-1), first) == (b * h, s, d) and \
-        _reshaped((b * h, d, s), targets[1].array.reshape(-1), second) == (b, h, d, s)
+    kt = _reshaped((n, d, s), targets[1].array.reshape(-1), second)
+    if _reshaped(shape, targets[0].array.reshape(-1), first) != (n, s, d) or kt is None \
+            or len(kt) != 4 or kt[2:] != (d, s) or len(shape) == 4 and kt[:2] != shape[:2]:
+        return None
+    return kt[0], kt[1], s, d
+
+
+def _swapped_k_attention(cv, values, plan: dict, view: dict) -> Operand | None:
+    """The attention of a Kᵀ written as a :func:`_swap_view`: K read as the
+    ``(B, H, S, D)`` tensor, a free view of the 3-D ``(B·H, S, D)`` one when
+    the heads were split so; None when the views do not fit."""
+    k_shape = _swap_view_fits(values, view)
+    if k_shape is None:
+        return None
+    k = values[view["bhsd"]]
+    if len(k.shape) == 3:
+        # (given by value only: a held-back writer's K has no operand to view yet)
+        if plan["qkv"] is not None or plan["repeats"] is not None or not _float_tensor(k):
+            return None
+        values = ChainMap({view["bhsd"]: cv.op("reshape", k, k_shape)}, values)
+    return _attention(cv, values, plan)
 
 
 def _repeat_kv(g: _Graph, name: str) -> tuple[str, list[int]] | None:
