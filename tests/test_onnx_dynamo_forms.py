@@ -169,3 +169,29 @@ def test_multihead_attention_heads_split_3d_are_one_attention():
 def test_multihead_attention_views_that_do_not_swap_run_as_they_are():
     labels = check(*multihead_attention("wrong"))
     assert "softmax" in labels, labels
+
+
+def strided_head(indices: str, c: int = 8, seed: int = 0):
+    """timm's classifier head as the dynamo exporter writes it: the pooled
+    (B, C, 1, 1) features flattened, their ``as_strided`` view a Gather of
+    constant indices of shape (1, C, 1, 1), a view as (1, C), a linear layer.
+    ``indices``: "arange" (as exported), "negative" (the same, counted from the
+    end), "permuted" (not a view: a gather)."""
+    net = Net(seed)
+    x = net.input("x", (1, c, 3, 3))
+    pooled = net("ReduceMean", x, net.const([-1, -2], np.int64), keepdims=1)
+    order = {"arange": np.arange(c), "negative": np.arange(c) - c,
+             "permuted": np.random.default_rng(seed).permutation(c)}[indices]
+    picked = net("Gather", net("Reshape", pooled, net.const([-1], np.int64)),
+                 net.const(order.reshape(1, c, 1, 1), np.int64), axis=0)
+    flat = net("Reshape", picked, net.const([1, c], np.int64))
+    out = net("MatMul", flat, net.const(net.rng.standard_normal((c, 5))))
+    return net.model([out], opset=18), {"x": random((1, c, 3, 3), seed)}
+
+
+@pytest.mark.parametrize("indices", ["arange", "negative", "permuted"])
+def test_gather_of_every_index_in_order_is_a_view(indices):
+    """A Gather of every index of its axis in order (torch.export's ``as_strided``)
+    copies nothing: no gather in the plan; other constant indices still gather."""
+    labels = check(*strided_head(indices))
+    assert ("gather" in labels) == (indices == "permuted"), labels

@@ -673,6 +673,16 @@ def indices_of(cv: Converter, indices):
 
 def op_gather(cv: Converter, inputs, attrs):
     x, indices = inputs
+    axis = int(attrs.get("axis", 0)) % max(rank_of(x), 1)
+    if isinstance(indices, Const) and rank_of(x):
+        # every index of the axis once, in order (torch.export writes a contiguous
+        # as_strided, as in timm's classifier heads, as a Gather of arange): the same
+        # data viewed as the indices' shape, a reshape instead of a copy
+        size, flat = shape_of(x)[axis], indices.array.astype(np.int64).reshape(-1)
+        if flat.size == size and np.array_equal(flat % max(size, 1), np.arange(size)) \
+                and np.all((flat >= -size) & (flat < size)):
+            shape = shape_of(x)[:axis] + tuple(indices.array.shape) + shape_of(x)[axis + 1:]
+            return [cv.op("reshape", cv.operand(x), shape)]
     return [cv.op("gather", cv.operand(x), indices_of(cv, indices), int(attrs.get("axis", 0)))]
 
 
