@@ -214,10 +214,13 @@ def per_block(cases, ids, keep, blocks=(4, 8, 16), unpack: bool = False) -> list
     compiles its kernels for) every case runs by default; on another block
     only the cases numbered in ``keep`` (each kernel family's cover there)
     do and the others are slow: each compiles that block's kernels for a
-    geometry of its own (10-25 s a case in the cold default run)."""
+    geometry of its own (10-25 s a case in the cold default run). Block 4,
+    unless it is the host's, is slow throughout: tests/portable_check.py
+    (in the default run) checks every conv path on it."""
     host = jitnn.host_block()
     return [pytest.param(*(case if unpack else (case,)), block, id=f"{ids(case)}-{block}",
-                         marks=pytest.mark.slow if block != host and index not in keep else ())
+                         marks=pytest.mark.slow if block != host and (
+                             index not in keep or block == 4) else ())
             for index, case in enumerate(cases) for block in blocks]
 
 

@@ -11,6 +11,7 @@ from jitnn.kernels import _config
 from jitnn.kernels.conv2d.geometry import conv1x1_tile_shape, gemm1x1_tile_shape
 from jitnn.kernels.epilogue import CLAMP, RELU, SIGMOID
 from tests.conv2d_cases import run_case
+from tests.helpers import portable_block_slow
 
 # (n, c, o, h, w): o = 40 and 400 are 5 and 50 blocks at cb 8
 FIVES = [
@@ -49,7 +50,7 @@ def test_1x1_fives(case, threads):
         numba.set_num_threads(prev)
 
 
-@pytest.mark.parametrize("block", [4, 16])
+@pytest.mark.parametrize("block", portable_block_slow((4, 16)))
 def test_1x1_fives_other_blocks(block):
     """The same shapes on the other blocks (their own tiles), 7 x 7 and 5 x 3."""
     run_case(1, 400, 400, 7, 7, (1, 1), block=block, residual=True,

@@ -11,7 +11,7 @@ from jitnn.kernels.conv2d import conv1x1, plan as conv_plan
 from jitnn.kernels.epilogue import CLAMP, LEAKY_RELU, SIGMOID
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.conv2d_cases import run_case
-from tests.helpers import per_block
+from tests.helpers import per_block, portable_block_slow
 
 # --- the 1x1 GEMM path ------------------------------------------------------------
 
@@ -102,7 +102,7 @@ def test_conv1x1_tiles_use_packed_fma(monkeypatch):
     check_packed_fma(asms)
 
 
-@pytest.mark.parametrize("block", [4, 8, 16, 32])
+@pytest.mark.parametrize("block", portable_block_slow() + [pytest.param(32, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("out_channels", [24, 40, 72, 20])
 @pytest.mark.parametrize("pixels", [(7, 7), (1, 5), (3, 3), (9, 11)])
 def test_1x1_short_tiles_and_tile_shapes(block, out_channels, pixels):

@@ -44,7 +44,7 @@ def test_first_layer_block8(case):
 
 # --- every activation, with and without bias and residual, every block -----
 
-@pytest.mark.parametrize("block", [4, 8, 16])
+@pytest.mark.parametrize("block", portable_block_slow())
 @pytest.mark.parametrize("bias, residual", [(False, False), (True, False), (True, True),
                                             (False, True)])
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=lambda a: f"act{a[0]}_{a[1]}")
