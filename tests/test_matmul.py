@@ -259,3 +259,22 @@ def test_a_product_reads_through_reshapes_of_a_plain_value_and_is_bound():
     bound = [bool(binding) for c, binding in zip(program.steps, program.bindings.steps)
              if c.step.kind == "op" and c.node.run is run_gemm]
     assert bound == [True], labels
+
+
+def test_read_only_batch_indices_compile_nothing_more():
+    """A batch broadcast to itself makes read-only index arrays (what
+    jitnn.matmul's raveled broadcasts give); they are copied, so the drivers
+    keep one signature instead of compiling again for read-only indices."""
+    from numba.core import types
+
+    from jitnn.kernels.matmul import batched_matmul
+    from jitnn.kernels.matmul.drivers import gemm_driver
+    a, b = random((3, 4, 5), 1), random((3, 5, 6), 2)
+    read_only = np.broadcast_to(np.arange(3), (3,))
+    assert not read_only.flags.writeable and read_only.flags.c_contiguous
+    out = np.empty((3, 4, 6), np.float32)
+    batched_matmul(a, b, out, read_only, read_only[::-1].copy(), threads=1)
+    np.testing.assert_allclose(out, a @ b[::-1], rtol=1e-5, atol=1e-5)
+    indices = {arg.mutable for sig in gemm_driver("direct").serial.signatures for arg in sig
+               if isinstance(arg, types.Array) and arg.dtype == types.int64}
+    assert indices == {True}, gemm_driver("direct").serial.signatures

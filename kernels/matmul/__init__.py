@@ -449,6 +449,10 @@ def _index(op, name, index, count, G):
         _fail(op, f"{name} must have shape ({G},), got {index.shape}")
     if G and (index.min() < 0 or index.max() >= count):
         _fail(op, f"{name} has values outside [0, {count})")
+    if not index.flags.writeable:
+        # (a broadcast index raveled is a read-only view: another numba
+        # signature, so every driver would compile once more for it)
+        index = index.copy()
     return index
 
 
