@@ -10,7 +10,7 @@ import jitnn
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.lrn import lrn_reference
 from jitnn.ops.normalization import batch_normalization_reference
-from tests.helpers import assert_schedule, random
+from tests.helpers import assert_schedule, portable_block_slow, random
 
 RTOL = 2e-4
 
@@ -306,7 +306,7 @@ def _inception(ctx, x, ws):
     return jitnn.global_average_pool2d(jitnn.concat([a, b, c], 1))
 
 
-@pytest.mark.parametrize("block", [4, 8])
+@pytest.mark.parametrize("block", portable_block_slow((4, 8)))
 def test_the_three_policies_agree_on_a_bottleneck_and_an_inception_block(block):
     x_np = random((2, 20, 9, 7), 20)
     params = _bottleneck_params(20, 6, 21)
