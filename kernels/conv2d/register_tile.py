@@ -63,12 +63,12 @@ memory.
   its own weight offset, so a tile may run any subset of a window's taps
   (a dilated conv's output pixels whose other taps read only padding).
   ``lanes`` is ``cb`` for a blocked input. A plain input (the first layer:
-  ``lanes`` = its C channels, a plane apart) sets ``lanes_apart``: then
-  every lane has its own entry, lane ``i`` of tap ``t`` at ``tap_x[t *
-  lanes + i]`` (without the ``+ i``), there is one block (``steps ==
-  taps``) and the weights walk on by ``lanes * cb`` per tap from
-  ``w_offset`` (the packed filter's order). ``lanes`` and ``lanes_apart``
-  are literals;
+  its C channels a plane apart, ``lanes`` of them a step, 3 or 1) sets
+  ``lanes_apart``: then every lane has its own entry, lane ``i`` of step
+  ``s`` at ``tap_x[s * lanes + i]`` (without the ``+ i``), there is one
+  block (``steps`` = taps x C / ``lanes``) and the weights walk on by
+  ``lanes * cb`` per step from ``w_offset`` (the packed filter's order).
+  ``lanes`` and ``lanes_apart`` are literals;
 * the result goes to ``y_offset + pixel_y[p] + b * y_block_stride`` of ``y``
   for the pixels ``p >= first_pixel``;
 * ``pixel_step`` (a literal) 0 reads every pixel's offsets from
