@@ -16,42 +16,12 @@ import pytest
 
 pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import jitnn
 import jitnn.onnx
 from tests.helpers import other_blocks_slow, random
-
-
-class Net:
-    """Nodes, initializers and inputs of one graph, with fresh names."""
-
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.inputs, self.count = [], [], [], 0
-
-    def const(self, array) -> str:
-        self.count += 1
-        name = f"c{self.count}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
-        return name
-
-    def input(self, name: str, shape) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
-        return name
-
-    def __call__(self, op: str, *inputs: str, **attrs) -> str:
-        self.count += 1
-        name = f"{op.lower()}{self.count}"
-        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
-        return name
-
-    def model(self, outputs: list[str], opset: int = 17):
-        graph = helper.make_graph(
-            self.nodes, "channels_last", self.inputs,
-            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
-            self.inits)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+from tests.onnx_nets import Net
 
 
 def _gelu(net: Net, x: str) -> str:
