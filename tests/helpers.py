@@ -232,6 +232,18 @@ def other_blocks_slow(blocks=(4, 8, 16)) -> list:
             for block in blocks]
 
 
+def thread_counts(counts=(1, 2)) -> list:
+    """``counts`` as pytest params for a ``jitnn.Context(num_threads=...)``,
+    those above numba's thread count skipped with the reason (a machine or
+    ``NUMBA_NUM_THREADS`` that gives this process fewer threads)."""
+    import numba
+    available = numba.config.NUMBA_NUM_THREADS
+    return [pytest.param(count, marks=pytest.mark.skipif(
+        count > available, reason=f"needs {count} threads; numba has {available} here "
+                                  "(NUMBA_NUM_THREADS or the CPUs this process may use)"))
+            for count in counts]
+
+
 def per_block_and_threads(blocks=(4, 8, 16), threads=(1, 2)) -> list:
     """``block, threads`` pytest params, named ``<block>-<threads>`` as a
     parametrize of the thread counts over one of the blocks names them; the

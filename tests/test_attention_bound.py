@@ -7,14 +7,13 @@ the op's own path (the first computes run through the op)."""
 
 import math
 
-import numba
 import numpy as np
 import pytest
 
 import jitnn
 from jitnn.ops._common import Binding
 from jitnn.ops.attention import scaled_dot_product_attention_reference as reference
-from tests.helpers import random
+from tests.helpers import random, thread_counts
 
 TOL = 2e-5
 
@@ -53,12 +52,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", thread_counts())
 @pytest.mark.parametrize("B, H, Hk, Sq, Sk, D, Dv, kind, causal", CASES)
 def test_bound_attention_matches_float64_and_the_op(threads, B, H, Hk, Sq, Sk, D, Dv, kind,
                                                    causal):
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        pytest.skip("numba has fewer threads")
     ctx = jitnn.Context(num_threads=threads)
     b = jitnn.GraphBuilder(ctx)
     cq, ck, cv = random((D, D), 1, 0.3), random((D, D), 2, 0.3), random((Dv, Dv), 3, 0.3)
@@ -108,13 +105,11 @@ def test_bound_attention_matches_float64_and_the_op(threads, B, H, Hk, Sq, Sk, D
     np.testing.assert_array_equal(results[4]["y"], results[0]["y"])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", thread_counts())
 def test_computed_row_mask_with_a_window_map_is_converted_at_every_call(threads):
     """Swin's shifted windows: a per-row mask computed at every run whose
     windows repeat (a RowMask with a (B,) map); new values at every run, and
     a run whose distinct windows differ (its layout changes: through the op)."""
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        pytest.skip("numba has fewer threads")
     B, H, S, D = 8, 3, 49, 32
     ctx = jitnn.Context(num_threads=threads)
     b = jitnn.GraphBuilder(ctx)

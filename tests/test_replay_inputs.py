@@ -8,14 +8,13 @@ caller's array is kept between computes."""
 import gc
 import weakref
 
-import numba
 import numpy as np
 import pytest
 
 import jitnn
 from jitnn.executor import InputFedBinding
 from jitnn.ops.conv2d import conv2d_reference
-from tests.helpers import random
+from tests.helpers import random, thread_counts
 
 
 def _graph(ctx, shape, out_channels):
@@ -34,12 +33,10 @@ def _want(x, w1, w2):
     return conv2d_reference(h, w2)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", thread_counts())
 @pytest.mark.parametrize("shape, out_channels", [((1, 3, 17, 13), 16), ((2, 1, 9, 9), 9),
                                                  ((1, 3, 8, 11), 7)])
 def test_a_conv_reading_a_graph_input_is_bound(threads, shape, out_channels):
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        pytest.skip("numba has fewer threads")
     ctx = jitnn.Context(num_threads=threads)
     graph, w1, w2 = _graph(ctx, shape, out_channels)
     oh, ow = (shape[2] - 1) // 2 + 1, (shape[3] - 1) // 2 + 1
