@@ -132,6 +132,34 @@ def test_last_row_panel_of_every_height(threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_a_read_in_place_or_packed(threads, monkeypatch):
+    """Full row panels read A in place unless A is transposed or its row
+    stride is a multiple of an L1 way (K = 1024, 2048: packed); the last,
+    partial panel is packed either way. One K-block and two, batch 2 with A
+    shared through its index map, an epilogue: against float64."""
+    monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
+    assert matmul_drivers.a_in_place(False, 96) and matmul_drivers.a_in_place(False, 1000)
+    assert not matmul_drivers.a_in_place(True, 96)
+    assert not matmul_drivers.a_in_place(False, 1024)
+    assert not matmul_drivers.a_in_place(False, 2048)
+    rng = np.random.default_rng(13)
+    M, N = 3 * mm.MR + 5, 3 * mm.NR + 3
+    for K in (96, 1024, mm.KC + 100):
+        for a_t in (False, True):
+            a = random((K, M) if a_t else (M, K), rng)
+            b = random((K, N), rng)
+            bias = random((N,), rng)
+            residual = random((M, N), rng)
+            want, bound = _reference(a, b, a_t, bias=bias, residual=residual, act=GELU)
+            out = np.full((2, M, N), np.nan, np.float32)
+            mm.batched_matmul(a[None], mm.pack_b(b), out, a_index=np.zeros(2, np.int64),
+                              a_transpose=a_t, bias=bias, residual=residual, activation=GELU,
+                              threads=threads)
+            for g in range(2):
+                _check(out[g], want, bound, f"K = {K}, a_t = {a_t}, product {g}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_packing_runs_and_thread_splits(threads, monkeypatch):
     """Column counts whose panels fill no, part of, or several whole packing
     runs (``_PACK_RUN``) and groups (``_PACK_GROUP``), with K over two
@@ -551,7 +579,7 @@ def test_micro_kernels_use_packed_fma():
     asm = _fresh_asm(matmul_tiles._macro_kernel, kc, np.ones(2 * kc * mm.MR, f32),
                      np.ones(2 * kc * mm.NR, f32), out, 0, 2, 0, 2, True, True, f32(1),
                      f32(1), np.ones((1, 1), f32), np.ones(2 * mm.NR, f32),
-                     np.zeros((0, 0), f32), RELU, f32(0), f32(0))
+                     np.zeros((0, 0), f32), RELU, f32(0), f32(0), np.zeros((0, 0), f32), 0)
     block = np.ones(kc * blocking._DIRECT_W, np.float32)
     direct = _fresh_asm(matmul_tiles._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
                         block, out, 0, mm.NR, False)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._config import jit
 from ..epilogue import CLAMP, GELU, LEAKY_RELU, NONE, RELU, activate
-from ..stack import prefetch, prefetch_write, stack_empty
+from ..stack import element_pointer, prefetch, prefetch_write, stack_empty
 from ..vmath import gelu as vector_gelu
 from .blocking import (MR, NR, SMALL_K, VEC, _DIRECT_BLOCK, _DIRECT_W, _GEMV_TILE, _ONE,
                        _ROW_TILE, _TILE, _ZERO, _span, _span1)
@@ -117,13 +117,16 @@ _PREFETCH_TILES = max(1, NR // _LINE)
 @jit()
 def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
                   accumulate, finish, alpha, beta, c, bias, residual, act, param0,
-                  param1):
+                  param1, a_rows, k0):
     """One K-block of a task: every ``MR x NR`` tile of ``out`` in row panels
     ``ip_begin .. ip_end`` and column panels ``jp_begin .. jp_end``.
 
     ``a_block`` holds the task's packed A panels (panel ``ip`` at
     ``(ip - ip_begin) * kc * MR``), ``b_block`` the packed B K-block (panel
-    ``jp`` at ``jp * kc * NR``). A tile is ``kc`` outer products of a column of
+    ``jp`` at ``jp * kc * NR``); or, when ``a_rows`` (``(M, K)``, A itself)
+    is not empty, a full row panel (``MR`` rows of ``out``) reads its K-block
+    ``k0 .. k0+kc`` of A in place and only a last, partial panel comes packed
+    (:func:`a_in_place`). A tile is ``kc`` outer products of a column of
     its A panel and a row of its B panel, summed in a stack array indexed only
     by constant-trip loops, so it lives in 12 ymm registers; then it is stored
     once (``accumulate``: added to ``out``). With ``finish`` (the last
@@ -145,6 +148,7 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
     edge = numba.carray(stack_empty(_TILE, np.float32), (MR, NR))
     use_c = c.shape[0] > 0 and beta != _ZERO
     prefetch_r = residual.shape[0] > 1 and residual.shape[1] > 1   # a matrix, not a row
+    in_place = a_rows.shape[0] > 0
     for jp in range(jp_begin, jp_end):
         bpanel = _span1(b_block, jp * kc * NR, kc * NR)
         j0 = jp * NR
@@ -172,7 +176,26 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
                     r_i = min(i0 + i, residual.shape[0] - 1)
                     prefetch(residual, (r_i, j0))
                     prefetch(residual, (r_i, j0 + NR - 1))
-            if ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
+            if in_place and m == MR:
+                # A's rows as they are (one K-block of MR rows, row stride K):
+                # the same loads as from a packed panel, without the packing
+                rows = numba.carray(element_pointer(a_rows, (i0, k0)), (MR, a_rows.shape[1]))
+                if ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
+                    ahead = _span1(b_block, (jp + 1) * kc * NR + (ip - ip_begin) * _LINE,
+                                   kc * NR - (ip - ip_begin) * _LINE)
+                    for p in range(kc):
+                        prefetch(ahead, (p * NR,))
+                        for i in range(MR):
+                            a_ip = rows[i, p]
+                            for j in range(NR):
+                                acc[i, j] += a_ip * bpanel[p * NR + j]
+                else:
+                    for p in range(kc):
+                        for i in range(MR):
+                            a_ip = rows[i, p]
+                            for j in range(NR):
+                                acc[i, j] += a_ip * bpanel[p * NR + j]
+            elif ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
                 # the next B panel, from memory (weights are read once per
                 # run, so they come cold from DRAM): its first tiles fetch it
                 # a line per k-step, _PREFETCH_TILES lines per row of NR
