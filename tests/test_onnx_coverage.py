@@ -35,24 +35,25 @@ def one_node(op: str, inputs: dict, initializers: dict | None = None, opset: int
 
 
 @pytest.mark.parametrize("op, initializers, attrs, kind", [
-    ("Conv", {"w": np.ones((4, 3, 3, 3, 3), np.float32)}, {}, "convolution"),
-    ("ConvTranspose", {"w": np.ones((3, 4, 3, 3, 3), np.float32)}, {}, "convolution"),
-    ("MaxPool", {}, {"kernel_shape": [2, 2, 2]}, "pooling"),
-    ("AveragePool", {}, {"kernel_shape": [2, 2, 2]}, "pooling"),
+    ("Conv", {"w": np.ones((4, 3, 3, 3, 3, 3), np.float32)}, {}, "convolution"),
+    ("MaxPool", {}, {"kernel_shape": [2, 2, 2, 2]}, "pooling"),
+    ("AveragePool", {}, {"kernel_shape": [2, 2, 2, 2]}, "pooling"),
     ("GlobalAveragePool", {}, {}, "pooling"),
 ])
-def test_3d_convolution_and_pooling_are_refused_by_name(op, initializers, attrs, kind):
-    model = one_node(op, {"x": (1, 3, 4, 8, 8)}, initializers, **attrs)
+def test_4d_convolution_and_pooling_are_refused_by_name(op, initializers, attrs, kind):
+    """Rank 6 (3-D ones: tests/test_onnx_conv3d.py)."""
+    model = one_node(op, {"x": (1, 3, 4, 8, 8, 8)}, initializers, **attrs)
     with pytest.raises(jitnn.onnx.UnsupportedError,
-                       match=rf"{op} \(node 'the_node', opset 17\): 3-D {kind} \(a rank-5 input "
-                             r"of shape \(1, 3, 4, 8, 8\)\) is not supported"):
+                       match=rf"{op} \(node 'the_node', opset 17\): 4-D {kind} \(a rank-6 input "
+                             r"of shape \(1, 3, 4, 8, 8, 8\)\) is not supported"):
         jitnn.onnx.prepare(model)
 
 
 def test_a_rank_2_convolution_input_is_a_broken_model():
     model = one_node("Conv", {"x": (3, 8)}, {"w": np.ones((4, 3, 3), np.float32)})
     with pytest.raises(jitnn.JitnnValueError, match=r"node 'the_node' \(Conv\): a rank-2 input "
-                       r"of shape \(3, 8\): Conv needs \(N, C, L\) or \(N, C, H, W\)"):
+                       r"of shape \(3, 8\): Conv needs \(N, C, L\), \(N, C, H, W\) or "
+                       r"\(N, C, D, H, W\)"):
         jitnn.onnx.prepare(model)
 
 

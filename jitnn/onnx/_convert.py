@@ -104,6 +104,9 @@ def expand_1d(values: list[int], rank: int, fill: int) -> tuple[int, int]:
 
 
 def op_conv(cv: Converter, inputs, attrs):
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_conv_3d
+        return op_conv_3d(cv, inputs, attrs)
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     rank = spatial_rank_check(cv, x)
@@ -396,16 +399,13 @@ def _variadic(name: str, mean: bool = False) -> Callable:
     return handler
 
 
-def _pool_geometry(cv: Converter, x, attrs, kernel):
-    rank = spatial_rank_check(cv, x)
-    nd = rank - 2
-    spatial = list(shape_of(x)[2:])
-    strides = list(attrs.get("strides", [1] * nd))
-    dilations = list(attrs.get("dilations", [1] * nd))
-    pads = conv_pads(cv, attrs, spatial, kernel, strides, dilations)
+def pool_output_sizes(attrs: dict, spatial: list[int], kernel: list[int], strides: list[int],
+                      dilations: list[int], pads: list[tuple[int, int]]) -> list[int]:
+    """A pool's output size per spatial axis as ONNX sizes it (auto_pad SAME,
+    ceil_mode with its last window starting inside the input or its begin padding)."""
     ceil = bool(attrs.get("ceil_mode", 0))
     out = []
-    for i in range(nd):
+    for i in range(len(spatial)):
         span = spatial[i] + pads[i][0] + pads[i][1] - ((kernel[i] - 1) * dilations[i] + 1)
         if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
             size = -(-spatial[i] // strides[i])
@@ -417,6 +417,17 @@ def _pool_geometry(cv: Converter, x, attrs, kernel):
         else:
             size = span // strides[i] + 1
         out.append(size)
+    return out
+
+
+def _pool_geometry(cv: Converter, x, attrs, kernel):
+    rank = spatial_rank_check(cv, x)
+    nd = rank - 2
+    spatial = list(shape_of(x)[2:])
+    strides = list(attrs.get("strides", [1] * nd))
+    dilations = list(attrs.get("dilations", [1] * nd))
+    pads = conv_pads(cv, attrs, spatial, kernel, strides, dilations)
+    out = pool_output_sizes(attrs, spatial, kernel, strides, dilations, pads)
     if nd == 1:
         pads, kernel, strides, dilations, out = ([(0, 0)] + pads, [1] + kernel, [1] + strides,
                                                  [1] + dilations, [1] + out)
@@ -429,6 +440,9 @@ def op_max_pool(cv: Converter, inputs, attrs, outputs=1):
     """MaxPool; an int8 / uint8 input pools in float32 (exact) and is cast back."""
     if outputs > 1:
         raise cv.unsupported("the Indices output of MaxPool")
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_max_pool_3d
+        return op_max_pool_3d(cv, inputs, attrs)
     x = inputs[0]
     kernel = list(attrs["kernel_shape"])
     rank, options = _pool_geometry(cv, x, attrs, kernel)
@@ -441,6 +455,9 @@ def op_max_pool(cv: Converter, inputs, attrs, outputs=1):
 
 
 def op_average_pool(cv: Converter, inputs, attrs):
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_average_pool_3d
+        return op_average_pool_3d(cv, inputs, attrs)
     x = inputs[0]
     kernel = list(attrs["kernel_shape"])
     rank, options = _pool_geometry(cv, x, attrs, kernel)
@@ -453,12 +470,18 @@ def op_average_pool(cv: Converter, inputs, attrs):
 
 
 def op_global_average_pool(cv: Converter, inputs, attrs):
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_global_pool_3d
+        return op_global_pool_3d(cv, inputs, attrs, "mean")
     x = inputs[0]
     rank = spatial_rank_check(cv, x)
     return [from_2d(cv, cv.op("global_average_pool2d", to_2d(cv, x, rank)), rank)]
 
 
 def op_global_max_pool(cv: Converter, inputs, attrs):
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_global_pool_3d
+        return op_global_pool_3d(cv, inputs, attrs, "max")
     x = inputs[0]
     rank = spatial_rank_check(cv, x)
     return [from_2d(cv, cv.op("max_pool2d", to_2d(cv, x, rank)), rank)]
