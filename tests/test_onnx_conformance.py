@@ -265,9 +265,6 @@ UNSUPPORTED = {
         'pytorch-operator/test_operator_add_size1_singleton_broadcast',
         'pytorch-operator/test_operator_addconstant',
     ),
-    '3-D ConvTranspose (jitnn has 1-D and 2-D ConvTranspose, 3-D Conv)': (
-        'node/test_convtranspose_3d',
-    ),
     "ScatterElements / ScatterND with a reduction (add, mul, max, min): jitnn's scatters replace": (
         'node/test_scatter_elements_with_duplicate_indices',
         'node/test_scatter_elements_with_reduction_max',

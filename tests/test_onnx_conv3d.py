@@ -1,4 +1,4 @@
-"""3-D Conv, MaxPool, AveragePool and the global pools (rank-5 inputs) in the
+"""3-D Conv, ConvTranspose, MaxPool, AveragePool and the global pools (rank-5 inputs) in the
 ONNX frontend, lowered onto 2-D ops (jitnn/onnx/_convert_3d.py), against
 float64 numpy references written here tap by tap: channels that do not fill a
 block (C = 1, 3, 7, 9, 17), odd D/H/W, N > 1, strides, dilations, asymmetric
@@ -326,6 +326,82 @@ def test_global_max_pool_of_a_conv3d():
     np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-5, atol=1e-5)
 
 
+def conv_transpose3d_reference(x, w, bias, attrs) -> np.ndarray:
+    """ONNX ConvTranspose of (N, C, D, H, W) in float64, explicit pads and
+    output_padding: each tap scatters the input, ``stride`` apart, into the
+    full output, which is then cut by the pads."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    kernel = w.shape[2:]
+    strides = attrs.get("strides", [1] * 3)
+    dilations = attrs.get("dilations", [1] * 3)
+    extra = attrs.get("output_padding", [0] * 3)
+    pads = attrs.get("pads", [0] * 6)
+    group = attrs.get("group", 1)
+    c, per_group = w.shape[:2]
+    full = [s * (n - 1) + (k - 1) * d + 1 + e for n, k, s, d, e in
+            zip(x.shape[2:], kernel, strides, dilations, extra)]
+    y = np.zeros((x.shape[0], per_group * group) + tuple(full))
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        target = (slice(None), slice(None)) + tuple(
+            slice(t * d, t * d + (n - 1) * s + 1, s)
+            for t, d, n, s in zip(tap, dilations, x.shape[2:], strides))
+        for g in range(group):
+            ins, outs = slice(g * c // group, (g + 1) * c // group), \
+                slice(g * per_group, (g + 1) * per_group)
+            part = np.einsum("ncdhw,co->nodhw", x[:, ins], w[ins, :, tap[0], tap[1], tap[2]])
+            y[(slice(None), outs) + target[2:]] += part
+    y = y[(slice(None), slice(None)) + tuple(
+        slice(pads[i], full[i] - pads[i + 3]) for i in range(3))]
+    if bias is not None:
+        y += bias.astype(np.float64).reshape(1, -1, 1, 1, 1)
+    return y
+
+
+def _conv_transpose_model(x_shape, w, bias, attrs):
+    net = Net(0)
+    inputs = [net.input("x", x_shape), net.const(w)]
+    if bias is not None:
+        inputs.append(net.const(bias))
+    return net.model([net("ConvTranspose", *inputs, **attrs)])
+
+
+# (input shape, output channels per group, kernel, attributes, bias)
+CONV_TRANSPOSE_CASES = {
+    "stride_2_pads_output_padding": ((2, 3, 3, 5, 7), 5, (3, 3, 3),
+                                     dict(strides=[2, 2, 2], pads=[1, 1, 1, 1, 0, 1],
+                                          output_padding=[1, 1, 0]), True),
+    "depth_dilation_groups": ((2, 4, 5, 5, 7), 3, (2, 3, 3),
+                              dict(group=2, dilations=[2, 1, 1], pads=[0, 1, 1, 2, 1, 1]),
+                              False),
+    "same_upper_depth_stride": ((1, 7, 3, 5, 7), 5, (3, 3, 3),
+                                dict(auto_pad="SAME_UPPER", strides=[3, 1, 1]), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_TRANSPOSE_CASES))
+def test_conv_transpose3d_against_reference(name):
+    x_shape, per_group, kernel, attrs, bias = CONV_TRANSPOSE_CASES[name]
+    rng = np.random.default_rng(10)
+    w = (rng.standard_normal((x_shape[1], per_group) + kernel) * 0.3).astype(np.float32)
+    b = rng.standard_normal(per_group * attrs.get("group", 1)).astype(np.float32) \
+        if bias else None
+    x = random(x_shape, 11)
+    _, got = _run(_conv_transpose_model(x_shape, w, b, attrs), {"x": x})
+    if attrs.get("auto_pad", "NOTSET").startswith("SAME"):
+        # SAME: the output is input x stride; the pads are what that leaves, the odd one at
+        # the end (SAME_UPPER)
+        reference = dict(attrs, auto_pad="NOTSET")
+        totals = [s * (n - 1) + k - n * s for n, k, s in
+                  zip(x_shape[2:], kernel, attrs.get("strides", [1] * 3))]
+        reference["pads"] = [t // 2 for t in totals] + [t - t // 2 for t in totals]
+    else:
+        reference = attrs
+    want = conv_transpose3d_reference(x, w, b, reference)
+    y = next(iter(got.values()))
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
 # --- broken models ---------------------------------------------------------------------
 
 def _load(model):
@@ -360,12 +436,11 @@ def test_pool3d_kernel_of_the_wrong_length_is_refused():
         _load(model)
 
 
-def test_conv_transpose_3d_and_rank_6_are_refused_by_name():
-    net = Net(0)
-    x = net.input("x", (1, 2, 3, 4, 5))
-    model = net.model([net("ConvTranspose", x, net.const(np.zeros((2, 3, 2, 2, 2))))])
-    with pytest.raises(jitnn.onnx.UnsupportedError, match="3-D ConvTranspose"):
+def test_conv_transpose3d_filter_of_the_wrong_shape_is_refused():
+    model = _conv_transpose_model((1, 4, 3, 4, 5), np.zeros((4, 2, 3, 3), np.float32), None, {})
+    with pytest.raises(JitnnValueError, match=r"ConvTranspose.*filter of shape \(4, 2, 3, 3\)"):
         _load(model)
-    model = _pool_model((1, 2, 3, 4, 5, 6), "MaxPool", dict(kernel_shape=[2, 2, 2, 2]))
-    with pytest.raises(jitnn.onnx.UnsupportedError, match="4-D pooling"):
+    model = _conv_transpose_model((1, 4, 3, 4, 5), np.zeros((3, 2, 3, 3, 3), np.float32), None,
+                                  {})
+    with pytest.raises(JitnnValueError, match=r"ConvTranspose.*4 channels.*first axis"):
         _load(model)

@@ -219,17 +219,13 @@ def need_const(cv: Converter, value, what: str) -> Const:
 
 def spatial_rank_check(cv: Converter, x) -> int:
     """The rank of a 2-D handler's input: 3 (1-D, run as 2-D with H = 1) or 4
-    (rank 5 goes to jitnn/onnx/_convert_3d.py before this, but ConvTranspose's);
-    a higher rank and a 3-D ConvTranspose are refused by name, a rank below 3
-    is a broken model."""
+    (rank 5 goes to jitnn/onnx/_convert_3d.py before this); a higher rank is
+    refused by name, a rank below 3 is a broken model."""
     r = rank_of(x)
     if r in (3, 4):
         return r
     op = cv.node.op_type if cv.node is not None else ""
     kind = "convolution" if op.startswith("Conv") else "pooling"
-    if r == 5 and op == "ConvTranspose":
-        raise cv.unsupported(f"3-D ConvTranspose (a rank-5 input of shape {shape_of(x)}) is "
-                             "not supported: jitnn runs 1-D and 2-D ConvTranspose (and 3-D Conv)")
     if r > 4:
         raise cv.unsupported(f"{r - 2}-D {kind} (a rank-{r} input of shape {shape_of(x)}) is "
                              "not supported: jitnn runs 1-D, 2-D and 3-D convolutions and pools")

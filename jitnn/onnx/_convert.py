@@ -165,6 +165,9 @@ def _without_dead_taps(w: Const, spatial: list[int], strides: list[int],
 
 
 def op_conv_transpose(cv: Converter, inputs, attrs):
+    if rank_of(inputs[0]) == 5:
+        from ._convert_3d import op_conv_transpose_3d
+        return op_conv_transpose_3d(cv, inputs, attrs)
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     rank = spatial_rank_check(cv, x)
@@ -174,6 +177,23 @@ def op_conv_transpose(cv: Converter, inputs, attrs):
     kernel = list(shape_of(w)[2:])
     strides = list(attrs.get("strides", [1] * nd))
     dilations = list(attrs.get("dilations", [1] * nd))
+    pads, output_padding = conv_transpose_pads(cv, attrs, spatial, kernel, strides, dilations)
+    if nd == 1:
+        pads = [(0, 0)] + pads
+    y = cv.op("conv_transpose2d", to_2d(cv, x, rank), filter_2d(cv, w, rank),
+              None if bias is None else cv.operand(bias),
+              strides=expand_1d(strides, rank, 1), dilations=expand_1d(dilations, rank, 1),
+              padding=webnn_padding(pads),
+              output_padding=expand_1d(output_padding, rank, 0),
+              groups=int(attrs.get("group", 1)), filter_layout="iohw")
+    return [from_2d(cv, y, rank)]
+
+
+def conv_transpose_pads(cv: Converter, attrs: dict, spatial: list[int], kernel: list[int],
+                        strides: list[int], dilations: list[int]):
+    """ConvTranspose's (begin, end) padding and output padding per spatial
+    axis, from ``pads``, ``output_padding``, ``output_shape`` and ``auto_pad``."""
+    nd = len(spatial)
     output_padding = list(attrs.get("output_padding", [0] * nd))
     auto_pad = attrs.get("auto_pad", "NOTSET")
     output_shape = attrs.get("output_shape")
@@ -201,15 +221,7 @@ def op_conv_transpose(cv: Converter, inputs, attrs):
                               else auto_pad}, spatial, kernel, strides, dilations)
         if auto_pad == "VALID":
             pads = [(0, 0)] * nd
-    if nd == 1:
-        pads = [(0, 0)] + pads
-    y = cv.op("conv_transpose2d", to_2d(cv, x, rank), filter_2d(cv, w, rank),
-              None if bias is None else cv.operand(bias),
-              strides=expand_1d(strides, rank, 1), dilations=expand_1d(dilations, rank, 1),
-              padding=webnn_padding(pads),
-              output_padding=expand_1d(output_padding, rank, 0),
-              groups=int(attrs.get("group", 1)), filter_layout="iohw")
-    return [from_2d(cv, y, rank)]
+    return pads, output_padding
 
 
 def op_gemm(cv: Converter, inputs, attrs):

@@ -1,5 +1,5 @@
-"""3-D (rank-5, ``(N, C, D, H, W)``) Conv, MaxPool, AveragePool and the global
-pools, lowered onto jitnn's 2-D ops (no kernel of their own).
+"""3-D (rank-5, ``(N, C, D, H, W)``) Conv, ConvTranspose, MaxPool, AveragePool
+and the global pools, lowered onto jitnn's 2-D ops (no kernel of their own).
 
 A 3-D convolution runs as 2-D ones over the depth planes: the input viewed
 depth-major as ``(N*D, C, H, W)`` (its "depth-major" form); for each depth
@@ -7,7 +7,8 @@ tap ``kd`` the planes that tap reads (``kd * dilation + od * stride`` of the
 depth-padded input, a strided slice) go through one ``conv2d`` with the
 filter's ``kd``-th slice ``W[:, :, kd]``, and the partial results are summed,
 each add fused into the next tap's conv2d as its residual (the bias on the
-first tap only). Consecutive 3-D convolutions stay depth-major: the
+first tap only); a ConvTranspose likewise, with conv_transpose2d
+(:func:`op_conv_transpose_3d`). Consecutive 3-D convolutions stay depth-major: the
 converter remembers each result's depth-major form, and an elementwise op
 between them (the ReLU, the residual add of a video ResNet) is replayed on
 those forms (:func:`depth_major`), so the rank-5 result, a transpose of it,
@@ -26,8 +27,8 @@ import numpy as np
 
 from ..graph import Operand
 from ._common import Const, Converter, rank_of, shape_of
-from ._convert import (_commuted, _live_taps, _without_dead_taps, conv_pads, pool_output_sizes,
-                       webnn_padding)
+from ._convert import (_commuted, _live_taps, _without_dead_taps, conv_pads,
+                       conv_transpose_pads, pool_output_sizes, webnn_padding)
 from ._validate import check_kernel_shape
 
 #: builder ops that act element by element on same-shape operands, replayed on
@@ -199,6 +200,77 @@ def _tap_planes(cv: Converter, x4: Operand, n: int, depth: int, begin: int, dept
                          [n, span, channels, height, width], strides=[1, stride, 1, 1, 1])
         planes[tap] = cv.op("reshape", part, (n * depth_out, channels, height, width))
     return planes
+
+
+def op_conv_transpose_3d(cv: Converter, inputs, attrs):
+    """ConvTranspose of a rank-5 input: output plane ``od`` sums, over the
+    depth taps ``kd``, the 2-D transposed conv by ``W[:, :, kd]`` of input
+    plane ``i`` where ``i * stride + kd * dilation - pad = od``. With the
+    input's planes spread ``stride`` apart (zero planes between them, a pad
+    of a reshape) that is plane ``od + pad - kd * dilation``: a unit-stride
+    slice per tap, as a Conv's (the zero planes cost their conv_transpose2d)."""
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    if rank_of(w) != 5:
+        raise cv.invalid(f"a filter of shape {shape_of(w)} for an input of shape {shape_of(x)}: "
+                         "a 3-D ConvTranspose needs a rank-5 filter (C, O/group, kD, kH, kW)")
+    check_kernel_shape(cv, attrs, w)
+    n, channels, depth, height, width = shape_of(x)
+    in_channels, per_group, *kernel = shape_of(w)
+    group = int(attrs.get("group", 1))
+    if group < 1 or channels != in_channels or in_channels % group:
+        raise cv.invalid(f"an input of {channels} channels (shape {shape_of(x)}) and a filter "
+                         f"of shape {shape_of(w)} with group={group}: the filter's first axis "
+                         "must be the input's channels, and divide by group")
+    strides, dilations = _strides_dilations(cv, attrs)
+    pads, output_padding = conv_transpose_pads(cv, attrs, [depth, height, width], kernel,
+                                               strides, dilations)
+    (begin, end), stride, dilation, taps = pads[0], strides[0], dilations[0], kernel[0]
+    depth_out = stride * (depth - 1) + output_padding[0] + (taps - 1) * dilation + 1 - begin - end
+    if depth_out < 1:
+        raise cv.invalid(f"a depth of {depth} with pads {pads[0]}: no output plane")
+    x4 = depth_major(cv, x)
+    x5 = cv.op("reshape", x4, (n, depth, 1, channels * height * width))
+    if stride > 1:                           # the input planes `stride` apart
+        x5 = cv.op("pad", x5, [0, 0, 0, 0], [0, 0, stride - 1, 0])
+    spread = depth * stride
+    x5 = cv.op("reshape", x5, (n, spread, channels, height, width))
+    front = max(0, (taps - 1) * dilation - begin)
+    behind = max(0, begin + depth_out - spread)
+    if front or behind:
+        x5 = cv.op("pad", x5, [0, front, 0, 0, 0], [0, behind, 0, 0, 0])
+    live = [t for t in range(taps) if any(
+        0 <= (od + begin - t * dilation) < spread and (od + begin - t * dilation) % stride == 0
+        and (od + begin - t * dilation) // stride < depth for od in range(depth_out))] or [0]
+    acc = None
+    for tap in live:
+        start = front + begin - tap * dilation
+        part = x5
+        if start or depth_out != x5.shape[1]:
+            part = cv.op("slice", x5, [0, start, 0, 0, 0], [n, depth_out, channels, height, width])
+        plane = cv.op("reshape", part, (n * depth_out, channels, height, width))
+        y = cv.op("conv_transpose2d", plane, _transposed_filter_tap(cv, w, tap),
+                  None if bias is None or acc is not None else cv.operand(bias),
+                  strides=tuple(strides[1:]), dilations=tuple(dilations[1:]),
+                  padding=webnn_padding(pads[1:]), output_padding=tuple(output_padding[1:]),
+                  groups=group, filter_layout="iohw")
+        acc = y if acc is None else cv.op("add", y, acc)
+    return [_from_depth_major(cv, acc, n, depth_out)]
+
+
+def _transposed_filter_tap(cv: Converter, w, tap: int) -> Operand:
+    """``W[:, :, tap]`` of a ConvTranspose filter (C, O/group, kD, kH, kW)."""
+    if not isinstance(w, Const):
+        c, per_group, _, kh, kw = shape_of(w)
+        part = cv.op("slice", cv.operand(w), [0, 0, tap, 0, 0], [c, per_group, 1, kh, kw])
+        return cv.op("reshape", part, (c, per_group, kh, kw))
+    key = ("3d transposed", id(w), tap)
+    cached = cv._operands.get(key)   # type: ignore[call-overload]
+    if cached is None:
+        cached = cv.float_operand(Const(np.ascontiguousarray(w.array[:, :, tap]), w.name))
+        cv._operands[key] = cached   # type: ignore[index]
+        cv._keep.append(w)
+    return cached
 
 
 def _pool_3d(cv: Converter, name: str, x, attrs, **options) -> Operand:
