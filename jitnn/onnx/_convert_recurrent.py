@@ -10,6 +10,9 @@ initializers), arranged once at load time:
 2. per step, the recurrent product ``h @ R^T`` is a ``gemm`` whose addend is
    the step's slice of that projection (the product starts from nothing on a
    step without a previous state: the first one without ``initial_h``);
+   both directions of a bidirectional cell run together, as a batched
+   ``matmul`` of the ``(2, B, H)`` state and an add, the projection gathered
+   once into step order (the reverse direction's rows reversed);
 3. the gates are slices of it, then the activations and state updates, which
    the scheduler runs as element-wise chains.
 
@@ -19,7 +22,7 @@ Runtime does. ``sequence_lens`` known at load time: steps past a sequence's
 length keep its state and write zeros (masks made at load time), and an
 empty sequence's Y_h and Y_c are zeros (ONNX Runtime's reading); the reverse
 direction starts each sequence at its own last step (its projection rows
-gathered once in that order, its outputs gathered back).
+gathered once in that order, its outputs gathered back into time order).
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ class _Activation:
 
 
 def _activations(cv: Converter, attrs, defaults: tuple[str, ...],
-                 directions: int) -> list[list[_Activation]]:
-    """Per direction the cell's activation functions; ``activation_alpha`` and
-    ``activation_beta`` are consumed in order by the functions that take them
-    (ONNX Runtime's reading), the others take their ONNX defaults."""
+                 directions: int) -> list["_Slot"]:
+    """The cell's activation functions, one slot per place (f, g, h) holding
+    each direction's; ``activation_alpha`` and ``activation_beta`` are
+    consumed in order by the functions that take them (ONNX Runtime's
+    reading), the others take their ONNX defaults."""
     names = list(attrs.get("activations", defaults * directions))
     if len(names) != len(defaults) * directions:
         raise cv.invalid(f"activations {names}: expected {len(defaults) * directions} "
@@ -92,7 +96,26 @@ def _activations(cv: Converter, attrs, defaults: tuple[str, ...],
             beta = betas.pop(0)
         chosen.append(_Activation(key, alpha, beta))
     per = len(defaults)
-    return [chosen[d * per:(d + 1) * per] for d in range(directions)]
+    return [_Slot(chosen[k::per]) for k in range(per)]
+
+
+class _Slot:
+    """One place's activation (f, g or h) of every direction: one op when the
+    directions agree, else one per direction on its part of the leading axis."""
+
+    def __init__(self, per_direction: list[_Activation]):
+        self.per_direction = per_direction
+        first = per_direction[0]
+        self.shared = all((a.name, a.alpha, a.beta) == (first.name, first.alpha, first.beta)
+                          for a in per_direction)
+
+    def __call__(self, cv: Converter, x: Operand) -> Operand:
+        if self.shared:
+            return self.per_direction[0](cv, x)
+        rest = list(x.shape[1:])
+        parts = [act(cv, cv.op("slice", x, [d] + [0] * len(rest), [1] + rest))
+                 for d, act in enumerate(self.per_direction)]
+        return cv.op("concat", parts, 0)
 
 
 def _float_const(cv: Converter, value, what: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -107,29 +130,27 @@ def _float_const(cv: Converter, value, what: str, shape: tuple[int, ...]) -> np.
 
 
 def _state(cv: Converter, value, what: str, layout: int, directions: int, batch: int,
-           hidden: int) -> list:
-    """An initial state (``(D, B, H)``, layout 1 ``(B, D, H)``) as one ``(B, H)``
-    value per direction; None when not given (zeros)."""
+           hidden: int):
+    """An initial state (``(D, B, H)``, layout 1 ``(B, D, H)``) as the cell
+    holds its state: ``(B, H)`` for one direction, ``(D, B, H)`` for two;
+    None when not given (zeros)."""
     if value is None:
-        return [None] * directions
+        return None
     expected = (batch, directions, hidden) if layout else (directions, batch, hidden)
     if shape_of(value) != expected:
         raise cv.invalid(f"{what} has shape {shape_of(value)}, expected {expected}")
+    held = (batch, hidden) if directions == 1 else (directions, batch, hidden)
     if isinstance(value, Const):
         array = value.array.astype(np.float32)
-        parts = [array[:, d] if layout else array[d] for d in range(directions)]
-        return [cv.operand(Const(np.ascontiguousarray(p))) for p in parts]
+        array = array.transpose(1, 0, 2) if layout else array
+        return cv.operand(Const(np.ascontiguousarray(array).reshape(held)))
     operand = cv.operand(value)
     if operand.dtype != np.float32:
         raise cv.unsupported(f"{what} is {np.dtype(operand.dtype)}: jitnn's recurrent cells "
                              "compute in float32")
-    parts = []
-    for d in range(directions):
-        starts = [0, d, 0] if layout else [d, 0, 0]
-        sizes = [batch, 1, hidden] if layout else [1, batch, hidden]
-        part = cv.op("slice", operand, starts, sizes) if directions > 1 else operand
-        parts.append(cv.op("reshape", part, (batch, hidden)))
-    return parts
+    if layout and directions > 1:
+        return cv.op("transpose", operand, [1, 0, 2])
+    return cv.op("reshape", operand, held)
 
 
 def _lengths(cv: Converter, value, steps: int, batch: int) -> np.ndarray | None:
@@ -148,34 +169,42 @@ def _lengths(cv: Converter, value, steps: int, batch: int) -> np.ndarray | None:
 
 
 class _Cell:
-    """What the steps of one direction share."""
+    """What the steps share: the weights (load-time constants, arranged for
+    the state's shape: ``(B, H)`` for one direction, ``(D, B, H)`` for two,
+    whose products are batched matmuls), the activations and the clip."""
 
-    def __init__(self, cv: Converter, kind: str, hidden: int, batch: int, clip: float | None,
-                 acts: list[_Activation], weights: dict):
+    def __init__(self, cv: Converter, kind: str, hidden: int, batch: int, directions: int,
+                 clip: float | None, acts: list[_Slot], weights: dict):
         self.cv, self.kind, self.hidden, self.batch = cv, kind, hidden, batch
-        self.clip, self.acts = clip, acts
+        self.directions, self.clip, self.acts = directions, clip, acts
         self.weights = weights        # R^T (GRU: R_zr^T, R_h^T, Rb_h), P, the options
         self._zeros = None
 
     def slice(self, x: Operand, start: int, size: int) -> Operand:
-        """Columns ``[start, start + size)`` of a ``(B, n)`` value."""
-        if start == 0 and size == x.shape[1]:
+        """Columns ``[start, start + size)`` (the last axis) of a gates value."""
+        lead = list(x.shape[:-1])
+        if start == 0 and size == x.shape[-1]:
             return x
-        return self.cv.op("slice", x, [0, start], [self.batch, size])
+        return self.cv.op("slice", x, [0] * len(lead) + [start], lead + [size])
 
     def clipped(self, x: Operand) -> Operand:
         return x if self.clip is None else self.cv.op("clamp", x, -self.clip, self.clip)
 
     def zeros(self) -> Operand:
         if self._zeros is None:
-            self._zeros = self.cv.operand(Const(np.zeros((self.batch, self.hidden), np.float32)))
+            shape = (self.batch, self.hidden) if self.directions == 1 else \
+                (self.directions, self.batch, self.hidden)
+            self._zeros = self.cv.operand(Const(np.zeros(shape, np.float32)))
         return self._zeros
 
     def product(self, h: Operand | None, weight: Operand, addend) -> Operand | None:
-        """``h @ weight + addend`` (one gemm); ``addend`` alone without ``h``."""
+        """``h @ weight + addend`` (one gemm for one direction, a batched
+        matmul and an add for two); ``addend`` alone without ``h``."""
         if h is None:
             return addend
-        return self.cv.op("gemm", h, weight, addend)
+        if self.directions == 1:
+            return self.cv.op("gemm", h, weight, addend)
+        return self.cv.op("add", self.cv.op("matmul", h, weight), addend)
 
 
 def _lstm_step(cell: _Cell, x_at, h, c):
@@ -217,14 +246,13 @@ def _gru_step(cell: _Cell, x_at, h):
     z = f_act(cv, cell.slice(zr, 0, H))
     r = f_act(cv, cell.slice(zr, H, H))
     if weights["linear_before_reset"]:
-        recurrent = weights["Rb_h"] if h is None else cv.op("gemm", h, weights["R_h"],
-                                                            weights["Rb_h"])
+        recurrent = weights["Rb_h"] if h is None else \
+            cell.product(h, weights["R_h"], weights["Rb_h"])
         h_pre = cv.op("add", x_h, cv.op("mul", r, recurrent))
     else:
-        h_pre = x_h if h is None else cv.op("gemm", cv.op("mul", r, h), weights["R_h"], x_h)
+        h_pre = x_h if h is None else cell.product(cv.op("mul", r, h), weights["R_h"], x_h)
     candidate = g_act(cv, cell.clipped(h_pre))
-    kept = cv.op("sub", 1.0, z)
-    h_new = cv.op("mul", kept, candidate)
+    h_new = cv.op("mul", cv.op("sub", 1.0, z), candidate)
     if h is not None:
         h_new = cv.op("add", h_new, cv.op("mul", z, h))
     return h_new
@@ -236,12 +264,16 @@ def _rnn_step(cell: _Cell, x_at, h):
     return cell.acts[0](cell.cv, cell.clipped(product))
 
 
-def _reverse_order(lengths: np.ndarray, steps: int, batch: int) -> np.ndarray:
-    """For the reverse direction with sequences of their own lengths: at step
-    ``s`` batch entry ``b`` reads time ``lengths[b] - 1 - s`` (or ``s`` past
-    its length, a masked step). ``order[s, b]``: that time."""
-    s = np.arange(steps)[:, None]
-    return np.where(s < lengths[None, :], lengths[None, :] - 1 - s, s)
+def _step_times(direction: str, lengths: np.ndarray | None, steps: int,
+                batch: int) -> np.ndarray:
+    """``times[d, s, b]``: the time step that direction ``d`` reads at step
+    ``s`` for batch entry ``b``. The reverse direction starts each sequence at
+    its own last step; past a sequence's end (a masked step) it reads ``s``."""
+    s = np.broadcast_to(np.arange(steps)[:, None], (steps, batch))
+    length = np.full(batch, steps) if lengths is None else lengths
+    backward = np.where(s < length[None, :], length[None, :] - 1 - s, s)
+    return np.stack({"forward": [s], "reverse": [backward],
+                     "bidirectional": [s, backward]}[direction])
 
 
 def _hidden_size(cv: Converter, attrs, w_shape: tuple[int, ...], gates: int, directions: int,
@@ -254,6 +286,12 @@ def _hidden_size(cv: Converter, attrs, w_shape: tuple[int, ...], gates: int, dir
             else f"{gates} * hidden_size"
         raise cv.invalid(f"W has shape {w_shape}, expected ({directions}, {wanted}, {size})")
     return hidden
+
+
+def _per_direction(cv: Converter, array: np.ndarray, directions: int) -> Operand:
+    """A ``(D, n)`` constant broadcast against the state: ``(n,)`` or ``(D, 1, n)``."""
+    shape = (array.shape[1],) if directions == 1 else (directions, 1, array.shape[1])
+    return cv.operand(Const(np.ascontiguousarray(array).reshape(shape)))
 
 
 def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
@@ -298,8 +336,21 @@ def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
     for name, value in options.items():
         if value not in (0, 1):
             raise cv.invalid(f"{name} {value}: 0 or 1")
-    h_states = _state(cv, initial_h, "initial_h", layout, directions, batch, hidden)
-    c_states = _state(cv, initial_c, "initial_c", layout, directions, batch, hidden)
+    h = _state(cv, initial_h, "initial_h", layout, directions, batch, hidden)
+    c = _state(cv, initial_c, "initial_c", layout, directions, batch, hidden)
+
+    weights = dict(options)
+    r_t = r_all.transpose(0, 2, 1)[0] if directions == 1 else r_all.transpose(0, 2, 1)
+    if kind == "GRU":
+        weights["R_zr"] = cv.operand(Const(np.ascontiguousarray(r_t[..., :2 * hidden])))
+        weights["R_h"] = cv.operand(Const(np.ascontiguousarray(r_t[..., 2 * hidden:])))
+        weights["Rb_h"] = _per_direction(cv, b_all[:, width + 2 * hidden:], directions)
+    else:
+        weights["R"] = cv.operand(Const(np.ascontiguousarray(r_t)))
+    if p_all is not None:
+        weights["P"] = [_per_direction(cv, p_all[:, k * hidden:(k + 1) * hidden], directions)
+                        for k in range(3)]
+    cell = _Cell(cv, kind, hidden, batch, directions, clip, acts, weights)
 
     # the input projection of every step and direction, the biases added once
     projection_bias = b_all[:, :width] + b_all[:, width:]
@@ -309,68 +360,17 @@ def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
     projected = cv.op("gemm", cv.op("reshape", xo, (steps * batch, size)),
                       cv.operand(Const(np.ascontiguousarray(w_t))),
                       cv.operand(Const(projection_bias.reshape(-1))))
-    wanted = [bool(name) for name in cv.node.output] + [False] * 3
-    y_parts, last_h, last_c = [], [], []
-    for d in range(directions):
-        weights = dict(options)
-        r_t = r_all[d].T
-        if kind == "GRU":
-            weights["R_zr"] = cv.operand(Const(np.ascontiguousarray(r_t[:, :2 * hidden])))
-            weights["R_h"] = cv.operand(Const(np.ascontiguousarray(r_t[:, 2 * hidden:])))
-            weights["Rb_h"] = cv.operand(Const(b_all[d, width + 2 * hidden:].copy()))
-        else:
-            weights["R"] = cv.operand(Const(np.ascontiguousarray(r_t)))
-        if p_all is not None:
-            weights["P"] = [cv.operand(Const(p_all[d, k * hidden:(k + 1) * hidden].copy()))
-                            for k in range(3)]
-        cell = _Cell(cv, kind, hidden, batch, clip, acts[d], weights)
-        reverse = direction == "reverse" or d == 1
-        outs, order, h, c = _run_direction(cell, projected, d * width, steps, layout, reverse,
-                                           lengths, h_states[d], c_states[d])
-        if wanted[0]:
-            y_parts.append(_sequence(cv, outs, steps, batch, hidden, layout, reverse, order))
-        last_h.append(cell.zeros() if h is None else h)
-        last_c.append(cell.zeros() if c is None else c)
-    results: list = [None] * (3 if kind == "LSTM" else 2)
-    if wanted[0]:
-        results[0] = y_parts[0] if directions == 1 else \
-            cv.op("concat", y_parts, 2 if layout else 1)
-    if wanted[1]:
-        results[1] = _final(cv, last_h, batch, hidden, layout)
-    if kind == "LSTM" and wanted[2]:
-        results[2] = _final(cv, last_c, batch, hidden, layout)
-    return results
-
-
-def _run_direction(cell: _Cell, projected: Operand, column: int, steps: int, layout: int,
-                   reverse: bool, lengths: np.ndarray | None, h, c):
-    """The steps of one direction: ``(outputs in step order, the reverse
-    order of variable lengths or None, final h, final c)``."""
-    cv, batch = cell.cv, cell.batch
-    # the projection's rows: time-major (layout 0: t * B + b) or batch-major
-    # (layout 1: b * T + t); a step's (B, gates * H) block is one slice
-    source, order = projected, None
-    row_step, first_row = (steps, 1) if layout else (1, batch)
-    if reverse and lengths is not None:
-        # each sequence from its own last step: the rows gathered in step order once
-        order = _reverse_order(lengths, steps, batch)
-        entries = np.arange(batch)[None, :]
-        index = entries * steps + order if layout else order * batch + entries
-        source = cv.op("gather", projected, index.reshape(-1).astype(np.int64), 0)
-        row_step, first_row = 1, batch
+    times = _step_times(direction, lengths, steps, batch)
+    x_at = _step_inputs(cell, projected, times, layout, direction == "reverse",
+                        lengths is not None)
     outs = []
     for s in range(steps):
-        t = steps - 1 - s if reverse and order is None else s
-
-        def x_at(start: int, size: int, row: int = t * first_row) -> Operand:
-            return cv.op("slice", source, [row, column + start],
-                         [(batch - 1) * row_step + 1, size], strides=[row_step, 1])
-        if cell.kind == "LSTM":
-            h_new, c_new = _lstm_step(cell, x_at, h, c)
-        elif cell.kind == "GRU":
-            h_new, c_new = _gru_step(cell, x_at, h), None
+        if kind == "LSTM":
+            h_new, c_new = _lstm_step(cell, lambda start, n: x_at(s, start, n), h, c)
+        elif kind == "GRU":
+            h_new, c_new = _gru_step(cell, lambda start, n: x_at(s, start, n), h), None
         else:
-            h_new, c_new = _rnn_step(cell, x_at, h), None
+            h_new, c_new = _rnn_step(cell, lambda start, n: x_at(s, start, n), h), None
         valid = None if lengths is None else (s < lengths)
         if valid is None or valid.all():
             h, c = h_new, c_new
@@ -387,39 +387,83 @@ def _run_direction(cell: _Cell, projected: Operand, column: int, steps: int, lay
         ran = cv.operand(Const((lengths > 0)[:, None]))
         h = None if h is None else cv.op("where", ran, h, cell.zeros())
         c = None if c is None else cv.op("where", ran, c, cell.zeros())
-    return outs, order, h, c
+    wanted = [bool(name) for name in cv.node.output] + [False] * 3
+    results: list = [None] * (3 if kind == "LSTM" else 2)
+    if wanted[0]:
+        results[0] = _sequence(cell, outs, times, layout)
+    for k, state in ((1, h), (2, c)):
+        if k < len(results) and wanted[k]:
+            results[k] = _final(cell, cell.zeros() if state is None else state, layout)
+    return results
 
 
-def _sequence(cv: Converter, outs: list, steps: int, batch: int, hidden: int, layout: int,
-              reverse: bool, order: np.ndarray | None) -> Operand:
-    """One direction's Y: ``(T, 1, B, H)``, layout 1 ``(B, T, 1, H)``; ``outs``
-    are the ``(B, H)`` outputs of its steps in the order they ran."""
-    if reverse and order is None:
-        outs = outs[::-1]               # step s ran time T - 1 - s
-    if order is not None:
-        # step order -> time order: time t of entry b ran at the step that read it
-        stacked = cv.op("concat", [cv.op("reshape", o, (1, batch, hidden)) for o in outs], 0)
-        step_of = np.empty((steps, batch), np.int64)
-        for b in range(batch):
-            step_of[order[:, b], b] = np.arange(steps)
-        times = step_of.T if layout else step_of          # the output's row order
-        entries = np.broadcast_to(np.arange(batch)[:, None] if layout
-                                  else np.arange(batch)[None, :], times.shape)
-        index = (times * batch + entries).reshape(-1)
-        flat = cv.op("reshape", stacked, (steps * batch, hidden))
-        gathered = cv.op("gather", flat, index, 0)
-        return cv.op("reshape", gathered, (batch, steps, 1, hidden) if layout
-                     else (steps, 1, batch, hidden))
-    if layout:
-        return cv.op("concat", [cv.op("reshape", o, (batch, 1, 1, hidden)) for o in outs], 1)
-    return cv.op("concat", [cv.op("reshape", o, (1, 1, batch, hidden)) for o in outs], 0)
+def _step_inputs(cell: _Cell, projected: Operand, times: np.ndarray, layout: int,
+                 reverse: bool, own_lengths: bool):
+    """``x_at(s, start, size)``: columns ``[start, start + size)`` of the gates
+    of step ``s``, shaped as the state (``(B, n)``, or ``(D, B, n)``).
+
+    The projection's rows are time-major (layout 0: ``t * B + b``) or
+    batch-major (layout 1: ``b * T + t``), each direction's gates side by
+    side. One direction reads a step's rows with one (strided) slice; two
+    directions, or the reverse one over sequences of their own lengths, read
+    the projection gathered once in step order, ``(step, direction, entry)``."""
+    cv, batch = cell.cv, cell.batch
+    directions, steps = times.shape[0], times.shape[1]
+    width = projected.shape[1] // directions
+    if directions == 1 and not (reverse and own_lengths):
+        row_step, first_row = (steps, 1) if layout else (1, batch)
+
+        def x_at(s: int, start: int, size: int) -> Operand:
+            t = steps - 1 - s if reverse else s
+            return cv.op("slice", projected, [t * first_row, start],
+                         [(batch - 1) * row_step + 1, size], strides=[row_step, 1])
+        return x_at
+    entries = np.arange(batch)[None, None, :]
+    rows = entries * steps + times if layout else times * batch + entries      # (D, T, B)
+    index = (rows * directions + np.arange(directions)[:, None, None]).transpose(1, 0, 2)
+    source = cv.op("gather", cv.op("reshape", projected, (steps * batch * directions, width)),
+                   index.reshape(-1).astype(np.int64), 0)
+    if directions == 1:
+        def x_at(s: int, start: int, size: int) -> Operand:
+            return cv.op("slice", source, [s * batch, start], [batch, size])
+        return x_at
+    source = cv.op("reshape", source, (steps * directions, batch, width))
+
+    def x_at(s: int, start: int, size: int) -> Operand:
+        return cv.op("slice", source, [s * directions, 0, start], [directions, batch, size])
+    return x_at
 
 
-def _final(cv: Converter, states: list, batch: int, hidden: int, layout: int) -> Operand:
-    """Y_h or Y_c: ``(D, B, H)``, layout 1 ``(B, D, H)``."""
-    shape = (batch, 1, hidden) if layout else (1, batch, hidden)
-    parts = [cv.op("reshape", s, shape) for s in states]
-    return parts[0] if len(parts) == 1 else cv.op("concat", parts, 1 if layout else 0)
+def _sequence(cell: _Cell, outs: list, times: np.ndarray, layout: int) -> Operand:
+    """Y: ``(T, D, B, H)``, layout 1 ``(B, T, D, H)``, from the step outputs
+    (``(B, H)`` or ``(D, B, H)``, in the order the steps ran): one concat,
+    then one gather of the rows into time order, unless they are in it."""
+    cv, batch, hidden = cell.cv, cell.batch, cell.hidden
+    directions, steps = times.shape[0], times.shape[1]
+    # rows (step, direction, entry): the states joined along their first axis
+    stacked = cv.op("concat", outs, 0) if len(outs) > 1 else outs[0]
+    # step_of[d, t, b]: the step at which direction d computed time t of entry b
+    step_of = np.empty_like(times)
+    d_index, s_index, b_index = np.indices(times.shape)
+    step_of[d_index, times, b_index] = s_index
+    rows = (step_of * directions + np.arange(directions)[:, None, None]) * batch \
+        + np.arange(batch)[None, None, :]                  # (D, T, B)
+    order = rows.transpose(2, 1, 0) if layout else rows.transpose(1, 0, 2)
+    shape = (batch, steps, directions, hidden) if layout else (steps, directions, batch, hidden)
+    flat = order.reshape(-1)
+    if np.array_equal(flat, np.arange(flat.size)):
+        return cv.op("reshape", stacked, shape)
+    gathered = cv.op("gather", cv.op("reshape", stacked, (flat.size, hidden)),
+                     flat.astype(np.int64), 0)
+    return cv.op("reshape", gathered, shape)
+
+
+def _final(cell: _Cell, state: Operand, layout: int) -> Operand:
+    """Y_h or Y_c: ``(D, B, H)``, layout 1 ``(B, D, H)``, from the state."""
+    cv, batch, hidden, directions = cell.cv, cell.batch, cell.hidden, cell.directions
+    if directions == 1:
+        return cv.op("reshape", state, (batch, 1, hidden) if layout else (1, batch, hidden))
+    return cv.op("transpose", state, [1, 0, 2]) if layout else state
 
 
 OPS = {"LSTM": op_recurrent, "GRU": op_recurrent, "RNN": op_recurrent}
