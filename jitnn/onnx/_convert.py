@@ -18,7 +18,9 @@ where the op consumes integers (indices, conditions, integer arithmetic) and
 becomes float32 where the op computes in float32.
 
 The handlers of the math, logic, reduction, normalization and indexing ops
-are in jitnn/onnx/_convert_math.py, Resize in jitnn/onnx/_convert_resize.py.
+are in jitnn/onnx/_convert_math.py, Resize in jitnn/onnx/_convert_resize.py; the
+rank-5 (3-D) Conv, ConvTranspose and pools, which the handlers here hand over, in
+jitnn/onnx/_convert_3d.py.
 """
 
 from __future__ import annotations
