@@ -375,6 +375,9 @@ def test_wrong_weight_shapes_are_refused():
     assert "GRU" in message and "R (the recurrence weights) has shape (1, 21, 5)" in message
     message = _refusal("RNN", B=np.zeros((1, 7), np.float32))
     assert "RNN" in message and "expected (1, 14)" in message
+    message = _refusal("GRU", error=jitnn.onnx.UnsupportedError,
+                       W=np.zeros((1, 21, 5), np.float64))
+    assert "GRU" in message and "W (the input weights) is float64" in message
 
 
 def test_bad_attributes_are_refused():

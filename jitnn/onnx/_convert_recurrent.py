@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Operand
-from ._common import Const, Converter, need_const, shape_of
+from ._common import Const, Converter, need_const, refused_dtype, shape_of
 
 #: ONNX op -> (number of gates, default activations of one direction)
 _KINDS = {"LSTM": (4, ("Sigmoid", "Tanh", "Tanh")), "GRU": (3, ("Sigmoid", "Tanh")),
@@ -121,12 +121,11 @@ class _Slot:
 def _float_const(cv: Converter, value, what: str, shape: tuple[int, ...]) -> np.ndarray:
     """A load-time input as a float32 array of ``shape`` (refused otherwise)."""
     array = need_const(cv, value, what).array
-    if array.dtype.kind != "f":
-        raise cv.unsupported(f"{what} is {array.dtype}: jitnn's recurrent cells compute in "
-                             "float32")
+    if array.dtype != np.float32:
+        raise cv.unsupported(f"{what} is {refused_dtype(array.dtype)}")
     if array.shape != shape:
         raise cv.invalid(f"{what} has shape {array.shape}, expected {shape}")
-    return array.astype(np.float32)
+    return array
 
 
 def _state(cv: Converter, value, what: str, layout: int, directions: int, batch: int,
@@ -141,7 +140,9 @@ def _state(cv: Converter, value, what: str, layout: int, directions: int, batch:
         raise cv.invalid(f"{what} has shape {shape_of(value)}, expected {expected}")
     held = (batch, hidden) if directions == 1 else (directions, batch, hidden)
     if isinstance(value, Const):
-        array = value.array.astype(np.float32)
+        array = value.array
+        if array.dtype != np.float32:
+            raise cv.unsupported(f"{what} is {refused_dtype(array.dtype)}")
         array = array.transpose(1, 0, 2) if layout else array
         return cv.operand(Const(np.ascontiguousarray(array).reshape(held)))
     operand = cv.operand(value)
