@@ -24,7 +24,6 @@ import jitnn.onnx  # noqa: E402
 from jitnn.errors import JitnnValueError  # noqa: E402
 from tests.helpers import random  # noqa: E402
 from tests.onnx_nets import Net  # noqa: E402
-from tests.test_onnx_roll import _ops  # noqa: E402
 
 
 # --- the float64 references ---------------------------------------------------------
@@ -127,6 +126,19 @@ def _run(model, feed):
     return converted, converted.run(feed)
 
 
+def _steps(converted) -> list[str]:
+    """The steps of the model's plan (``conv2d + add + relu``, ``transpose``, ...),
+    from jitnn.explain's step lines."""
+    feed = {name: np.zeros(shape, np.float32) for name, shape in converted.inputs.items()}
+    lines = []
+    for t in converted.dispatch(feed).values():
+        t.numpy()
+        lines += [line.split(None, 1)[1].split("  ")[0] for line in
+                  jitnn.explain(t).splitlines()
+                  if line.strip()[:1].isdigit() and len(line.split()) > 2]
+    return lines
+
+
 def _conv_model(x_shape, w, bias, attrs):
     net = Net(0)
     inputs = [net.input("x", x_shape), net.const(w)]
@@ -224,8 +236,8 @@ def test_conv3d_chain_stays_depth_major_with_fused_adds():
     block = relu(conv3d_reference(hidden, w2, None, pads) + feed["x"])
     want = block.mean(axis=(2, 3, 4), keepdims=True)
     np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-4, atol=1e-5)
-    ops = [line.split()[0] for line in _ops(converted)]
-    steps = _ops(converted)
+    steps = _steps(converted)
+    ops = [step.split()[0] for step in steps]
     assert ops.count("transpose") == 1
     assert sum(s.startswith("conv2d + add") for s in steps) == 4     # two taps a conv
     assert any(s.startswith("conv2d + add + relu") for s in steps)    # the first conv's ReLU

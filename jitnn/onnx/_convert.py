@@ -18,9 +18,9 @@ where the op consumes integers (indices, conditions, integer arithmetic) and
 becomes float32 where the op computes in float32.
 
 The handlers of the math, logic, reduction, normalization and indexing ops
-are in jitnn/onnx/_convert_math.py, Resize in jitnn/onnx/_convert_resize.py; the
-rank-5 (3-D) Conv, ConvTranspose and pools, which the handlers here hand over, in
-jitnn/onnx/_convert_3d.py.
+are in jitnn/onnx/_convert_math.py, Resize in jitnn/onnx/_convert_resize.py; those of
+Conv, ConvTranspose and the pools in jitnn/onnx/_convert_3d.py take rank-5 (3-D) inputs
+and hand the others to the ones here.
 """
 
 from __future__ import annotations
@@ -106,9 +106,6 @@ def expand_1d(values: list[int], rank: int, fill: int) -> tuple[int, int]:
 
 
 def op_conv(cv: Converter, inputs, attrs):
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_conv_3d
-        return op_conv_3d(cv, inputs, attrs)
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     rank = spatial_rank_check(cv, x)
@@ -167,9 +164,6 @@ def _without_dead_taps(w: Const, spatial: list[int], strides: list[int],
 
 
 def op_conv_transpose(cv: Converter, inputs, attrs):
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_conv_transpose_3d
-        return op_conv_transpose_3d(cv, inputs, attrs)
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     rank = spatial_rank_check(cv, x)
@@ -454,9 +448,6 @@ def op_max_pool(cv: Converter, inputs, attrs, outputs=1):
     """MaxPool; an int8 / uint8 input pools in float32 (exact) and is cast back."""
     if outputs > 1:
         raise cv.unsupported("the Indices output of MaxPool")
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_max_pool_3d
-        return op_max_pool_3d(cv, inputs, attrs)
     x = inputs[0]
     kernel = list(attrs["kernel_shape"])
     rank, options = _pool_geometry(cv, x, attrs, kernel)
@@ -469,9 +460,6 @@ def op_max_pool(cv: Converter, inputs, attrs, outputs=1):
 
 
 def op_average_pool(cv: Converter, inputs, attrs):
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_average_pool_3d
-        return op_average_pool_3d(cv, inputs, attrs)
     x = inputs[0]
     kernel = list(attrs["kernel_shape"])
     rank, options = _pool_geometry(cv, x, attrs, kernel)
@@ -484,18 +472,12 @@ def op_average_pool(cv: Converter, inputs, attrs):
 
 
 def op_global_average_pool(cv: Converter, inputs, attrs):
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_global_pool_3d
-        return op_global_pool_3d(cv, inputs, attrs, "mean")
     x = inputs[0]
     rank = spatial_rank_check(cv, x)
     return [from_2d(cv, cv.op("global_average_pool2d", to_2d(cv, x, rank)), rank)]
 
 
 def op_global_max_pool(cv: Converter, inputs, attrs):
-    if rank_of(inputs[0]) == 5:
-        from ._convert_3d import op_global_pool_3d
-        return op_global_pool_3d(cv, inputs, attrs, "max")
     x = inputs[0]
     rank = spatial_rank_check(cv, x)
     return [from_2d(cv, cv.op("max_pool2d", to_2d(cv, x, rank)), rank)]

@@ -23,12 +23,15 @@ of its counts along each axis), so a pool is two 2-D pools on reshapes of
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ..graph import Operand
 from ._common import Const, Converter, rank_of, shape_of
-from ._convert import (_commuted, _live_taps, _without_dead_taps, conv_pads,
-                       conv_transpose_pads, pool_output_sizes, webnn_padding)
+from ._convert import (_commuted, _live_taps, _without_dead_taps, conv_pads, conv_transpose_pads,
+                       op_average_pool, op_conv, op_conv_transpose, op_global_average_pool,
+                       op_global_max_pool, op_max_pool, pool_output_sizes, webnn_padding)
 from ._validate import check_kernel_shape
 
 #: builder ops that act element by element on same-shape operands, replayed on
@@ -306,8 +309,10 @@ def _pool_3d(cv: Converter, name: str, x, attrs, **options) -> Operand:
     return y
 
 
-def op_max_pool_3d(cv: Converter, inputs, attrs):
+def op_max_pool_3d(cv: Converter, inputs, attrs, outputs=1):
     """MaxPool of a rank-5 input; an int8 / uint8 input pools in float32 (exact), cast back."""
+    if outputs > 1:
+        raise cv.unsupported("the Indices output of MaxPool")
     x = cv.operand(inputs[0])
     dtype = x.dtype
     small = dtype in (np.int8, np.uint8)
@@ -325,12 +330,20 @@ def op_average_pool_3d(cv: Converter, inputs, attrs):
                      count_include_pad=bool(attrs.get("count_include_pad", 0)))]
 
 
-def op_global_pool_3d(cv: Converter, inputs, attrs, reduce: str) -> list:
+def op_global_average_pool_3d(cv: Converter, inputs, attrs):
+    return _global_pool_3d(cv, inputs[0], "mean")
+
+
+def op_global_max_pool_3d(cv: Converter, inputs, attrs):
+    return _global_pool_3d(cv, inputs[0], "max")
+
+
+def _global_pool_3d(cv: Converter, x, reduce: str) -> list:
     """GlobalAveragePool (``reduce="mean"``) or GlobalMaxPool (``"max"``) of
     a rank-5 input: the 2-D global pool of every (H, W) plane and then the
     mean or max over the depth, on the depth-major form when the input has one
     (a 3-D conv's result), else one 2-D pool of the (N, C, D*H, W) view."""
-    x = cv.operand(inputs[0])
+    x = cv.operand(x)
     n, channels, depth, height, width = x.shape
     known = _replayed(cv, x, _REPLAY_DEPTH)
     if known is None:
@@ -344,3 +357,21 @@ def op_global_pool_3d(cv: Converter, inputs, attrs, reduce: str) -> list:
     y = cv.op("reduce_mean" if reduce == "mean" else "reduce_max", y, axes=[1],
               keep_dimensions=False)
     return [cv.op("reshape", y, (n, channels, 1, 1, 1))]
+
+
+def _by_rank(two_d: Callable, three_d: Callable) -> Callable:
+    """The handler of an op that runs ``three_d`` on a rank-5 input, ``two_d`` on the others."""
+    def handler(cv: Converter, inputs, attrs, *outputs):
+        return (three_d if rank_of(inputs[0]) == 5 else two_d)(cv, inputs, attrs, *outputs)
+    return handler
+
+
+#: ONNX op type -> handler, for 1-D to 3-D inputs (replacing jitnn/onnx/_convert.py's)
+OPS: dict[str, Callable] = {
+    "Conv": _by_rank(op_conv, op_conv_3d),
+    "ConvTranspose": _by_rank(op_conv_transpose, op_conv_transpose_3d),
+    "MaxPool": _by_rank(op_max_pool, op_max_pool_3d),
+    "AveragePool": _by_rank(op_average_pool, op_average_pool_3d),
+    "GlobalAveragePool": _by_rank(op_global_average_pool, op_global_average_pool_3d),
+    "GlobalMaxPool": _by_rank(op_global_max_pool, op_global_max_pool_3d),
+}
