@@ -215,27 +215,28 @@ def _lstm_step(cell: _Cell, x_at, h, c):
     f_act, g_act, h_act = cell.acts
     gates = cell.product(h, weights["R"], x_at(0, 4 * H))
     if peepholes is None:
+        # i, o and f side by side (ONNX's order): one activation pass for the three
         gates = cell.clipped(gates)
-        pre = [cell.slice(gates, k * H, H) for k in range(4)]
+        i_o_f = f_act(cv, cell.slice(gates, 0, 3 * H))
+        i, o, f = (cell.slice(i_o_f, k * H, H) for k in range(3))
+        c_pre = cell.slice(gates, 3 * H, H)
     else:
         # clip after the peephole terms: they are part of the activations' input
-        pre = [cell.slice(gates, k * H, H) for k in range(4)]
+        i_pre, o_pre, f_pre, c_pre = (cell.slice(gates, k * H, H) for k in range(4))
         if c is not None:
-            pre[0] = cv.op("add", pre[0], cv.op("mul", c, peepholes[0]))
-            pre[2] = cv.op("add", pre[2], cv.op("mul", c, peepholes[2]))
-        pre = [p if k == 1 else cell.clipped(p) for k, p in enumerate(pre)]
-    i_pre, o_pre, f_pre, c_pre = pre
-    i = f_act(cv, i_pre)
-    candidate = cv.op("mul", i, g_act(cv, c_pre))
+            i_pre = cv.op("add", i_pre, cv.op("mul", c, peepholes[0]))
+            f_pre = cv.op("add", f_pre, cv.op("mul", c, peepholes[2]))
+        c_pre = cell.clipped(c_pre)
+        i, f = f_act(cv, cell.clipped(i_pre)), f_act(cv, cell.clipped(f_pre))
+    candidate = cv.op("mul", g_act(cv, c_pre), i)
     if c is None:
         c_new = candidate
     else:
-        f = cv.op("sub", 1.0, i) if weights["input_forget"] else f_act(cv, f_pre)
-        c_new = cv.op("add", cv.op("mul", f, c), candidate)
+        forget = cv.op("sub", 1.0, i) if weights["input_forget"] else f
+        c_new = cv.op("add", cv.op("mul", forget, c), candidate)
     if peepholes is not None:
-        o_pre = cell.clipped(cv.op("add", o_pre, cv.op("mul", c_new, peepholes[1])))
-    o = f_act(cv, o_pre)
-    return cv.op("mul", o, h_act(cv, c_new)), c_new
+        o = f_act(cv, cell.clipped(cv.op("add", o_pre, cv.op("mul", c_new, peepholes[1]))))
+    return cv.op("mul", h_act(cv, c_new), o), c_new
 
 
 def _gru_step(cell: _Cell, x_at, h):
@@ -243,9 +244,9 @@ def _gru_step(cell: _Cell, x_at, h):
     cv, H, weights = cell.cv, cell.hidden, cell.weights
     f_act, g_act = cell.acts
     x_zr, x_h = x_at(0, 2 * H), x_at(2 * H, H)
-    zr = cell.clipped(cell.product(h, weights["R_zr"], x_zr))
-    z = f_act(cv, cell.slice(zr, 0, H))
-    r = f_act(cv, cell.slice(zr, H, H))
+    # z and r side by side: one activation (in the product's epilogue when it can be)
+    zr = f_act(cv, cell.clipped(cell.product(h, weights["R_zr"], x_zr)))
+    z, r = cell.slice(zr, 0, H), cell.slice(zr, H, H)
     if weights["linear_before_reset"]:
         recurrent = weights["Rb_h"] if h is None else \
             cell.product(h, weights["R_h"], weights["Rb_h"])
