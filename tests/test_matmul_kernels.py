@@ -135,13 +135,15 @@ def test_last_row_panel_of_every_height(threads):
 def test_a_read_in_place_or_packed(threads, monkeypatch):
     """Full row panels read A in place unless A is transposed or its row
     stride is a multiple of an L1 way (K = 1024, 2048: packed); the last,
-    partial panel is packed either way. One K-block and two, batch 2 with A
-    shared through its index map, an epilogue: against float64."""
+    partial panel is packed either way. A short K runs the tiles row panel by
+    row panel, a long one in Goto's order. One K-block and two, batch 2 with
+    A shared through its index map, an epilogue: against float64."""
     monkeypatch.setattr(mm, "PARALLEL_MIN_MACS", 0)
-    assert matmul_drivers.a_in_place(False, 96) and matmul_drivers.a_in_place(False, 1000)
-    assert not matmul_drivers.a_in_place(True, 96)
-    assert not matmul_drivers.a_in_place(False, 1024)
-    assert not matmul_drivers.a_in_place(False, 2048)
+    assert mm.a_in_place(False, 96) and mm.a_in_place(False, 1000)
+    assert not mm.a_in_place(True, 96)
+    assert not mm.a_in_place(False, 1024)
+    assert not mm.a_in_place(False, 2048)
+    assert mm.rows_outer(96, 3) and not mm.rows_outer(mm.KC, 3)
     rng = np.random.default_rng(13)
     M, N = 3 * mm.MR + 5, 3 * mm.NR + 3
     for K in (96, 1024, mm.KC + 100):
@@ -579,7 +581,8 @@ def test_micro_kernels_use_packed_fma():
     asm = _fresh_asm(matmul_tiles._macro_kernel, kc, np.ones(2 * kc * mm.MR, f32),
                      np.ones(2 * kc * mm.NR, f32), out, 0, 2, 0, 2, True, True, f32(1),
                      f32(1), np.ones((1, 1), f32), np.ones(2 * mm.NR, f32),
-                     np.zeros((0, 0), f32), RELU, f32(0), f32(0), np.zeros((0, 0), f32), 0)
+                     np.zeros((0, 0), f32), RELU, f32(0), f32(0), np.zeros((0, 0), f32), 0,
+                     False)
     block = np.ones(kc * blocking._DIRECT_W, np.float32)
     direct = _fresh_asm(matmul_tiles._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
                         block, out, 0, mm.NR, False)
@@ -603,8 +606,8 @@ def test_tasks_keep_the_tile_vectorized():
     out = np.empty((1, 20, 20), np.float32)
     packed = np.ones((1, 20 * mm.NR * 2), np.float32)
     f32 = np.float32
-    args = (0, a, False, mm._FIRST, mm._FIRST, packed, out, mm.KC, 1, 1, f32(1), f32(1),
-            mm._NO_ADDEND, mm._NO_BIAS, mm._NO_ADDEND, 0, f32(0), f32(0))
+    args = (0, a, False, mm._FIRST, mm._FIRST, packed, out, mm.KC, 1, 1, True, False,
+            f32(1), f32(1), mm._NO_ADDEND, mm._NO_BIAS, mm._NO_ADDEND, 0, f32(0), f32(0))
     tiles = mm.MR * mm.NR // mm.VEC
     loops = _fma_loops(_fresh_asm(matmul_drivers._compute_task, *args))
     assert any(packed >= tiles and scalar == 0 for packed, scalar in loops), loops

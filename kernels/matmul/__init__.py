@@ -49,7 +49,10 @@ blocks of ``kc = k_block(K)`` (K cut evenly into blocks of at most ``KC``).
 For each K-block it packs its rows of A (``MC x KC`` floats, 336 KiB on AVX2,
 672 KiB on AVX-512: stays in L2), then for each B panel (``KC x NR``, 32 KiB
 on AVX2: stays in L1; 128 KiB on AVX-512: streams from L2) runs the register
-tile down the A panels (:func:`_macro_kernel`). The first K-block stores the
+tile down the A panels (:func:`_macro_kernel`). Where A's rows are not an
+L1 way apart, full row panels are read in place instead of packed
+(:func:`a_in_place`), and with a short K-block whose B panels all fit in L2
+the tiles run row panel by row panel (:func:`rows_outer`). The first K-block stores the
 tiles, later ones add to them, and the last one applies the epilogue in the
 registers before its store.
 
@@ -91,12 +94,13 @@ import numba
 import numpy as np
 
 from ..epilogue import ACTIVATIONS, LAST_ACTIVATION, NONE
-from .blocking import KC, MC, MR, NC, NR, VEC, k_block
+from .blocking import _L1D, _L2, KC, MC, MR, NC, NR, VEC, k_block
 from .drivers import PATHS, gemm_driver, matmul_small
 from .packing import pack_b_parallel, pack_b_serial
 
-__all__ = ["KC", "MC", "MR", "NC", "NR", "PATHS", "VEC", "PackedB", "batched_matmul", "gemm",
-           "gemm_call", "gemm_driver", "k_block", "matmul_small", "pack_b", "plan_blocks"]
+__all__ = ["KC", "MC", "MR", "NC", "NR", "PATHS", "VEC", "PackedB", "a_in_place",
+           "batched_matmul", "gemm", "gemm_call", "gemm_driver", "k_block", "matmul_small",
+           "pack_b", "plan_blocks", "rows_outer"]
 
 #: products with M * N * K up to this many multiply-adds take the direct path
 DIRECT_MAX_MACS = 64 ** 3
@@ -282,6 +286,35 @@ def plan_blocks(G, M, N, threads):
     return m_blocks, n_blocks
 
 
+#: bytes of one way of the L1 data cache (64 sets of 64-byte lines on every
+#: x86 core jitnn has run on, 32 KiB 8-way and 48 KiB 12-way alike)
+_L1_WAY_BYTES = 4096
+
+
+def a_in_place(a_t: bool, K: int) -> bool:
+    """Whether the packed path's full row panels read A in place instead of
+    packing it.
+
+    Packing costs the same per row panel whatever N is, so it weighs most on
+    products with few columns: 1 thread, AVX-512 (Zen 4), against packing,
+    3136 x 96 x 96 651 -> 567 us, 3136 x 384 x 96 2638 -> 2319 us, 784 x 768
+    x 192 2404 -> 2103 us; 512^3 the same or better. Not when A is transposed
+    (its rows are columns), nor when its row stride is a multiple of an L1 way:
+    then a tile's MR rows all fall in one cache set and evict each other
+    (1024^3 19.9 -> 25.7 ms, 128 x 3072 x 768 5.6 -> 7.4 ms)."""
+    return not a_t and (K * 4) % _L1_WAY_BYTES != 0
+
+
+def rows_outer(kc: int, panels: int) -> bool:
+    """Whether a task runs its tiles row panel by row panel (each A panel of
+    ``kc x MR`` read from L1 by all of the task's ``panels`` B panels, which
+    come from L2) instead of Goto's order (each B panel in L1 under all the
+    A panels): when that A panel fits in half of L1 and those B panels in
+    half of L2, as for a short K. A in place, 1 thread, Zen 4: 3136 x 96 x
+    384 2550 -> 2253 us, 784 x 192 x 768 2272 -> 2159 us."""
+    return kc * MR * 4 <= _L1D // 2 and kc * panels * NR * 4 <= _L2 // 2
+
+
 def _run(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
          residual, activation, param0, param1, threads):
     """Pick the path and call its kernel (operands already checked)."""
@@ -334,9 +367,11 @@ def _call(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
         path = "gemv" if M == 1 and K > 0 else "direct"
     else:
         path = "row" if M == 1 else "packed"
+    in_place = a_in_place(a_t, K)
+    outer = in_place and rows_outer(kc, -(-(-(-N // NR)) // n_blocks))
     return gemm_driver(path).on_threads(threads), (
-        a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, alpha,
-        beta, c, bias, residual, act, param0, param1, threads)
+        a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, in_place,
+        outer, alpha, beta, c, bias, residual, act, param0, param1, threads)
 
 
 def _check_out(op, out, shape):

@@ -42,28 +42,11 @@ def _addends(g, c, residual):
 
 #: "A is packed": the macro kernel's empty ``a_rows``
 _NO_ROWS = np.zeros((0, 0), np.float32)
-#: bytes of one way of the L1 data cache (64 sets of 64-byte lines on every
-#: x86 core jitnn has run on, 32 KiB 8-way and 48 KiB 12-way alike)
-_L1_WAY_BYTES = 4096
-
-
-@jit()
-def a_in_place(a_t, K):
-    """Whether a task's full row panels read A in place instead of packing it.
-
-    Packing costs the same per row panel whatever N is, so it weighs most on
-    products with few columns: 3136 x 96 x 96, 1 thread, AVX-512 (Zen 4),
-    651 -> 567 us; 3136 x 384 x 96 2638 -> 2319 us, 784 x 768 x 192 2404 ->
-    2103 us; 512^3 the same or better. Not when A is transposed (its rows are
-    columns), nor when its row stride is a multiple of an L1 way: then the
-    tile's MR rows all fall in one cache set and evict each other (1024^3
-    19.9 -> 25.7 ms, 128 x 3072 x 768 5.6 -> 7.4 ms)."""
-    return not a_t and (K * 4) % _L1_WAY_BYTES != 0
 
 
 @jit(standalone=True)
 def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
-                  m_blocks, n_blocks, alpha, beta, c, bias, residual,
+                  m_blocks, n_blocks, in_place, rows_outer, alpha, beta, c, bias, residual,
                   act, param0, param1):
     """Compute one ``(product, column block, row block)`` block of ``out``
     through all of K, then run the epilogue on each of its tiles.
@@ -92,7 +75,6 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
     pb = packed_b[b_index[g]]
     c_g, r_g = _addends(g, c, residual)
     epilogue = _has_epilogue(alpha, beta, c_g, bias, r_g, act)
-    in_place = a_in_place(a_t, K)
     a_rows = a_g if in_place else _NO_ROWS
     a_block = np.empty((ip_end - ip_begin) * MR * min(kc_max, K), np.float32)
     n_pad = n_panels * NR
@@ -110,7 +92,7 @@ def _compute_task(task, a, a_t, a_index, b_index, packed_b, out, kc_max,
         b_block = _span1(pb, k0 * n_pad, kc * n_pad)
         _macro_kernel(kc, a_block, b_block, out_g, ip_begin, ip_end, jp_begin, jp_end,
                       not first, last and epilogue, alpha, beta, c_g, bias, r_g, act,
-                      param0, param1, a_rows, k0)
+                      param0, param1, a_rows, k0, rows_outer)
 
 
 @jit(standalone=True)
@@ -224,6 +206,7 @@ def _make_gemm_driver(path: str):
     packs = path in ("row", "packed")
 
     def gemm(a, a_t, b, b_t, packed_b, a_index, b_index, out, kc_max, m_blocks, n_blocks,
+             in_place, rows_outer,
              alpha, beta, c, bias, residual, act, param0, param1, threads):
         if _overlaps_any(out, a, b, c, bias, residual):
             raise ValueError(_OVERLAP)
@@ -272,8 +255,8 @@ def _make_gemm_driver(path: str):
                               residual, act, p0, p1)
                 else:
                     _compute_task(task, a, a_t, a_index, b_index, pb, out, kc_max,
-                                  m_blocks, n_blocks, alpha32, beta32, c, bias,
-                                  residual, act, p0, p1)
+                                  m_blocks, n_blocks, in_place, rows_outer, alpha32, beta32,
+                                  c, bias, residual, act, p0, p1)
 
     gemm.__qualname__ = gemm.__name__ = f"gemm_{path}"
     gemm.__doc__ = f"""GEMM on the {path} path, on ``threads`` threads (its serial
@@ -285,7 +268,10 @@ def _make_gemm_driver(path: str):
     product; the row and packed paths read ``packed_b: (BB, K * N_pad)``
     packed with the same ``kc_max`` (then ``b`` is not read), or ``(0, 0)``
     to pack ``b`` here, and cut each product into ``m_blocks x n_blocks``
-    blocks, one task each. ``alpha``, ``beta``, ``param0``, ``param1`` are
+    blocks, one task each; the packed path's tasks read A's full row
+    panels in place with ``in_place`` and run their tiles row panel by row
+    panel with ``rows_outer`` (``matmul.a_in_place``, ``matmul.rows_outer``).
+    ``alpha``, ``beta``, ``param0``, ``param1`` are
     float64, applied as float32; ``act`` is an activation code.
     ``threads``: how many workers take tasks (numba's thread count; passed
     in because asking numba from compiled code would make the function

@@ -117,7 +117,7 @@ _PREFETCH_TILES = max(1, NR // _LINE)
 @jit()
 def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
                   accumulate, finish, alpha, beta, c, bias, residual, act, param0,
-                  param1, a_rows, k0):
+                  param1, a_rows, k0, rows_outer):
     """One K-block of a task: every ``MR x NR`` tile of ``out`` in row panels
     ``ip_begin .. ip_end`` and column panels ``jp_begin .. jp_end``.
 
@@ -126,7 +126,10 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
     ``jp`` at ``jp * kc * NR``); or, when ``a_rows`` (``(M, K)``, A itself)
     is not empty, a full row panel (``MR`` rows of ``out``) reads its K-block
     ``k0 .. k0+kc`` of A in place and only a last, partial panel comes packed
-    (:func:`a_in_place`). A tile is ``kc`` outer products of a column of
+    (``matmul.a_in_place``). The tiles run column panel by column panel
+    (Goto's order: a B panel stays in L1 under the row panels), or row panel
+    by row panel with ``rows_outer`` (an A panel stays in L1 under the column
+    panels). A tile is ``kc`` outer products of a column of
     its A panel and a row of its B panel, summed in a stack array indexed only
     by constant-trip loops, so it lives in 12 ymm registers; then it is stored
     once (``accumulate``: added to ``out``). With ``finish`` (the last
@@ -149,200 +152,210 @@ def _macro_kernel(kc, a_block, b_block, out, ip_begin, ip_end, jp_begin, jp_end,
     use_c = c.shape[0] > 0 and beta != _ZERO
     prefetch_r = residual.shape[0] > 1 and residual.shape[1] > 1   # a matrix, not a row
     in_place = a_rows.shape[0] > 0
-    for jp in range(jp_begin, jp_end):
+    n_jp = jp_end - jp_begin
+    n_ip = ip_end - ip_begin
+    for t in range(n_jp * n_ip):
+        if rows_outer:
+            # each A panel stays in L1 while the task's B panels stream past
+            # from L2 (where they all fit)
+            ip = ip_begin + t // n_jp
+            jp = jp_begin + t % n_jp
+        else:
+            # Goto's order: each B panel stays in L1 while the A panels stream past
+            jp = jp_begin + t // n_ip
+            ip = ip_begin + t % n_ip
         bpanel = _span1(b_block, jp * kc * NR, kc * NR)
         j0 = jp * NR
         n = min(NR, N - j0)
-        for ip in range(ip_begin, ip_end):
-            apanel = _span1(a_block, (ip - ip_begin) * kc * MR, kc * MR)
-            i0 = ip * MR
-            m = min(MR, M - i0)
+        apanel = _span1(a_block, (ip - ip_begin) * kc * MR, kc * MR)
+        i0 = ip * MR
+        m = min(MR, M - i0)
+        for i in range(MR):
+            for j in range(NR):
+                acc[i, j] = _ZERO
+        # start loading the output tile now, so it is in L1 when the sum
+        # is done (a prefetch never faults, even past the end of out)
+        for i in range(MR):
+            prefetch_write(out, (i0 + i, j0))
+            prefetch_write(out, (i0 + i, j0 + NR - 1))
+        if finish and prefetch_r:
+            # and the residual tile that the epilogue adds: its rows were
+            # written steps before (a transformer's skip connection) and
+            # have left the caches by the time the tile is done; read
+            # then, a line per row at a time, BERT's output projection
+            # (128 x 768 x 768 + bias + residual) took 1.77 ms instead of
+            # 1.52 ms with a bias only
             for i in range(MR):
-                for j in range(NR):
-                    acc[i, j] = _ZERO
-            # start loading the output tile now, so it is in L1 when the sum
-            # is done (a prefetch never faults, even past the end of out)
-            for i in range(MR):
-                prefetch_write(out, (i0 + i, j0))
-                prefetch_write(out, (i0 + i, j0 + NR - 1))
-            if finish and prefetch_r:
-                # and the residual tile that the epilogue adds: its rows were
-                # written steps before (a transformer's skip connection) and
-                # have left the caches by the time the tile is done; read
-                # then, a line per row at a time, BERT's output projection
-                # (128 x 768 x 768 + bias + residual) took 1.77 ms instead of
-                # 1.52 ms with a bias only
-                for i in range(MR):
-                    r_i = min(i0 + i, residual.shape[0] - 1)
-                    prefetch(residual, (r_i, j0))
-                    prefetch(residual, (r_i, j0 + NR - 1))
-            if in_place and m == MR:
-                # A's rows as they are (one K-block of MR rows, row stride K):
-                # the same loads as from a packed panel, without the packing
-                rows = numba.carray(element_pointer(a_rows, (i0, k0)), (MR, a_rows.shape[1]))
-                if ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
-                    ahead = _span1(b_block, (jp + 1) * kc * NR + (ip - ip_begin) * _LINE,
-                                   kc * NR - (ip - ip_begin) * _LINE)
-                    for p in range(kc):
-                        prefetch(ahead, (p * NR,))
-                        for i in range(MR):
-                            a_ip = rows[i, p]
-                            for j in range(NR):
-                                acc[i, j] += a_ip * bpanel[p * NR + j]
-                else:
-                    for p in range(kc):
-                        for i in range(MR):
-                            a_ip = rows[i, p]
-                            for j in range(NR):
-                                acc[i, j] += a_ip * bpanel[p * NR + j]
-            elif ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
-                # the next B panel, from memory (weights are read once per
-                # run, so they come cold from DRAM): its first tiles fetch it
-                # a line per k-step, _PREFETCH_TILES lines per row of NR
-                # floats, so that it is in cache when its own first tile runs
-                # and not fetched at that tile's loads
+                r_i = min(i0 + i, residual.shape[0] - 1)
+                prefetch(residual, (r_i, j0))
+                prefetch(residual, (r_i, j0 + NR - 1))
+        if in_place and m == MR:
+            # A's rows as they are (one K-block of MR rows, row stride K):
+            # the same loads as from a packed panel, without the packing
+            rows = numba.carray(element_pointer(a_rows, (i0, k0)), (MR, a_rows.shape[1]))
+            if ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
                 ahead = _span1(b_block, (jp + 1) * kc * NR + (ip - ip_begin) * _LINE,
                                kc * NR - (ip - ip_begin) * _LINE)
                 for p in range(kc):
                     prefetch(ahead, (p * NR,))
                     for i in range(MR):
-                        a_ip = apanel[p * MR + i]
-                        for j in range(NR):
-                            acc[i, j] += a_ip * bpanel[p * NR + j]
-            elif m <= _QUARTER:
-                # the last row panel of a product whose rows leave a few
-                # (M = 128 leaves 2 of 14, 49 leaves 7): a tile of that many
-                # rows at most, not MR (the other rows of acc stay zero and
-                # are not stored)
-                for p in range(kc):
-                    for i in range(_QUARTER):
-                        a_ip = apanel[p * MR + i]
-                        for j in range(NR):
-                            acc[i, j] += a_ip * bpanel[p * NR + j]
-            elif m <= _HALF:
-                for p in range(kc):
-                    for i in range(_HALF):
-                        a_ip = apanel[p * MR + i]
+                        a_ip = rows[i, p]
                         for j in range(NR):
                             acc[i, j] += a_ip * bpanel[p * NR + j]
             else:
                 for p in range(kc):
                     for i in range(MR):
-                        a_ip = apanel[p * MR + i]
+                        a_ip = rows[i, p]
                         for j in range(NR):
                             acc[i, j] += a_ip * bpanel[p * NR + j]
-            if m < MR or n < NR:
-                # edge tile: through a second stack tile, so that acc is only
-                # ever indexed by constants (any runtime index would keep all
-                # of acc in memory)
+        elif ip - ip_begin < _PREFETCH_TILES and jp + 1 < jp_end:
+            # the next B panel, from memory (weights are read once per
+            # run, so they come cold from DRAM): its first tiles fetch it
+            # a line per k-step, _PREFETCH_TILES lines per row of NR
+            # floats, so that it is in cache when its own first tile runs
+            # and not fetched at that tile's loads
+            ahead = _span1(b_block, (jp + 1) * kc * NR + (ip - ip_begin) * _LINE,
+                           kc * NR - (ip - ip_begin) * _LINE)
+            for p in range(kc):
+                prefetch(ahead, (p * NR,))
+                for i in range(MR):
+                    a_ip = apanel[p * MR + i]
+                    for j in range(NR):
+                        acc[i, j] += a_ip * bpanel[p * NR + j]
+        elif m <= _QUARTER:
+            # the last row panel of a product whose rows leave a few
+            # (M = 128 leaves 2 of 14, 49 leaves 7): a tile of that many
+            # rows at most, not MR (the other rows of acc stay zero and
+            # are not stored)
+            for p in range(kc):
+                for i in range(_QUARTER):
+                    a_ip = apanel[p * MR + i]
+                    for j in range(NR):
+                        acc[i, j] += a_ip * bpanel[p * NR + j]
+        elif m <= _HALF:
+            for p in range(kc):
+                for i in range(_HALF):
+                    a_ip = apanel[p * MR + i]
+                    for j in range(NR):
+                        acc[i, j] += a_ip * bpanel[p * NR + j]
+        else:
+            for p in range(kc):
+                for i in range(MR):
+                    a_ip = apanel[p * MR + i]
+                    for j in range(NR):
+                        acc[i, j] += a_ip * bpanel[p * NR + j]
+        if m < MR or n < NR:
+            # edge tile: through a second stack tile, so that acc is only
+            # ever indexed by constants (any runtime index would keep all
+            # of acc in memory)
+            for i in range(MR):
+                for j in range(NR):
+                    edge[i, j] = acc[i, j]
+            for i in range(m):
+                dst = _span(out, i0 + i, j0, n)
+                for j in range(n):
+                    if accumulate:
+                        dst[j] += edge[i, j]
+                    else:
+                        dst[j] = edge[i, j]
+            if finish:
+                _epilogue_rows(out, i0, j0, m, n, alpha, beta, c, bias, residual,
+                               act, param0, param1)
+            continue
+        if finish:
+            # The epilogue on acc in the registers, one step at a time
+            # over the whole tile: each loop nest has constant trip counts
+            # and a small body, so it unrolls and acc stays in registers;
+            # the branches are outside the loops. (As one loop over the
+            # rows with every step's branch inside, the loop stayed a loop
+            # and acc went through memory, each row cut into odd vector
+            # pieces: at K = 16, 197 x 768 tiles took 125 ns more with a
+            # bias and 190 ns more again with a residual.) The same
+            # operations in the same order as before: the same bits.
+            if accumulate:
+                for i in range(MR):
+                    row = _span(out, i0 + i, j0, NR)
+                    for j in range(NR):
+                        acc[i, j] += row[j]
+            if alpha != _ONE:
                 for i in range(MR):
                     for j in range(NR):
-                        edge[i, j] = acc[i, j]
-                for i in range(m):
-                    dst = _span(out, i0 + i, j0, n)
-                    for j in range(n):
-                        if accumulate:
-                            dst[j] += edge[i, j]
-                        else:
-                            dst[j] = edge[i, j]
-                if finish:
-                    _epilogue_rows(out, i0, j0, m, n, alpha, beta, c, bias, residual,
-                                   act, param0, param1)
-                continue
-            if finish:
-                # The epilogue on acc in the registers, one step at a time
-                # over the whole tile: each loop nest has constant trip counts
-                # and a small body, so it unrolls and acc stays in registers;
-                # the branches are outside the loops. (As one loop over the
-                # rows with every step's branch inside, the loop stayed a loop
-                # and acc went through memory, each row cut into odd vector
-                # pieces: at K = 16, 197 x 768 tiles took 125 ns more with a
-                # bias and 190 ns more again with a residual.) The same
-                # operations in the same order as before: the same bits.
-                if accumulate:
+                        acc[i, j] *= alpha
+            if use_c:
+                if c.shape[1] > 1:
                     for i in range(MR):
-                        row = _span(out, i0 + i, j0, NR)
+                        part = _span(c, min(i0 + i, c.shape[0] - 1), j0, NR)
                         for j in range(NR):
-                            acc[i, j] += row[j]
-                if alpha != _ONE:
+                            acc[i, j] += beta * part[j]
+                else:
                     for i in range(MR):
+                        value = beta * c[min(i0 + i, c.shape[0] - 1), 0]
                         for j in range(NR):
-                            acc[i, j] *= alpha
-                if use_c:
-                    if c.shape[1] > 1:
-                        for i in range(MR):
-                            part = _span(c, min(i0 + i, c.shape[0] - 1), j0, NR)
-                            for j in range(NR):
-                                acc[i, j] += beta * part[j]
-                    else:
-                        for i in range(MR):
-                            value = beta * c[min(i0 + i, c.shape[0] - 1), 0]
-                            for j in range(NR):
-                                acc[i, j] += value
-                if bias.shape[0] > 0:
-                    part = _span1(bias, j0, NR)
+                            acc[i, j] += value
+            if bias.shape[0] > 0:
+                part = _span1(bias, j0, NR)
+                for i in range(MR):
+                    for j in range(NR):
+                        acc[i, j] += part[j]
+            if residual.shape[0] > 0:
+                if residual.shape[1] > 1:
                     for i in range(MR):
+                        part = _span(residual, min(i0 + i, residual.shape[0] - 1), j0, NR)
                         for j in range(NR):
                             acc[i, j] += part[j]
-                if residual.shape[0] > 0:
-                    if residual.shape[1] > 1:
-                        for i in range(MR):
-                            part = _span(residual, min(i0 + i, residual.shape[0] - 1), j0, NR)
-                            for j in range(NR):
-                                acc[i, j] += part[j]
-                    else:
-                        for i in range(MR):
-                            value = residual[min(i0 + i, residual.shape[0] - 1), 0]
-                            for j in range(NR):
-                                acc[i, j] += value
-                if act == RELU:
+                else:
                     for i in range(MR):
+                        value = residual[min(i0 + i, residual.shape[0] - 1), 0]
                         for j in range(NR):
-                            acc[i, j] = max(acc[i, j], _ZERO)
-                elif act == CLAMP:
-                    for i in range(MR):
-                        for j in range(NR):
-                            acc[i, j] = min(max(acc[i, j], param0), param1)
-                elif act == LEAKY_RELU:
-                    for i in range(MR):
-                        for j in range(NR):
-                            x = acc[i, j]
-                            acc[i, j] = x if x >= _ZERO else param0 * x
-            # Store through zero-based views of the rows: out[i0 + i, j0 + j]
-            # would check j0 + j for negative wraparound on every element and
-            # stay scalar.
+                            acc[i, j] += value
+            if act == RELU:
+                for i in range(MR):
+                    for j in range(NR):
+                        acc[i, j] = max(acc[i, j], _ZERO)
+            elif act == CLAMP:
+                for i in range(MR):
+                    for j in range(NR):
+                        acc[i, j] = min(max(acc[i, j], param0), param1)
+            elif act == LEAKY_RELU:
+                for i in range(MR):
+                    for j in range(NR):
+                        x = acc[i, j]
+                        acc[i, j] = x if x >= _ZERO else param0 * x
+        # Store through zero-based views of the rows: out[i0 + i, j0 + j]
+        # would check j0 + j for negative wraparound on every element and
+        # stay scalar.
+        for i in range(MR):
+            row = _span(out, i0 + i, j0, NR)
+            if accumulate and not finish:
+                for j in range(NR):
+                    row[j] += acc[i, j]
+            else:
+                for j in range(NR):
+                    row[j] = acc[i, j]
+        if not finish:
+            continue
+        if act != NONE and act != GELU and act != RELU and act != CLAMP \
+                and act != LEAKY_RELU:
+            # the other activations (a call each) over the stored tile,
+            # in place, as gelu below: a call per element inside the
+            # unrolled tile would keep acc in memory
             for i in range(MR):
                 row = _span(out, i0 + i, j0, NR)
-                if accumulate and not finish:
-                    for j in range(NR):
-                        row[j] += acc[i, j]
-                else:
-                    for j in range(NR):
-                        row[j] = acc[i, j]
-            if not finish:
-                continue
-            if act != NONE and act != GELU and act != RELU and act != CLAMP \
-                    and act != LEAKY_RELU:
-                # the other activations (a call each) over the stored tile,
-                # in place, as gelu below: a call per element inside the
-                # unrolled tile would keep acc in memory
-                for i in range(MR):
-                    row = _span(out, i0 + i, j0, NR)
-                    for j in range(np.uint64(n)):
-                        row[j] = activate(row[j], act, param0, param1)
-            if act == GELU:
-                # over the stored tile, in place, row by row: a loop of n (=
-                # NR) steps, not a constant trip count (unrolled over the
-                # registers, the 32 copies of gelu made the fused 3136 x 96 x
-                # 384 take 2.5x the GEMM and the pass), reading and writing
-                # one array (from the stack tile into out, row by row as the
-                # tile was stored, it cost twice as much: 128 x 3072 x 768
-                # with a bias, 1 thread, 0.57 ms over the GEMM's 5.7, now
-                # 0.28 ms, where the separate pass takes 0.49 ms)
-                for i in range(MR):
-                    row = _span(out, i0 + i, j0, NR)
-                    for j in range(np.uint64(n)):
-                        row[j] = vector_gelu(row[j])
+                for j in range(np.uint64(n)):
+                    row[j] = activate(row[j], act, param0, param1)
+        if act == GELU:
+            # over the stored tile, in place, row by row: a loop of n (=
+            # NR) steps, not a constant trip count (unrolled over the
+            # registers, the 32 copies of gelu made the fused 3136 x 96 x
+            # 384 take 2.5x the GEMM and the pass), reading and writing
+            # one array (from the stack tile into out, row by row as the
+            # tile was stored, it cost twice as much: 128 x 3072 x 768
+            # with a bias, 1 thread, 0.57 ms over the GEMM's 5.7, now
+            # 0.28 ms, where the separate pass takes 0.49 ms)
+            for i in range(MR):
+                row = _span(out, i0 + i, j0, NR)
+                for j in range(np.uint64(n)):
+                    row[j] = vector_gelu(row[j])
 
 
 @jit()
