@@ -192,8 +192,8 @@ def test_conv3d_against_reference(name):
 
 @pytest.mark.slow
 def test_conv3d_dilated_planes_and_strided_video_stem():
-    """R(2+1)D- and R3D-like shapes: a 3x7x7 stem with a (1, 2, 2) stride,
-    a dilated 3x3x3 on 17 channels (compiles shapes of their own)."""
+    """R3D's 3x7x7 stem with its (1, 2, 2) stride, and a 3x3x3 dilated on
+    every axis on 17 channels (2-D conv geometries of their own: compiles)."""
     _check_conv((1, 3, 5, 29, 31), 13, (3, 7, 7),
                 dict(strides=[1, 2, 2], pads=[1, 3, 3, 1, 3, 3]), True)
     _check_conv((2, 17, 7, 9, 11), 11, (3, 3, 3),
