@@ -198,6 +198,19 @@ class _Cell:
             self._zeros = self.cv.operand(Const(np.zeros(shape, np.float32)))
         return self._zeros
 
+    def gates(self, h: Operand | None, weight: Operand, x_at):
+        """``part(start, size)``: columns ``[start, start + size)`` of ``h @
+        weight + x``. One direction: slices of one gemm with ``x`` as its
+        addend. Two: the batched matmul's epilogue takes no addend, so each
+        part adds its ``x`` columns, an add that joins the element-wise chain
+        after it instead of a pass of its own over all the gates."""
+        if self.directions == 1 or h is None:
+            gates = self.product(h, weight, x_at(0, weight.shape[-1]))
+            return lambda start, size: self.slice(gates, start, size)
+        product = self.cv.op("matmul", h, weight)
+        return lambda start, size: self.cv.op("add", self.slice(product, start, size),
+                                              x_at(start, size))
+
     def product(self, h: Operand | None, weight: Operand, addend) -> Operand | None:
         """``h @ weight + addend`` (one gemm for one direction, a batched
         matmul and an add for two); ``addend`` alone without ``h``."""
@@ -213,16 +226,15 @@ def _lstm_step(cell: _Cell, x_at, h, c):
     cv, H, weights = cell.cv, cell.hidden, cell.weights
     peepholes = weights.get("P")
     f_act, g_act, h_act = cell.acts
-    gates = cell.product(h, weights["R"], x_at(0, 4 * H))
+    part = cell.gates(h, weights["R"], x_at)
     if peepholes is None:
         # i, o and f side by side (ONNX's order): one activation pass for the three
-        gates = cell.clipped(gates)
-        i_o_f = f_act(cv, cell.slice(gates, 0, 3 * H))
+        i_o_f = f_act(cv, cell.clipped(part(0, 3 * H)))
         i, o, f = (cell.slice(i_o_f, k * H, H) for k in range(3))
-        c_pre = cell.slice(gates, 3 * H, H)
+        c_pre = cell.clipped(part(3 * H, H))
     else:
         # clip after the peephole terms: they are part of the activations' input
-        i_pre, o_pre, f_pre, c_pre = (cell.slice(gates, k * H, H) for k in range(4))
+        i_pre, o_pre, f_pre, c_pre = (part(k * H, H) for k in range(4))
         if c is not None:
             i_pre = cv.op("add", i_pre, cv.op("mul", c, peepholes[0]))
             f_pre = cv.op("add", f_pre, cv.op("mul", c, peepholes[2]))
