@@ -11,10 +11,12 @@ initializers), arranged once at load time:
    the step's slice of that projection (the product starts from nothing on a
    step without a previous state: the first one without ``initial_h``);
    both directions of a bidirectional cell run together, as a batched
-   ``matmul`` of the ``(2, B, H)`` state and an add, the projection gathered
-   once into step order (the reverse direction's rows reversed);
-3. the gates are slices of it, then the activations and state updates, which
-   the scheduler runs as element-wise chains.
+   ``matmul`` of the ``(2, B, H)`` state, the projection gathered once into
+   step order (the reverse direction's rows reversed);
+3. the gates are slices of it (two directions: of the product and of the
+   step's inputs, added in the chains), then the activations (one pass for
+   gates side by side with one function: LSTM's i, o, f, GRU's z, r) and
+   the state updates, which the scheduler runs as element-wise chains.
 
 Gate orders are ONNX's: LSTM ``i, o, f, c``, GRU ``z, r, h``. ``clip`` clamps
 the input of the gate activations (not the cell state before ``h``), as ONNX
@@ -151,7 +153,7 @@ def _state(cv: Converter, value, what: str, layout: int, directions: int, batch:
                              "compute in float32")
     if layout and directions > 1:
         return cv.op("transpose", operand, [1, 0, 2])
-    return cv.op("reshape", operand, held)
+    return operand if operand.shape == held else cv.op("reshape", operand, held)
 
 
 def _lengths(cv: Converter, value, steps: int, batch: int) -> np.ndarray | None:
