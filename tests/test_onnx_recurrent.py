@@ -235,6 +235,9 @@ CASES = [
                                             "Sigmoid", "Affine", "Softsign"],
                                activation_alpha=[0.3, 0.2, 0.7, 0.9],
                                activation_beta=[0.6, 1.5, 0.1])),
+    ("LSTM", 7, 3, 9, 9, dict(direction="bidirectional", initial_h=True, initial_c=True,
+                              clip=0.7, activations=["Sigmoid", "Tanh", "Tanh",
+                                                     "HardSigmoid", "Relu", "Softsign"])),
     ("LSTM", 4, 3, 5, 7, dict(bias=False, outputs=("Y_c",), initial_h=True)),
     ("LSTM", 7, 3, 5, 7, dict(outputs=("Y_h",), direction="reverse", clip=0.5)),
     ("GRU", 4, 3, 5, 17, dict(initial_h=True)),
@@ -271,6 +274,16 @@ def test_sequence_lengths(kind, layout, direction, lengths):
     reverse direction starts at each sequence's own last step."""
     check(kind, 7, 3, 5, 7, layout=layout, direction=direction, lengths=lengths,
           initial_h=True, initial_c=kind == "LSTM")
+
+
+def test_hidden_size_from_the_weights():
+    """``hidden_size`` is optional: H is then W's rows over the gates."""
+    model, feed, (args, kwargs) = make_case("GRU", 4, 3, 5, 7, direction="bidirectional")
+    node = model.graph.node[0]
+    node.attribute.remove(next(a for a in node.attribute if a.name == "hidden_size"))
+    got, _ = run(model, feed)
+    want = reference("GRU", *args, **kwargs)
+    np.testing.assert_allclose(got["Y"], want[0], rtol=1e-5, atol=2e-6)
 
 
 def test_full_sequence_lengths_add_nothing():
