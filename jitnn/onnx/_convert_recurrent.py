@@ -268,10 +268,10 @@ def _gru_step(cell: _Cell, x_at, h):
     else:
         h_pre = x_h if h is None else cell.product(cv.op("mul", r, h), weights["R_h"], x_h)
     candidate = g_act(cv, cell.clipped(h_pre))
-    h_new = cv.op("mul", cv.op("sub", 1.0, z), candidate)
-    if h is not None:
-        h_new = cv.op("add", h_new, cv.op("mul", z, h))
-    return h_new
+    if h is None:
+        return cv.op("mul", cv.op("sub", 1.0, z), candidate)
+    # (1 - z) * candidate + z * h as one chain: candidate + z * (h - candidate)
+    return cv.op("add", cv.op("mul", cv.op("sub", h, candidate), z), candidate)
 
 
 def _rnn_step(cell: _Cell, x_at, h):
