@@ -40,7 +40,7 @@ OP_TYPES = (
     "Where", "Elu", "Selu", "Softplus", "Softsign", "PRelu", "Gelu",
     "Resize", "LayerNormalization", "InstanceNormalization", "CumSum", "Trilu",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum", "OneHot",
-    "LSTM", "GRU", "RNN",
+    "LSTM", "GRU", "RNN", "GridSample",
 )
 
 #: reason -> the cases (``node/<test>``, ``pytorch-converted/<dir>``,
@@ -298,6 +298,15 @@ UNSUPPORTED = {
     'string data': (
         'node/test_equal_string',
         'node/test_equal_string_broadcast',
+    ),
+    'GridSample: bicubic sampling and volumes (jitnn samples 2-D grids bilinearly or by the nearest pixel)': (
+        'node/test_gridsample_bicubic',
+        'node/test_gridsample_bicubic_align_corners_0_additional_1',
+        'node/test_gridsample_bicubic_align_corners_1_additional_1',
+        'node/test_gridsample_volumetric_bilinear_align_corners_0',
+        'node/test_gridsample_volumetric_bilinear_align_corners_1',
+        'node/test_gridsample_volumetric_nearest_align_corners_0',
+        'node/test_gridsample_volumetric_nearest_align_corners_1',
     ),
     'sequence and optional types': (
         'node/test_identity_opt',

@@ -117,6 +117,7 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "Exp": 1, "Expand": ((1, 0), (8, 2)), "Flatten": 1, "Floor": 1, "GRU": 3, "Gather": 2,
     "GatherElements": ((1, 0), (11, 2)), "GatherND": ((1, 0), (11, 2)), "Gelu": ((1, 0), (20, 1)),
     "Gemm": ((1, 3), (11, 2)), "GlobalAveragePool": 1, "GlobalMaxPool": 1, "Greater": 2,
+    "GridSample": ((1, 0), (16, 2)),
     "GreaterOrEqual": ((1, 0), (12, 2)), "HardSigmoid": 1, "HardSwish": ((1, 0), (14, 1)),
     "Identity": 1, "InstanceNormalization": 3, "IsInf": ((1, 0), (10, 1)),
     "IsNaN": ((1, 0), (9, 1)), "LRN": 1, "LSTM": 3, "LayerNormalization": ((1, 0), (17, 2)),
