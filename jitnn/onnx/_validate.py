@@ -134,7 +134,8 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "ScatterND": ((1, 0), (11, 3)), "Selu": 1, "Shape": 1, "Sigmoid": 1, "Sign": ((1, 0), (9, 1)),
     "Sin": ((1, 0), (7, 1)), "Size": 1, "Slice": ((1, 1), (10, 3)), "Softmax": 1, "Softplus": 1,
     "Softsign": 1, "Split": 1, "Sqrt": 1, "Squeeze": 1, "Sub": 2, "Sum": 1,
-    "Tan": ((1, 0), (7, 1)), "Tanh": 1, "Tile": ((1, 3), (6, 2)), "Transpose": 1,
+    "Tan": ((1, 0), (7, 1)), "Tanh": 1, "Tile": ((1, 3), (6, 2)), "TopK": ((1, 1), (10, 2)),
+    "Transpose": 1,
     "Trilu": ((1, 0), (14, 1)), "Unsqueeze": ((1, 1), (13, 2)), "Where": ((1, 0), (9, 3)),
     "Xor": 2
 }
