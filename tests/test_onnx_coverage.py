@@ -162,3 +162,49 @@ def test_one_hot_of_constant_and_run_time_indices(constant):
         if -4 <= k < 4:
             want[i, k % 4, j] = 7.0
     np.testing.assert_array_equal(got, want)
+
+
+def test_same_padding_computed_through_clip_folds_at_load_time():
+    """timm's "same" padding (NFNet's convs) as exported: the pads computed from
+    the input's shape through float arithmetic and a Clip at 0, then a Pad:
+    all folded, the Pad's pads known at load time. The fold of a Clip keeps
+    ONNX's rules (attributes before opset 11, a missing bound, min > max)."""
+    inits = {"idx": np.array([2, 3], np.int64), "k": np.array([4.0, 2.0], np.float32),
+             "lo": np.array(0.0, np.float32), "zeros": np.zeros(4, np.int64),
+             "order": np.array([2, 3], np.int64)}
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "idx"], ["hw"]),
+             helper.make_node("Cast", ["hw"], ["hwf"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["k", "hwf"], ["short"]),          # (4 - 5, 2 - 3) < 0
+             helper.make_node("Mul", ["short", "short"], ["square"]),   # (1, 1)
+             helper.make_node("Clip", ["square", "lo", ""], ["pad"]),
+             helper.make_node("Cast", ["pad"], ["padi"], to=TensorProto.INT64),
+             helper.make_node("ScatterElements", ["zeros", "order", "padi"], ["pads4"]),
+             helper.make_node("Concat", ["pads4", "pads4"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = jitnn.onnx.prepare(model)
+    assert converted.jitnn_ops == 1                      # the pad alone
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 3)).astype(np.float32)
+    np.testing.assert_array_equal(converted.run({"x": x})["y"],
+                                  np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))))
+    for opset, inputs, attrs, want in (
+            (17, ["a", "lo", "hi"], {}, [-1.0, -1.0, -1.0]),    # min 3 > max -1: max
+            (17, ["a", "", "hi"], {}, [-2.0, -1.0, -1.0]),      # no min
+            (6, ["a"], {"min": -1.5}, [-1.5, 0.5, 4.0])):       # attributes before opset 11
+        clip = helper.make_node("Clip", inputs, ["c"], **attrs)
+        add = helper.make_node("Add", ["x", "c"], ["y"])
+        graph = helper.make_graph(
+            [clip, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.array([-2.0, 0.5, 4.0], np.float32), "a"),
+             numpy_helper.from_array(np.array(-1.0, np.float32), "hi"),
+             numpy_helper.from_array(np.array(3.0, np.float32), "lo")])
+        converted = jitnn.onnx.prepare(
+            helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+        assert converted.jitnn_ops == 1                  # the add alone
+        np.testing.assert_array_equal(converted.run({"x": np.zeros(3, np.float32)})["y"], want)

@@ -171,6 +171,22 @@ def _fold_pow(cv, arrays, attrs, outputs):
         return [np.power(x, y.astype(x.dtype) if x.dtype.kind == "f" else y).astype(x.dtype)]
 
 
+def _fold_clip(cv, arrays, attrs, outputs):
+    """``min(max(x, min), max)`` in x's dtype (so min > max gives max, as ONNX says);
+    the bounds are attributes before opset 11, optional inputs since."""
+    x = arrays[0]
+    if cv.opset < 11:
+        bounds = [attrs.get("min"), attrs.get("max")]
+    else:
+        bounds = [arrays[i] if len(arrays) > i else None for i in (1, 2)]
+    y = x
+    if bounds[0] is not None:
+        y = np.maximum(y, np.asarray(bounds[0]).astype(x.dtype).reshape(()))
+    if bounds[1] is not None:
+        y = np.minimum(y, np.asarray(bounds[1]).astype(x.dtype).reshape(()))
+    return [np.asarray(y, dtype=x.dtype)]
+
+
 def _fold_mod(cv, arrays, attrs, outputs):
     a, b = arrays
     with np.errstate(all="ignore"):
@@ -316,7 +332,7 @@ FOLD: dict[str, Callable] = {
     "Cos": _fold_numpy(np.cos), "Tan": _fold_numpy(np.tan), "Erf": _fold_erf,
     "Reciprocal": _fold_numpy(np.reciprocal), "Sign": _fold_numpy(np.sign),
     "Round": _fold_numpy(np.round), "IsNaN": _fold_numpy(np.isnan), "IsInf": _fold_is_inf,
-    "Pow": _fold_pow, "Mod": _fold_mod, "CastLike": _fold_cast_like,
+    "Pow": _fold_pow, "Mod": _fold_mod, "Clip": _fold_clip, "CastLike": _fold_cast_like,
     "ReduceProd": _fold_reduce(np.prod), "ReduceSum": _fold_reduce(np.sum),
     "ReduceMax": _fold_reduce(np.max), "ReduceMin": _fold_reduce(np.min),
     "ReduceMean": _fold_reduce(np.mean),
