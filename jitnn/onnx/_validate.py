@@ -111,6 +111,7 @@ def check_kernel_shape(cv: Converter, attrs: dict, w) -> None:
 _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "Abs": 1, "Add": 2, "And": 2, "ArgMax": 1, "ArgMin": 1, "AveragePool": 1,
     "BatchNormalization": 5, "Cast": 1, "CastLike": ((1, 0), (15, 2)), "Ceil": 1, "Clip": 1,
+    "Col2Im": ((1, 0), (18, 3)),
     "Concat": 1, "Constant": 0, "ConstantOfShape": ((1, 0), (9, 1)), "Conv": 2,
     "ConvTranspose": 2, "Cos": ((1, 0), (7, 1)), "CumSum": ((1, 0), (11, 2)), "Div": 2,
     "Dropout": 1, "Einsum": ((1, 0), (12, 1)), "Elu": 1, "Equal": 2, "Erf": ((1, 0), (9, 1)),
