@@ -40,7 +40,7 @@ OP_TYPES = (
     "Where", "Elu", "Selu", "Softplus", "Softsign", "PRelu", "Gelu",
     "Resize", "LayerNormalization", "InstanceNormalization", "CumSum", "Trilu",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum", "OneHot",
-    "LSTM", "GRU", "RNN", "GridSample", "TopK", "Col2Im",
+    "LSTM", "GRU", "RNN", "GridSample", "TopK", "Col2Im", "EyeLike",
 )
 
 #: reason -> the cases (``node/<test>``, ``pytorch-converted/<dir>``,

@@ -208,3 +208,25 @@ def test_same_padding_computed_through_clip_folds_at_load_time():
             helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
         assert converted.jitnn_ops == 1                  # the add alone
         np.testing.assert_array_equal(converted.run({"x": np.zeros(3, np.float32)})["y"], want)
+
+
+@pytest.mark.parametrize("k, dtype", [(0, None), (1, TensorProto.FLOAT), (-2, TensorProto.INT64)])
+def test_eye_like_of_a_run_time_tensor_folds_at_load_time(k, dtype):
+    """EyeLike reads only its input's shape (XLNet's attention masks): folded
+    even when that input is computed at run time, in ``dtype`` or the input's."""
+    eye = helper.make_node("EyeLike", ["x"], ["eye"], k=k,
+                           **({} if dtype is None else {"dtype": dtype}))
+    cast = helper.make_node("Cast", ["eye"], ["eye_float"], to=TensorProto.FLOAT)
+    add = helper.make_node("Add", ["x", "eye_float"], ["y"])
+    graph = helper.make_graph(
+        [eye, cast, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("eye", dtype or TensorProto.FLOAT, None)])
+    converted = jitnn.onnx.prepare(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    want = np.eye(3, 5, k)
+    assert converted.constant_outputs["eye"].dtype == (np.int64 if dtype == TensorProto.INT64
+                                                       else np.float32)
+    np.testing.assert_array_equal(converted.constant_outputs["eye"], want)
+    np.testing.assert_allclose(converted.run({"x": x})["y"], x + want, rtol=1e-6)

@@ -187,6 +187,16 @@ def _fold_clip(cv, arrays, attrs, outputs):
     return [np.asarray(y, dtype=x.dtype)]
 
 
+def _fold_eye_like(cv, arrays, attrs, outputs):
+    """EyeLike reads its input's shape and type only: ones on diagonal ``k``
+    (XLNet builds its attention masks with one), in ``dtype`` or the input's type."""
+    x = arrays[0]
+    if x.ndim != 2:
+        raise cv.invalid(f"an input of shape {x.shape}: EyeLike needs a 2-D tensor")
+    dtype = onnx_dtype(int(attrs["dtype"])) if "dtype" in attrs else cv.onnx_type(cv.inputs[0])
+    return [np.eye(*x.shape, k=int(attrs.get("k", 0)), dtype=dtype)]
+
+
 def _fold_mod(cv, arrays, attrs, outputs):
     a, b = arrays
     with np.errstate(all="ignore"):
@@ -343,8 +353,9 @@ FOLD: dict[str, Callable] = {
     "GatherND": _fold_gather_nd, "ScatterElements": _fold_scatter_elements,
     "ScatterND": _fold_scatter_nd, "Pad": _fold_pad, "Einsum": fold_einsum,
     "BatchNormalization": _fold_batch_normalization, "OneHot": fold_one_hot,
+    "EyeLike": _fold_eye_like,
 }
 
 
 #: ops folded whatever their inputs: they only read shapes
-SHAPE_ONLY = {"Shape", "Size"}
+SHAPE_ONLY = {"Shape", "Size", "EyeLike"}
