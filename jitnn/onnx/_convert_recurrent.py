@@ -354,6 +354,9 @@ def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
             raise cv.invalid(f"{name} {value}: 0 or 1")
     h = _state(cv, initial_h, "initial_h", layout, directions, batch, hidden)
     c = _state(cv, initial_c, "initial_c", layout, directions, batch, hidden)
+    if _fused(kind, acts, lengths, directions, hidden):
+        return _fused_cell(cv, kind, xo, w_all, r_all, b_all, p_all, h, c, clip, options,
+                           steps, batch, size, hidden, directions, direction, layout)
 
     weights = dict(options)
     r_t = r_all.transpose(0, 2, 1)[0] if directions == 1 else r_all.transpose(0, 2, 1)
@@ -411,6 +414,151 @@ def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
         if k < len(results) and wanted[k]:
             results[k] = _final(cell, cell.zeros() if state is None else state, layout)
     return results
+
+
+#: the largest H whose two directions share one product on a block-diagonal R
+#: (twice the arithmetic of a product per direction, which is a launch more and
+#: a batched matmul that does not replay as one call)
+_BLOCK_DIAGONAL_MAX = 128
+
+
+def _fused(kind: str, acts: list[_Slot], lengths: np.ndarray | None, directions: int,
+           hidden: int) -> bool:
+    """Whether the steps run as their products and one fused cell each
+    (jitnn/ops/recurrent.py): LSTM and GRU with the default activations, no
+    sequence shorter than the input, one direction or two of H <= 128."""
+    if kind == "RNN" or lengths is not None \
+            or (directions == 2 and hidden > _BLOCK_DIAGONAL_MAX):
+        return False
+    defaults = [name.lower() for name in _KINDS[kind][1]]
+    return all(act.name == name for slot, name in zip(acts, defaults)
+               for act in slot.per_direction)
+
+
+def _block_diagonal(blocks: list[np.ndarray]) -> np.ndarray:
+    """The blocks on the diagonal of one matrix, zeros elsewhere."""
+    rows, cols = sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)
+    out = np.zeros((rows, cols), np.float32)
+    r = c = 0
+    for block in blocks:
+        out[r:r + block.shape[0], c:c + block.shape[1]] = block
+        r, c = r + block.shape[0], c + block.shape[1]
+    return out
+
+
+def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all: np.ndarray,
+                b_all: np.ndarray, p_all: np.ndarray | None, h, c, clip: float | None,
+                options: dict, steps: int, batch: int, size: int, hidden: int,
+                directions: int, direction: str, layout: int) -> list:
+    """The steps as ``gemm`` and ``lstm_cell`` (GRU: ``gru_cell``, with
+    ``linear_before_reset`` 0 a ``gru_reset`` and a second ``gemm`` before it):
+    the state is ``(2, B, D * H)`` (``h`` then ``c``; GRU ``(B, D * H)``), both
+    directions of an entry side by side, their products one ``gemm`` on a
+    block-diagonal ``R^T``; the cell reads its rows of the input projection
+    by index."""
+    gates = 4 if kind == "LSTM" else 3
+    width, H, D = gates * hidden, hidden, directions
+    lbr = bool(options["linear_before_reset"])
+    bias = b_all[:, :width] + b_all[:, width:]
+    if lbr:                             # Rb_h is added inside the reset gate's product
+        bias[:, 2 * H:] = b_all[:, 2 * H:width]
+    w_t = np.concatenate([w_all[d].T for d in range(D)], axis=1)
+    projected = cv.op("gemm", cv.op("reshape", xo, (steps * batch, size)),
+                      cv.operand(Const(np.ascontiguousarray(w_t))),
+                      cv.operand(Const(np.ascontiguousarray(bias.reshape(-1)))))
+
+    def recurrent(first: int, count: int) -> Operand:
+        """R^T of gates ``first`` to ``first + count``, block-diagonal over directions."""
+        blocks = [r_all[d, first * H:(first + count) * H].T for d in range(D)]
+        return cv.operand(Const(_block_diagonal(blocks)))
+
+    reverse = direction == "reverse"
+    common = {"entry_rows": steps if layout else 1, "directions": D, "clip": clip}
+
+    def first_rows(s: int) -> list[int]:
+        """The projection's row of entry 0 for each direction at step ``s``."""
+        times = [steps - 1 - s if reverse else s] + [steps - 1 - s] * (D - 1)
+        return [t if layout else t * batch for t in times]
+
+    def joined(state):          # (B, H) or (D, B, H) -> (B, D * H)
+        if state is None:
+            return cv.operand(Const(np.zeros((batch, D * H), np.float32)))
+        return state if D == 1 else \
+            cv.op("reshape", cv.op("transpose", state, [1, 0, 2]), (batch, D * H))
+
+    states = []
+    if kind == "LSTM":
+        state = None
+        if h is not None or c is not None:
+            state = cv.op("concat", [cv.op("reshape", joined(v), (1, batch, D * H))
+                                     for v in (h, c)], 0)
+        weight = recurrent(0, 4)
+        # (zeros without peepholes: a constant of the graph, as the cell's kernel binds it)
+        peepholes = cv.operand(Const(np.zeros((D, 3 * H), np.float32) if p_all is None
+                                     else np.ascontiguousarray(p_all)))
+        for s in range(steps):
+            product = None if state is None else \
+                cv.op("gemm", cv.op("lstm_hidden", state), weight)
+            state = cv.op("lstm_cell", projected, product, state, peepholes,
+                          first_row=first_rows(s), batch=batch,
+                          input_forget=bool(options["input_forget"]), **common)
+            states.append(state)
+    else:
+        state = None if h is None else joined(h)
+        # Rb_h (linear_before_reset 0: in the projection's bias, zeros here)
+        recurrent_bias = cv.operand(Const(np.ascontiguousarray(b_all[:, width + 2 * H:]) if lbr
+                                          else np.zeros((D, H), np.float32)))
+        if lbr:
+            weight = recurrent(0, 3)
+        else:
+            weight, weight_h = recurrent(0, 2), recurrent(2, 1)
+        for s in range(steps):
+            product = reset = None
+            if state is not None:
+                product = cv.op("gemm", state, weight)
+                if not lbr:
+                    scaled = cv.op("gru_reset", projected, product, state,
+                                   first_row=first_rows(s), **common)
+                    reset = cv.op("gemm", scaled, weight_h)
+            state = cv.op("gru_cell", projected, product, state, reset, recurrent_bias,
+                          first_row=first_rows(s), batch=batch, linear_before_reset=lbr,
+                          **common)
+            states.append(state)
+
+    # a state's rows of H values: (part (LSTM: h, c), entry, direction)
+    parts = 2 if kind == "LSTM" else 1
+    d_index, b_index = np.arange(D)[:, None], np.arange(batch)[None, :]
+    per_step = parts * batch * D
+    wanted = [bool(name) for name in cv.node.output] + [False] * 3
+    results: list = [None] * (3 if kind == "LSTM" else 2)
+    if wanted[0]:
+        t_index = np.arange(steps)[None, :, None]
+        forward = (np.arange(D) == 0)[:, None, None] & (not reverse)
+        step_of = np.where(forward, t_index, steps - 1 - t_index)            # (D, T, 1)
+        rows = step_of * per_step + b_index[None] * D + d_index[:, :, None]   # (D, T, B)
+        order = rows.transpose(2, 1, 0) if layout else rows.transpose(1, 0, 2)
+        stacked = cv.op("concat", states, 0) if len(states) > 1 else states[0]
+        results[0] = _state_rows(cv, stacked, order, H, order.shape + (H,))
+    for k in range(1, len(results)):
+        if wanted[k]:
+            rows = (k - 1) * batch * D + b_index * D + d_index                  # (D, B)
+            order = rows.T if layout else rows
+            results[k] = _state_rows(cv, states[-1], order, H, order.shape + (H,))
+    return results
+
+
+def _state_rows(cv: Converter, source: Operand, rows: np.ndarray, hidden: int,
+                shape: tuple[int, ...]) -> Operand:
+    """Rows ``rows`` (of ``hidden`` values) of ``source`` as ``shape``: the
+    whole of it reshaped, a slice of consecutive rows, else one gather."""
+    flat = cv.op("reshape", source, (int(np.prod(source.shape)) // hidden, hidden))
+    rows = rows.reshape(-1)
+    if np.array_equal(rows, rows[0] + np.arange(rows.size)):
+        if rows[0] != 0 or rows.size != flat.shape[0]:
+            flat = cv.op("slice", flat, [int(rows[0]), 0], [rows.size, hidden])
+    else:
+        flat = cv.op("gather", flat, rows.astype(np.int64), 0)
+    return cv.op("reshape", flat, shape)
 
 
 def _step_inputs(cell: _Cell, projected: Operand, times: np.ndarray, layout: int,

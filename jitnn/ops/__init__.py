@@ -10,3 +10,4 @@ from . import logical, math  # noqa: F401 - element-wise math and logic (after e
 from . import attention  # noqa: F401 - fused scaled dot-product attention
 from . import rotary  # noqa: F401 - rotary position embedding (Llama's RoPE)
 from . import gated  # noqa: F401 - the gated MLP's silu(gate) * up (SwiGLU)
+from . import recurrent  # noqa: F401 - an LSTM or GRU step after its recurrent product

@@ -205,7 +205,20 @@ def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
                       code, p0, p1)
 
 
-def _through_view(a: Value, size: int) -> Value:
+#: ops whose result is the first values of their input in row-major order (a
+#: view): an LSTM step's state is ``h`` then ``c``, the next product reads ``h``
+_LEADING_VIEWS = ("lstm_hidden",)
+
+
+def _leading(left: np.ndarray, m: int, k: int) -> np.ndarray:
+    """``a``'s buffer as the ``(m, k)`` matrix: its first ``m * k`` values when
+    the product reads through a leading view (:data:`_LEADING_VIEWS`)."""
+    if left.size != m * k:
+        left = left.reshape(-1)[:m * k]
+    return left.reshape(m, k) if left.ndim != 2 else left
+
+
+def _through_view(a: Value, size: int, leading: bool = True) -> Value:
     """The value behind a pending flatten or reshape ``a`` when its buffer
     already holds ``a``'s values in order, so that the product reads it in
     place: a row-major one (a transformer's ``(1, 197, 768)`` activations
@@ -217,16 +230,22 @@ def _through_view(a: Value, size: int) -> Value:
     buffer of the plan, the same array at every run (the reshape's view is
     new at every run), so it can be bound."""
     node = a._node
-    if node is None or node.op not in ("flatten", "reshape") or node.kind != "opaque" \
-            or len(node.inputs) != 1:
+    if node is None or node.op not in ("flatten", "reshape") + _LEADING_VIEWS \
+            or node.kind != "opaque" or len(node.inputs) != 1:
         return a
     source = node.inputs[0]
+    if node.op in _LEADING_VIEWS:
+        if not leading:
+            return a
+        # the product reads the first m * k values of the source's buffer
+        plain = source._layout == layouts.plain_tag(source.ndim)
+        return source if plain and source._dtype == a._dtype and source.size >= size else a
     if source._dtype != a._dtype or source.size != size:
         return a
     if source._layout == layouts.plain_tag(source.ndim):
         # (and through a chain of them: a ViT's attention output reshaped to
         # (1, 197, 768), then to (197, 768))
-        return _through_view(source, size)
+        return _through_view(source, size, leading)
     block = layouts.block_of(source._layout)
     if block is None or source.ndim != 4:
         return a
@@ -241,7 +260,8 @@ def _gemm_node(ctx, op: str, a: Tensor, b: Tensor, c: Tensor | None, m: int, k: 
     """A pending ``act(alpha * op(a) @ op(b) + beta * c)`` (plain ``(M, N)``, viewed as
     ``out_shape``): a node the scheduler may give a bias/residual ``c`` and an
     activation from the ops that follow it."""
-    attrs = {"a": _through_view(value_of(a), m * k), "b": value_of(b), "c": value_of(c),
+    attrs = {"a": _through_view(value_of(a), m * k, not a_transpose), "b": value_of(b),
+             "c": value_of(c),
              "alpha": float(alpha),
              "beta": float(beta), "a_transpose": bool(a_transpose),
              "b_transpose": bool(b_transpose), "activation": (code, p0, p1),
@@ -267,8 +287,8 @@ def run_gemm(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarra
     if dest.size == 0:
         return dest.reshape(value.shape)
     left, b = plain_buffer(a["a"]), a["b"]
-    if left.ndim != 2:                       # numpy's 1-D operands of matmul
-        left = left.reshape(m, k)
+    if left.ndim != 2 or left.size != m * k:     # numpy's 1-D operands of matmul
+        left = _leading(left, m, k)
     if _uses_gemv(m, n, k, a["a_transpose"]):
         kernel, args, _ = _gemv_call(ctx, a, left, dest)
         ctx.launcher.launch(kernel, *args)
@@ -333,8 +353,7 @@ def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
     m, k, n = a["mkn"]
     if result.size != m * n or a["a"]._data is None:
         return None
-    left = plain_buffer(a["a"])
-    left = left.reshape(m, k) if left.ndim != 2 else left
+    left = _leading(plain_buffer(a["a"]), m, k)
     if not np.may_share_memory(left, a["a"]._data):
         return None                       # a copy made at this run (a reorder to plain)
     if _uses_gemv(m, n, k, a["a_transpose"]):
