@@ -1,26 +1,33 @@
-"""A wider check of the ONNX frontend than the zoo: a hundred more models.
+"""A wider check of the ONNX frontend than the zoo: a hundred more models, and
+a second group of families the first hundred lack (``BEYOND``).
 
     python benchmarks/onnx_sweep.py                    # every model
     python benchmarks/onnx_sweep.py falcon mpnet fcn   # some of them
+    python benchmarks/onnx_sweep.py --beyond           # the second group only
     python benchmarks/onnx_sweep.py --list
     python benchmarks/onnx_sweep.py --dynamo           # torch.export-based exporter
 
 Each model is built from its library's definition (transformers, timm,
-torchvision) in a small configuration with seeded random weights
-(``jitnn.bench.zoo.randomize``; batch-norm statistics calibrated on random
-images), exported by ``torch.onnx.export`` (TorchScript, opset 17, dynamic
-batch and sequence axes; ``--dynamo``: the ``torch.export``-based exporter,
-torch's default, opset 18, the same axes dynamic, files of their own) to
-``--out`` (default ``$JITNN_NETWORKS_DIR/sweep`` or
-``~/.cache/jitnn/networks/sweep``, never the repository), then run by ONNX
-Runtime and by ``jitnn.onnx`` (1 thread) on the same inputs: two token inputs
-for the text models, one input otherwise. One row per model: ``pass`` with
-the largest difference over the largest output magnitude (below 1e-3), or
-what failed (the export, loading: jitnn's error, or the numbers; a NaN or
-inf where ONNX Runtime's output has a number fails). Each model
-runs in its own process (``--in-process``: not), so that one that crashes or
-exhausts memory leaves the others. docs/onnx.md has the results. Needs torch
-2.13 (CPU), transformers, timm, torchvision, onnx and onnxruntime.
+torchvision; the second group also diffusers and ultralytics: detectors, DETR
+family, YOLO, segmentation heads, SAM's encoder, diffusion U-Nets and a VAE,
+video networks, RAFT, encoder-decoders, more timm families) in a small
+configuration with seeded random weights (``jitnn.bench.zoo.randomize``;
+batch-norm statistics calibrated on random images), exported by
+``torch.onnx.export`` (TorchScript, opset 17, dynamic batch and sequence axes;
+``--dynamo``: the ``torch.export``-based exporter, torch's default, opset 18,
+the same axes dynamic, files of their own) to ``--out`` (default
+``$JITNN_NETWORKS_DIR/sweep`` or ``~/.cache/jitnn/networks/sweep``, never the
+repository), then run by ONNX Runtime and by ``jitnn.onnx`` (1 thread) on the
+same inputs: two token inputs for the text models, one input otherwise (the
+second group: each model's own, such as RAFT's two images or a U-Net's latents
+and text encoding). One row per model: ``pass`` with the largest difference
+over the largest output magnitude (below 1e-3), or what failed (the export,
+loading: jitnn's error, or the numbers; a NaN or inf where ONNX Runtime's
+output has a number fails). Each model runs in its own process (``--in-process``:
+not), so that one that crashes or exhausts memory leaves the
+others. docs/onnx.md has the results. Needs torch 2.13 (CPU), transformers,
+timm, torchvision, onnx and onnxruntime (the second group: diffusers and
+ultralytics too).
 """
 
 from __future__ import annotations
@@ -304,6 +311,329 @@ MODELS = {
 }
 
 
+# --- beyond the first hundred: detection, segmentation, generative, video, seq2seq ------
+
+def _outputs(model, call, example: dict[str, np.ndarray], outputs: list[str],
+             batch_axes: bool = True) -> Built:
+    """``model`` as a module of ``example``'s inputs (in order) returning ``outputs``
+    (``call(model, *inputs)``, a tensor or a tuple of them); batch axes dynamic."""
+    from torch import nn
+
+    class Wrapped(nn.Module):               # (named arguments: torch.export's dynamic shapes
+        def __init__(self):                 # follow the signature)
+            super().__init__()
+            self.inner = model
+
+        def forward(self, first, second=None):
+            return call(self.inner, first) if second is None else call(self.inner, first, second)
+
+    if len(example) > 2:
+        raise ValueError(f"{len(example)} inputs: a wrapped model takes one or two")
+    axes = {n: {0: "batch"} for n in [*example, *outputs]} if batch_axes else {}
+    return Built(Wrapped().eval(), example, outputs, axes)
+
+
+def _detector(config: str, model: str, size: int = 64, **options) -> Built:
+    """A transformers object detector: ``(logits, pred_boxes)`` of a ``size`` image."""
+    t = zoo._transformers()
+    cfg = getattr(t, config)(**options)
+    detector = _seeded(lambda: getattr(t, model)(cfg))
+    x = np.random.default_rng(0).standard_normal((2, 3, size, size)).astype(np.float32)
+    zoo.calibrate_batch_norms(detector, np.random.default_rng(2).standard_normal(
+        (4, 3, size, size)).astype(np.float32))
+
+    def call(m, pixels):
+        out = m(pixel_values=pixels, return_dict=True)
+        return out.logits, out.pred_boxes
+    return _outputs(detector, call, {"pixel_values": x}, ["logits", "pred_boxes"])
+
+
+def _small_resnet(**options):
+    t = zoo._transformers()
+    return t.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+                          layer_type="basic", **options)
+
+
+_DETR = dict(use_timm_backbone=False, use_pretrained_backbone=False, d_model=32,
+             encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+             decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8,
+             num_labels=5)
+
+
+def yolos() -> Built:
+    return _detector("YolosConfig", "YolosForObjectDetection", 32, hidden_size=64,
+                     num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                     image_size=[32, 32], patch_size=8, num_detection_tokens=8, num_labels=5)
+
+
+def rt_detr() -> Built:
+    t = zoo._transformers()
+    backbone = t.RTDetrResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 48, 64],
+                                    depths=[1, 1, 1, 1], layer_type="basic",
+                                    out_features=["stage2", "stage3", "stage4"])
+    return _detector("RTDetrConfig", "RTDetrForObjectDetection", 64, backbone_config=backbone,
+                     use_pretrained_backbone=False, encoder_in_channels=[32, 48, 64],
+                     encoder_hidden_dim=32, encoder_ffn_dim=64, d_model=32, decoder_layers=2,
+                     decoder_in_channels=[32, 32, 32], decoder_ffn_dim=64, num_queries=8,
+                     num_labels=5, num_denoising=0, encoder_attention_heads=2,
+                     decoder_attention_heads=2, decoder_n_points=2, anchor_image_size=[64, 64])
+
+
+def yolo(config: str) -> Built:
+    """Ultralytics YOLO built from its yaml (no download): the decoded (box, class) rows."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from ultralytics import YOLO
+        model = _seeded(lambda: YOLO(config).model.float().eval())
+    for layer in model.modules():                   # the exporter's form of the head
+        if hasattr(layer, "export"):
+            layer.export = True
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    zoo.calibrate_batch_norms(model, np.random.default_rng(2).standard_normal(
+        (4, 3, 64, 64)).astype(np.float32))
+    return _outputs(model, lambda m, image: m(image), {"images": x}, ["output0"])
+
+
+def upernet() -> Built:
+    t = zoo._transformers()
+    cfg = t.UperNetConfig(backbone_config=t.ConvNextConfig(
+        hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+        out_features=["stage1", "stage2", "stage3", "stage4"]), hidden_size=32,
+        use_auxiliary_head=False, num_labels=5)
+    # (192 px: the pyramid pooling's 1, 2, 3 and 6 cells divide stage 4's 6 x 6)
+    return _pixels(_seeded(lambda: t.UperNetForSemanticSegmentation(cfg)), 192, "logits",
+                   lambda m, x: m(pixel_values=x, return_dict=True).logits)
+
+
+def mask2former() -> Built:
+    t = zoo._transformers()
+    backbone = t.SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1],
+                            num_heads=[1, 2, 2, 4], window_size=4,
+                            out_features=["stage1", "stage2", "stage3", "stage4"])
+    cfg = t.Mask2FormerConfig(backbone_config=backbone, use_pretrained_backbone=False,
+                              feature_size=32, mask_feature_size=32, hidden_dim=32,
+                              encoder_feedforward_dim=64, dim_feedforward=64, encoder_layers=1,
+                              decoder_layers=2, num_attention_heads=2, num_queries=8,
+                              num_labels=5, common_stride=4)
+    return _detector_masks(_seeded(lambda: t.Mask2FormerForUniversalSegmentation(cfg)))
+
+
+def _detector_masks(model) -> Built:
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+
+    def call(m, pixels):
+        out = m(pixel_values=pixels, return_dict=True)
+        return out.class_queries_logits, out.masks_queries_logits
+    return _outputs(model, call, {"pixel_values": x}, ["class_logits", "mask_logits"])
+
+
+def sam_vision() -> Built:
+    t = zoo._transformers()
+    cfg = t.SamVisionConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                            image_size=64, patch_size=8, output_channels=32, window_size=4,
+                            global_attn_indexes=[1], mlp_dim=128)
+    return _pixels(_seeded(lambda: t.SamVisionModel(cfg)), 64)
+
+
+def _diffusers():
+    zoo.import_torchvision()                    # before diffusers imports it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import diffusers
+    return diffusers
+
+
+def unet2d() -> Built:
+    """diffusers' UNet2DModel (GroupNorm, SiLU, timestep embedding, attention, up-sampling)
+    at timestep 10."""
+    d = _diffusers()
+    model = _seeded(lambda: d.UNet2DModel(
+        sample_size=32, in_channels=3, out_channels=3, layers_per_block=1,
+        block_out_channels=(16, 32), norm_num_groups=8, attention_head_dim=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D")))
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    return _outputs(model, lambda m, sample: m(sample, 10).sample, {"sample": x}, ["out"])
+
+
+def unet2d_condition() -> Built:
+    """diffusers' UNet2DConditionModel (cross-attention to a text encoding) at timestep 10."""
+    d = _diffusers()
+    model = _seeded(lambda: d.UNet2DConditionModel(
+        sample_size=16, in_channels=4, out_channels=4, layers_per_block=1,
+        block_out_channels=(16, 32), norm_num_groups=8, cross_attention_dim=24,
+        attention_head_dim=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")))
+    rng = np.random.default_rng(0)
+    example = {"sample": rng.standard_normal((2, 4, 16, 16)).astype(np.float32),
+               "encoder_hidden_states": rng.standard_normal((2, 6, 24)).astype(np.float32)}
+    return _outputs(model, lambda m, sample, text: m(sample, 10, text).sample, example, ["out"])
+
+
+def autoencoder_kl() -> Built:
+    """diffusers' AutoencoderKL: encode, the posterior's mode, decode."""
+    d = _diffusers()
+    model = _seeded(lambda: d.AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=1,
+        block_out_channels=(16, 32), norm_num_groups=8, sample_size=32,
+        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2))
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    return _outputs(model, lambda m, sample: m(sample, sample_posterior=False).sample,
+                    {"sample": x}, ["out"])
+
+
+def _video(name: str, shape=(1, 3, 8, 32, 32), **options) -> Built:
+    zoo.import_torchvision()
+    from torchvision.models import video
+    module = _seeded(lambda: getattr(video, name)(weights=None, num_classes=10, **options))
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    zoo.calibrate_batch_norms(module, np.random.default_rng(2).standard_normal(
+        (2, *shape[1:])).astype(np.float32))
+    return Built(module, {"input": x}, ["logits"], {"input": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def raft_small() -> Built:
+    """torchvision's RAFT (small): correlation pyramid, grid_sample lookups, 2 GRU updates."""
+    zoo.import_torchvision()
+    from torchvision.models.optical_flow import raft_small as make
+    model = _seeded(lambda: make(weights=None))
+    rng = np.random.default_rng(0)
+    example = {"image1": rng.standard_normal((1, 3, 128, 128)).astype(np.float32),
+               "image2": rng.standard_normal((1, 3, 128, 128)).astype(np.float32)}
+    return _outputs(model, lambda m, a, b: m(a, b, num_flow_updates=2)[-1], example, ["flow"])
+
+
+def _seq2seq(config: str, model: str, **options) -> Built:
+    """An encoder-decoder in one pass: the decoder reads the input ids shifted right
+    (BART's default) or, when the model has no such default, the input ids themselves."""
+    t = zoo._transformers()
+    cfg = getattr(t, config)(vocab_size=128, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+                             decoder_start_token_id=0, **options)
+    cfg.use_cache = False
+    module = _seeded(lambda: getattr(t, model)(cfg))
+    built = _text(module, 128, True)
+
+    def call(m, ids, mask):
+        return m(input_ids=ids, attention_mask=mask, decoder_input_ids=ids,
+                 return_dict=True).last_hidden_state
+    built.module = _outputs(module, call, built.example, built.outputs).module
+    return built
+
+
+def _hf_own(config: str, model: str, **options) -> Built:
+    """A transformers text model whose configuration takes none of :func:`_hf`'s defaults
+    but the vocabulary (Funnel's layers are its block sizes, XLNet has no positions)."""
+    t = zoo._transformers()
+    cfg = getattr(t, config)(vocab_size=128, **options)
+    cfg.use_cache = False
+    return _text(_seeded(lambda: getattr(t, model)(cfg)), 128, True)
+
+
+_BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+             max_position_embeddings=64)
+
+
+def whisper() -> Built:
+    """transformers' WhisperModel: the encoder and one pass of the decoder over 6 tokens."""
+    t = zoo._transformers()
+    cfg = t.WhisperConfig(d_model=64, encoder_layers=1, encoder_attention_heads=2,
+                          decoder_layers=2, decoder_attention_heads=2, encoder_ffn_dim=128,
+                          decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=16,
+                          vocab_size=128, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+                          decoder_start_token_id=0, max_target_positions=16)
+    cfg.use_cache = False
+    model = _seeded(lambda: t.WhisperModel(cfg))
+    rng = np.random.default_rng(0)
+    example = {"input_features": rng.standard_normal((2, 16, 32)).astype(np.float32),
+               "decoder_input_ids": rng.integers(0, 128, (2, 6)).astype(np.int64)}
+    # (a decoder mask of ones: without one, transformers looks for packed sequences in the
+    # positions by torch.diff, which the TorchScript exporter does not export)
+    return _outputs(model, lambda m, features, ids: m(
+        input_features=features, decoder_input_ids=ids, decoder_attention_mask=ids * 0 + 1,
+        return_dict=True).last_hidden_state, example, ["last_hidden_state"])
+
+
+#: name -> (library, builder): families the first hundred lack (detection, segmentation,
+#: generative, video, optical flow, encoder-decoders). Not here: torchvision's detectors
+#: (SSDlite, RetinaNet, FCOS, Faster R-CNN), whose post-processing neither exporter exports
+#: (TorchScript: torchvision's compiled NMS is missing with the CPU torch; torch.export: NMS's
+#: data-dependent box counts)
+BEYOND = {
+    "detr": ("transformers", lambda: _detector(
+        "DetrConfig", "DetrForObjectDetection", backbone_config=_small_resnet(
+            out_features=["stage4"]), **_DETR)),
+    "conditional_detr": ("transformers", lambda: _detector(
+        "ConditionalDetrConfig", "ConditionalDetrForObjectDetection",
+        backbone_config=_small_resnet(out_features=["stage4"]), **_DETR)),
+    "yolos": ("transformers", yolos),
+    "rt_detr": ("transformers", rt_detr),
+    "yolov8n": ("ultralytics", lambda: yolo("yolov8n.yaml")),
+    "yolo11n": ("ultralytics", lambda: yolo("yolo11n.yaml")),
+    "deeplabv3_resnet50": ("torchvision", lambda: _segmentation("deeplabv3_resnet50")),
+    "deeplabv3_mobilenet": ("torchvision", lambda: _segmentation(
+        "deeplabv3_mobilenet_v3_large")),
+    "upernet": ("transformers", upernet),
+    "mask2former": ("transformers", mask2former),
+    "sam_vision": ("transformers", sam_vision),
+    "unet2d": ("diffusers", unet2d),
+    "unet2d_condition": ("diffusers", unet2d_condition),
+    "autoencoder_kl": ("diffusers", autoencoder_kl),
+    "mc3_18": ("torchvision", lambda: _video("mc3_18")),
+    "r2plus1d_18": ("torchvision", lambda: _video("r2plus1d_18")),
+    "s3d": ("torchvision", lambda: _video("s3d", (1, 3, 16, 224, 224))),
+    "mvit_v2_s": ("torchvision", lambda: _video("mvit_v2_s", (1, 3, 16, 224, 224))),
+    "swin3d_t": ("torchvision", lambda: _video("swin3d_t", (1, 3, 8, 64, 64))),
+    "raft_small": ("torchvision", raft_small),
+    "bart": ("transformers", lambda: _seq2seq("BartConfig", "BartModel", **_BART)),
+    "mbart": ("transformers", lambda: _seq2seq("MBartConfig", "MBartModel", **_BART)),
+    "marian": ("transformers", lambda: _seq2seq("MarianConfig", "MarianModel", **_BART)),
+    "pegasus": ("transformers", lambda: _seq2seq("PegasusConfig", "PegasusModel", **_BART)),
+    "t5": ("transformers", lambda: _seq2seq(
+        "T5Config", "T5Model", d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)),
+    "whisper": ("transformers", whisper),
+    "esm": ("transformers", lambda: _hf("EsmConfig", "EsmModel", pooling=False,
+                                        position_embedding_type="rotary", pad_token_id=1,
+                                        token_dropout=False)),
+    "deformable_detr": ("transformers", lambda: _detector(
+        "DeformableDetrConfig", "DeformableDetrForObjectDetection",
+        backbone_config=_small_resnet(out_features=["stage2", "stage3", "stage4"]),
+        **{**_DETR, "decoder_n_points": 2, "encoder_n_points": 2, "num_feature_levels": 3})),
+    "gpt_bigcode": ("transformers", lambda: _hf("GPTBigCodeConfig", "GPTBigCodeModel", n_embd=64,
+                                                n_layer=2, n_head=4, n_positions=64,
+                                                multi_query=True)),
+    "funnel": ("transformers", lambda: _hf_own("FunnelConfig", "FunnelBaseModel", d_model=64,
+                                               n_head=4, d_head=16, d_inner=128,
+                                               block_sizes=[1, 1], num_decoder_layers=1)),
+    "xlnet": ("transformers", lambda: _hf_own("XLNetConfig", "XLNetModel", d_model=64,
+                                              n_layer=2, n_head=4, d_inner=128)),
+    "ast": ("transformers", lambda: _audio(_hf(
+        "ASTConfig", "ASTModel", text=False, num_mel_bins=16, max_length=32, patch_size=8,
+        frequency_stride=8, time_stride=8), (2, 32, 16))),
+    # timm families the first hundred lack
+    **{name: ("timm", lambda model=model, size=size, options=options:
+              _timm(model, size, **options))
+       for name, (model, size, options) in {
+           "efficientnetv2": ("efficientnetv2_rw_t", 64, {}), "regnetz": ("regnetz_b16", 64, {}),
+           "repvit": ("repvit_m0_9", 64, {}), "davit": ("davit_tiny", 64, {}),
+           "xcit": ("xcit_nano_12_p16_224", 64, {"img_size": 64}),
+           "pit": ("pit_ti_224", 64, {"img_size": 64}),
+           "convit": ("convit_tiny", 64, {"img_size": 64}),
+           "tnt": ("tnt_s_patch16_224", 64, {"img_size": 64}),
+           "volo": ("volo_d1_224", 64, {"img_size": 64}),
+           "hiera": ("hiera_tiny_224", 64, {"img_size": 64}),
+           "halonet": ("halonet26t", 256, {}), "botnet": ("botnet26t_256", 256, {}),
+           "lambda_resnet": ("lambda_resnet26t", 64, {}), "nfnet": ("dm_nfnet_f0", 64, {}),
+           "coat": ("coat_tiny", 64, {"img_size": 64}),
+           "tiny_vit": ("tiny_vit_5m_224", 64, {}),
+           "efficientvit_m": ("efficientvit_m0", 64, {"img_size": 64}),
+           "mambaout": ("mambaout_femto", 64, {}), "starnet": ("starnet_s1", 64, {}),
+           "fasternet": ("fasternet_t0", 64, {}), "ghostnetv3": ("ghostnetv3_050", 64, {}),
+           "gernet": ("gernet_s", 64, {}), "bit": ("resnetv2_50x1_bit", 64, {}),
+           "nextvit": ("nextvit_small", 64, {}),
+       }.items()},
+}
+MODELS.update(BEYOND)
+
 # --- export and compare --------------------------------------------------------------
 
 def out_dir() -> str:
@@ -396,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="models (default: all; --list shows them)")
     parser.add_argument("--out", default=None, help="where the .onnx files go")
     parser.add_argument("--list", action="store_true", help="list the models and stop")
+    parser.add_argument("--beyond", action="store_true",
+                        help="only the detection, segmentation, generative, video and "
+                             "encoder-decoder group (BEYOND)")
     parser.add_argument("--in-process", action="store_true",
                         help="run every model in this process (default: one process each)")
     parser.add_argument("--json", action="store_true", help="one JSON line per model")
@@ -409,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)} (see --list)")
+    if args.beyond and not args.names:
+        args.names = list(BEYOND)
     folder = args.out or out_dir()
     os.makedirs(folder, exist_ok=True)
     passed = 0
