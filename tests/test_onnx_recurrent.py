@@ -4,8 +4,9 @@ time step at a time: the three directions, both layouts, biases, initial
 states, peepholes, input_forget, linear_before_reset, clip, the other
 activations with their alpha and beta, sequence lengths (an empty sequence's
 final state is zeros, as ONNX Runtime gives it), any subset of the outputs,
-odd sizes; two LSTMs in a row; one product a step; broken models refused by
-name. ONNX's own node tests for these ops run in tests/test_onnx_conformance.py."""
+odd sizes; two LSTMs in a row; one product a step, and with the default
+activations one fused cell launch a step more (jitnn/ops/recurrent.py); broken
+models refused by name. ONNX's own node tests for these ops run in tests/test_onnx_conformance.py."""
 
 from __future__ import annotations
 
@@ -358,6 +359,44 @@ def test_one_projection_then_one_product_a_step(kind, direction):
     steps_run = _plan_steps(converted, feed)
     products = sum(1 for label in steps_run if label.startswith(("gemm", "matmul")))
     assert products == 1 + steps * (2 if kind == "GRU" else 1), steps_run
+
+
+@pytest.mark.parametrize("kind, direction, options, per_step", [
+    ("LSTM", "forward", dict(peepholes=True, clip=0.5), 2),
+    ("LSTM", "bidirectional", dict(initial_c=True, layout=1), 2),
+    ("GRU", "reverse", dict(linear_before_reset=1), 2),
+    ("GRU", "bidirectional", dict(linear_before_reset=1, layout=1), 2),
+    ("GRU", "bidirectional", {}, 4),
+])
+def test_a_step_is_its_products_and_one_fused_cell(kind, direction, options, per_step):
+    """With the default activations a step runs as its recurrent gemm (both
+    directions in one) and one fused cell launch (GRU with linear_before_reset
+    0: gemm, gru_reset, gemm, gru_cell): one step more adds that many launches."""
+    counts = []
+    for steps in (4, 5):
+        model, feed, (args, kwargs) = make_case(kind, steps, 3, 5, 7, initial_h=True,
+                                                direction=direction, **options)
+        got, converted = run(model, feed)
+        want = reference(kind, *args, **kwargs)
+        np.testing.assert_allclose(got["Y"], want[0], rtol=1e-5, atol=2e-6)
+        labels = _plan_steps(converted, feed)
+        cells = [label for label in labels if label in ("lstm_cell", "gru_cell")]
+        assert len(cells) == steps, labels
+        counts.append(len(labels))
+    assert counts[1] - counts[0] == per_step, counts
+
+
+def test_what_the_fused_cell_does_not_cover_runs_element_wise():
+    """Other activations, sequence lengths and two directions of H > 128 keep
+    the element-wise lowering (and its numbers)."""
+    for kind, hidden, options in [
+            ("LSTM", 7, dict(activations=["Sigmoid", "Tanh", "Relu"])),
+            ("GRU", 7, dict(lengths=[4, 2, 3])),
+            ("LSTM", 129, dict(direction="bidirectional"))]:
+        converted = check(kind, 4, 3, 5, hidden, initial_h=True, **options)
+        model, feed, _ = make_case(kind, 4, 3, 5, hidden, initial_h=True, **options)
+        labels = _plan_steps(converted, feed)
+        assert not any(label in ("lstm_cell", "gru_cell") for label in labels), labels
 
 
 # --- refused ----------------------------------------------------------------------------

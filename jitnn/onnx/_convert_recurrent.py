@@ -493,9 +493,7 @@ def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all:
             state = cv.op("concat", [cv.op("reshape", joined(v), (1, batch, D * H))
                                      for v in (h, c)], 0)
         weight = recurrent(0, 4)
-        # (zeros without peepholes: a constant of the graph, as the cell's kernel binds it)
-        peepholes = cv.operand(Const(np.zeros((D, 3 * H), np.float32) if p_all is None
-                                     else np.ascontiguousarray(p_all)))
+        peepholes = None if p_all is None else cv.operand(Const(np.ascontiguousarray(p_all)))
         for s in range(steps):
             product = None if state is None else \
                 cv.op("gemm", cv.op("lstm_hidden", state), weight)
@@ -505,9 +503,9 @@ def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all:
             states.append(state)
     else:
         state = None if h is None else joined(h)
-        # Rb_h (linear_before_reset 0: in the projection's bias, zeros here)
-        recurrent_bias = cv.operand(Const(np.ascontiguousarray(b_all[:, width + 2 * H:]) if lbr
-                                          else np.zeros((D, H), np.float32)))
+        # Rb_h (linear_before_reset 0: in the projection's bias)
+        recurrent_bias = cv.operand(Const(np.ascontiguousarray(b_all[:, width + 2 * H:]))) \
+            if lbr else None
         if lbr:
             weight = recurrent(0, 3)
         else:

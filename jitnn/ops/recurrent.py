@@ -204,8 +204,6 @@ def lstm_cell(x, product, state, peepholes=None, *, first_row: Sequence[int],
         op, x, product, state, first_row, entry_rows, directions, batch,
         lambda n, w: (2, n, w))
     product = _float_tensor(ctx, product, op, "product", (b, d * 4 * h))
-    if peepholes is None:
-        peepholes = np.zeros((d, 3 * h), np.float32)
     peepholes = _float_tensor(ctx, peepholes, op, "peepholes", (d, 3 * h))
     attrs = {"first_row": first, "entry_rows": entry_rows, "directions": d,
              "clip": None if clip is None else float(clip), "input_forget": bool(input_forget)}
@@ -242,8 +240,6 @@ def gru_cell(x, product, state, reset_product=None, recurrent_bias=None, *,
         raise JitnnValueError(f"{op}: reset_product ((r * h) @ R_h^T) is needed exactly when "
                               "there is a state and linear_before_reset is 0")
     reset_product = _float_tensor(ctx, reset_product, op, "reset_product", (b, d * h))
-    if recurrent_bias is None:
-        recurrent_bias = np.zeros((d, h), np.float32)
     recurrent_bias = _float_tensor(ctx, recurrent_bias, op, "recurrent_bias", (d, h))
     attrs = {"first_row": first, "entry_rows": entry_rows, "directions": d,
              "clip": None if clip is None else float(clip), "linear_before_reset": lbr}
@@ -285,22 +281,40 @@ def _arrays(node: Node, names: tuple) -> dict:
     return {k: None if a[k] is None else plain_buffer(a[k]) for k in names}
 
 
+#: (rows, columns) -> zeros: the peepholes or Rb_h of a cell without them
+_ZEROS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _zeros(shape: tuple[int, int]) -> np.ndarray:
+    """Shared zeros, never written (the same array at every run: a bound call
+    holds it; writable, as numba would compile a read-only array's kernel anew)."""
+    zeros = _ZEROS.get(shape)
+    if zeros is None:
+        zeros = _ZEROS.setdefault(shape, np.zeros(shape, np.float32))
+    return zeros
+
+
 def _call(node: Node, arrays: dict, out: np.ndarray) -> tuple:
     """``(kernel, args)`` of the node's step on these arrays."""
     a = node.attrs
     rows = (np.asarray(a["first_row"], np.int64), a["entry_rows"])
+    d = a["directions"]
+    hidden = out.shape[-1] // d
     if node.kind == "lstm_step":
+        peepholes = arrays["peepholes"]
         return recurrent_kernels.bind_lstm_step(
-            arrays["x"], *rows, arrays["product"], arrays["state"], arrays["peepholes"], out,
+            arrays["x"], *rows, arrays["product"], arrays["state"],
+            _zeros((d, 3 * hidden)) if peepholes is None else peepholes, out,
             a["directions"], a["clip"], a["input_forget"])
     if node.kind == "gru_reset":
         return recurrent_kernels.bind_gru_reset(
             arrays["x"], *rows, arrays["product"], arrays["state"], out, a["directions"],
             a["clip"])
+    bias = arrays["recurrent_bias"]
     return recurrent_kernels.bind_gru_step(
         arrays["x"], *rows, arrays["product"], arrays["reset_product"],
-        arrays["recurrent_bias"], arrays["state"], out, a["directions"], a["clip"],
-        a["linear_before_reset"])
+        _zeros((d, hidden)) if bias is None else bias, arrays["state"], out, a["directions"],
+        a["clip"], a["linear_before_reset"])
 
 
 _INPUTS = {"lstm_step": ("x", "product", "state", "peepholes"),
