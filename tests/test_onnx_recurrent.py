@@ -6,7 +6,8 @@ activations with their alpha and beta, sequence lengths (an empty sequence's
 final state is zeros, as ONNX Runtime gives it), any subset of the outputs,
 odd sizes; two LSTMs in a row; one product a step, and with the default
 activations one fused cell launch a step more (jitnn/ops/recurrent.py); broken
-models refused by name. ONNX's own node tests for these ops run in tests/test_onnx_conformance.py."""
+models refused by name. ONNX's own node tests for these ops run in
+tests/test_onnx_conformance.py."""
 
 from __future__ import annotations
 
@@ -384,6 +385,31 @@ def test_a_step_is_its_products_and_one_fused_cell(kind, direction, options, per
         assert len(cells) == steps, labels
         counts.append(len(labels))
     assert counts[1] - counts[0] == per_step, counts
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_constant_zero_initial_states_are_no_state(kind):
+    """Initial states of zeros given as initializers (as exporters write an
+    omitted h0): the first step has no product, and the numbers are those of
+    no initial state."""
+    steps = 4
+    model, feed, (args, kwargs) = make_case(kind, steps, 3, 5, 7, direction="bidirectional",
+                                            initial_h=True, initial_c=kind == "LSTM",
+                                            run_time_states=False)
+    for init in model.graph.initializer:
+        if init.name.startswith("initial_"):
+            init.CopyFrom(numpy_helper.from_array(
+                np.zeros(tuple(init.dims), np.float32), init.name))
+    args = [None if k in (5, 6) else a for k, a in enumerate(args)]
+    got, converted = run(model, feed)
+    want = reference(kind, *args, **kwargs)
+    for name, value in zip(("Y", "Y_h", "Y_c"), want):
+        if value is not None:
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=2e-6, err_msg=name)
+    labels = _plan_steps(converted, feed)
+    products = sum(1 for label in labels if label.startswith("gemm"))
+    assert products == 1 + (steps - 1) * (1 if kind == "LSTM" else 2), labels
+    assert "concat" not in labels[:2], labels
 
 
 def test_what_the_fused_cell_does_not_cover_runs_element_wise():

@@ -1,6 +1,16 @@
 """ONNX LSTM, GRU and RNN as jitnn matmuls and element-wise ops, one time step
 after the other (the graph is unrolled over the sequence: shapes are static).
 
+LSTM and GRU with the default activations, every sequence full and one
+direction or two of H <= 128 run fused (:func:`_fused_cell`): the input
+projection as below, then per step the recurrent ``gemm`` (two directions:
+one, on a block-diagonal ``R^T`` of their state side by side) and one
+``lstm_cell`` / ``gru_cell`` launch (jitnn/ops/recurrent.py) that reads the
+step's projection rows by index and does the gates and the state update of
+both directions (GRU with ``linear_before_reset`` 0: ``gemm``,
+``gru_reset``, ``gemm``, ``gru_cell``). Load-time initial states of zeros are
+no state: the first step has no product. Everything else runs as follows.
+
 The weights are load-time constants (every exporter writes them as
 initializers), arranged once at load time:
 
@@ -355,8 +365,9 @@ def op_recurrent(cv: Converter, inputs, attrs, outputs: int = 1):
     h = _state(cv, initial_h, "initial_h", layout, directions, batch, hidden)
     c = _state(cv, initial_c, "initial_c", layout, directions, batch, hidden)
     if _fused(kind, acts, lengths, directions, hidden):
-        return _fused_cell(cv, kind, xo, w_all, r_all, b_all, p_all, h, c, clip, options,
-                           steps, batch, size, hidden, directions, direction, layout)
+        return _fused_cell(cv, kind, xo, w_all, r_all, b_all, p_all, (h, c),
+                           (initial_h, initial_c), clip, options, steps, batch, size, hidden,
+                           directions, direction, layout)
 
     weights = dict(options)
     r_t = r_all.transpose(0, 2, 1)[0] if directions == 1 else r_all.transpose(0, 2, 1)
@@ -447,7 +458,8 @@ def _block_diagonal(blocks: list[np.ndarray]) -> np.ndarray:
 
 
 def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all: np.ndarray,
-                b_all: np.ndarray, p_all: np.ndarray | None, h, c, clip: float | None,
+                b_all: np.ndarray, p_all: np.ndarray | None, states: tuple, given: tuple,
+                clip: float | None,
                 options: dict, steps: int, batch: int, size: int, hidden: int,
                 directions: int, direction: str, layout: int) -> list:
     """The steps as ``gemm`` and ``lstm_cell`` (GRU: ``gru_cell``, with
@@ -455,7 +467,10 @@ def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all:
     the state is ``(2, B, D * H)`` (``h`` then ``c``; GRU ``(B, D * H)``), both
     directions of an entry side by side, their products one ``gemm`` on a
     block-diagonal ``R^T``; the cell reads its rows of the input projection
-    by index."""
+    by index. ``states``: the initial ``h`` and ``c`` as :func:`_state` gives
+    them, ``given``: as the node has them (load-time ones are arranged now,
+    and all zeros are no state: the first step has no product)."""
+    h, c = states
     gates = 4 if kind == "LSTM" else 3
     width, H, D = gates * hidden, hidden, directions
     lbr = bool(options["linear_before_reset"])
@@ -486,12 +501,29 @@ def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all:
         return state if D == 1 else \
             cv.op("reshape", cv.op("transpose", state, [1, 0, 2]), (batch, D * H))
 
+    def constant(value) -> np.ndarray | None:
+        """A load-time initial state as ``(B, D * H)`` (zeros when absent), None
+        when it comes at run time."""
+        if value is None:
+            return np.zeros((batch, D * H), np.float32)
+        if not isinstance(value, Const):
+            return None
+        array = value.array if layout else value.array.transpose(1, 0, 2)
+        return np.ascontiguousarray(array, np.float32).reshape(batch, D * H)
+
+    def initial(arrays: list, computed):
+        """The first state: None for zeros, a constant, else ``computed()``."""
+        if any(a is None for a in arrays):
+            return computed()
+        if not any(a.any() for a in arrays):
+            return None
+        return cv.operand(Const(np.ascontiguousarray(np.stack(arrays) if len(arrays) > 1
+                                                     else arrays[0])))
+
     states = []
     if kind == "LSTM":
-        state = None
-        if h is not None or c is not None:
-            state = cv.op("concat", [cv.op("reshape", joined(v), (1, batch, D * H))
-                                     for v in (h, c)], 0)
+        state = initial([constant(v) for v in given], lambda: cv.op(
+            "concat", [cv.op("reshape", joined(v), (1, batch, D * H)) for v in (h, c)], 0))
         weight = recurrent(0, 4)
         peepholes = None if p_all is None else cv.operand(Const(np.ascontiguousarray(p_all)))
         for s in range(steps):
@@ -502,7 +534,7 @@ def _fused_cell(cv: Converter, kind: str, xo: Operand, w_all: np.ndarray, r_all:
                           input_forget=bool(options["input_forget"]), **common)
             states.append(state)
     else:
-        state = None if h is None else joined(h)
+        state = initial([constant(given[0])], lambda: joined(h))
         # Rb_h (linear_before_reset 0: in the projection's bias)
         recurrent_bias = cv.operand(Const(np.ascontiguousarray(b_all[:, width + 2 * H:]))) \
             if lbr else None

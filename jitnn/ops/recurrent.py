@@ -357,15 +357,19 @@ def _bind(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
     return Binding(kernel, args, tuple(reads), tuple(derived), result, ctx.num_threads)
 
 
-def run_lstm_step(ctx, node, value, out):
+# one run function per kind: the executor finds each one's binder on it
+def run_lstm_step(ctx: "Context", node: Node, value: Value,
+                  out: np.ndarray | None) -> np.ndarray:
     return _run(ctx, node, value, out)
 
 
-def run_gru_reset(ctx, node, value, out):
+def run_gru_reset(ctx: "Context", node: Node, value: Value,
+                  out: np.ndarray | None) -> np.ndarray:
     return _run(ctx, node, value, out)
 
 
-def run_gru_step(ctx, node, value, out):
+def run_gru_step(ctx: "Context", node: Node, value: Value,
+                 out: np.ndarray | None) -> np.ndarray:
     return _run(ctx, node, value, out)
 
 
