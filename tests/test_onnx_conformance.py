@@ -41,6 +41,7 @@ OP_TYPES = (
     "Resize", "LayerNormalization", "InstanceNormalization", "CumSum", "Trilu",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum", "OneHot",
     "LSTM", "GRU", "RNN", "GridSample", "TopK", "Col2Im", "EyeLike",
+    "DepthToSpace", "SpaceToDepth",
 )
 
 #: reason -> the cases (``node/<test>``, ``pytorch-converted/<dir>``,

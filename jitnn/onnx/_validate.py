@@ -111,7 +111,7 @@ def check_kernel_shape(cv: Converter, attrs: dict, w) -> None:
 _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "Abs": 1, "Add": 2, "And": 2, "ArgMax": 1, "ArgMin": 1, "AveragePool": 1,
     "BatchNormalization": 5, "Cast": 1, "CastLike": ((1, 0), (15, 2)), "Ceil": 1, "Clip": 1,
-    "Col2Im": ((1, 0), (18, 3)),
+    "Col2Im": ((1, 0), (18, 3)), "DepthToSpace": 1,
     "Concat": 1, "Constant": 0, "ConstantOfShape": ((1, 0), (9, 1)), "Conv": 2,
     "ConvTranspose": 2, "Cos": ((1, 0), (7, 1)), "CumSum": ((1, 0), (11, 2)), "Div": 2,
     "Dropout": 1, "Einsum": ((1, 0), (12, 1)), "Elu": 1, "Equal": 2, "Erf": ((1, 0), (9, 1)),
@@ -135,7 +135,7 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "Round": ((1, 0), (11, 1)), "ScatterElements": ((1, 0), (11, 3)),
     "ScatterND": ((1, 0), (11, 3)), "Selu": 1, "Shape": 1, "Sigmoid": 1, "Sign": ((1, 0), (9, 1)),
     "Sin": ((1, 0), (7, 1)), "Size": 1, "Slice": ((1, 1), (10, 3)), "Softmax": 1, "Softplus": 1,
-    "Softsign": 1, "Split": 1, "Sqrt": 1, "Squeeze": 1, "Sub": 2, "Sum": 1,
+    "Softsign": 1, "SpaceToDepth": 1, "Split": 1, "Sqrt": 1, "Squeeze": 1, "Sub": 2, "Sum": 1,
     "Tan": ((1, 0), (7, 1)), "Tanh": 1, "Tile": ((1, 3), (6, 2)), "TopK": ((1, 1), (10, 2)),
     "Transpose": 1,
     "Trilu": ((1, 0), (14, 1)), "Unsqueeze": ((1, 1), (13, 2)), "Where": ((1, 0), (9, 3)),
