@@ -237,3 +237,17 @@ def test_bad_calls_are_refused_by_name(call, message):
         return
     with pytest.raises(JitnnValueError, match=message):
         call(x)
+
+
+def test_lstm_hidden_is_the_first_half_read_in_place_or_not():
+    """lstm_hidden read on its own, and by a matmul and a gemm (in place)."""
+    rng = np.random.default_rng(8)
+    state = rng.standard_normal((2, 3, 14)).astype(np.float32)
+    weight = rng.standard_normal((14, 5)).astype(np.float32)
+    ctx = jitnn.Context(num_threads=1)
+    s = ctx.tensor(state)
+    np.testing.assert_array_equal(jitnn.lstm_hidden(s).numpy(), state[0])
+    want = state[0].astype(np.float64) @ weight
+    for product in (jitnn.matmul(jitnn.lstm_hidden(s), weight),
+                    jitnn.gemm(jitnn.lstm_hidden(s), weight)):
+        np.testing.assert_allclose(product.numpy(), want, rtol=1e-5, atol=1e-5)
