@@ -553,6 +553,28 @@ def whisper() -> Built:
         return_dict=True).last_hidden_state, example, ["last_hidden_state"])
 
 
+def swin2sr() -> Built:
+    """transformers' Swin2SR: Swin-V2 blocks, a pixel-shuffle (DepthToSpace) 2x upsampler."""
+    t = zoo._transformers()
+    cfg = t.Swin2SRConfig(image_size=32, patch_size=1, embed_dim=16, depths=[1, 1],
+                          num_heads=[2, 2], window_size=4, upscale=2, upsampler="pixelshuffle")
+    return _pixels(_seeded(lambda: t.Swin2SRForImageSuperResolution(cfg)), 32, "reconstruction",
+                   lambda m, x: m(pixel_values=x, return_dict=True).reconstruction)
+
+
+def encodec() -> Built:
+    """transformers' EnCodec: 1-D conv encoder with an LSTM, residual vector quantization
+    (nearest code by ArgMin), decoder."""
+    t = zoo._transformers()
+    cfg = t.EncodecConfig(num_filters=4, hidden_size=16, codebook_size=32, codebook_dim=16,
+                          num_residual_layers=1, upsampling_ratios=[4, 2], num_lstm_layers=1,
+                          target_bandwidths=[10.0], sampling_rate=8000, audio_channels=1)
+    model = _seeded(lambda: t.EncodecModel(cfg))
+    x = np.random.default_rng(0).standard_normal((2, 1, 400)).astype(np.float32)
+    return _outputs(model, lambda m, audio: m(audio, return_dict=True).audio_values,
+                    {"input_values": x}, ["audio_values"])
+
+
 #: name -> (library, builder): families the first hundred lack (detection, segmentation,
 #: generative, video, optical flow, encoder-decoders). Not here: torchvision's detectors
 #: (SSDlite, RetinaNet, FCOS, Faster R-CNN), whose post-processing neither exporter exports
@@ -606,6 +628,10 @@ BEYOND = {
                                                block_sizes=[1, 1], num_decoder_layers=1)),
     "xlnet": ("transformers", lambda: _hf_own("XLNetConfig", "XLNetModel", d_model=64,
                                               n_layer=2, n_head=4, d_inner=128)),
+    "swin2sr": ("transformers", swin2sr),
+    "encodec": ("transformers", encodec),
+    "mamba": ("transformers", lambda: _hf_own("MambaConfig", "MambaModel", hidden_size=64,
+                                              num_hidden_layers=2, state_size=8, expand=2)),
     "ast": ("transformers", lambda: _audio(_hf(
         "ASTConfig", "ASTModel", text=False, num_mel_bins=16, max_length=32, patch_size=8,
         frequency_stride=8, time_stride=8), (2, 32, 16))),
