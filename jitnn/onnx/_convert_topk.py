@@ -8,11 +8,12 @@ axis comes after every ``j`` whose value beats it (greater, or smaller with
 of such ``j``, a sum over an ``n x n`` comparison (the order ONNX specifies:
 by value, equal values by index). The index at place ``p < k`` is then the
 sum of ``i`` over the elements whose place is ``p`` (exactly one), and the
-values a ``gather_elements`` of those indices. The comparisons take ``n x n``
-bytes a row, so an axis longer than :data:`MAX_AXIS` is refused by name, as is
-``k = 0`` (empty outputs). A NaN compares as neither larger nor smaller than
-anything (its place is not ONNX's). The output is always sorted (``sorted=0``
-allows any order).
+values a ``gather_elements`` of those indices. The comparisons run a chunk of
+the elements ``i`` at a time (:data:`CHUNK_PAIRS` pairs at most, so that memory
+stays bounded); an axis longer than :data:`MAX_AXIS` (``n²`` comparisons) is
+refused by name, as is ``k = 0`` (empty outputs). A NaN compares as neither
+larger nor smaller than anything (its place is not ONNX's). The output is
+always sorted (``sorted=0`` allows any order).
 """
 
 from __future__ import annotations
@@ -21,8 +22,36 @@ import numpy as np
 
 from ._common import Const, Converter, ints, need_const, rank_of, shape_of
 
-#: the longest axis TopK ranks by comparing every pair (n * n bytes a row)
-MAX_AXIS = 4096
+#: the longest axis TopK ranks by comparing every pair (RT-DETR's 8400 anchors at 640 px)
+MAX_AXIS = 16384
+#: the most pairs one comparison step holds (its bytes; the float copy of them is 4x)
+CHUNK_PAIRS = 1 << 24
+
+
+def _places(cv: Converter, moved, largest: bool):
+    """Each element's place along the last axis of ``moved`` in ONNX's order:
+    how many elements beat it or tie with it at a lower index. Compared for
+    a chunk of the elements at a time (at most :data:`CHUNK_PAIRS` pairs), the
+    chunks' places joined."""
+    shape = shape_of(moved)
+    lead, n, rank = shape[:-1], shape[-1], len(shape)
+    rows = int(np.prod(lead, dtype=np.int64))
+    chunk = max(1, min(n, CHUNK_PAIRS // max(rows * n, 1)))
+    row = cv.op("reshape", moved, lead + (1, n))                        # element j
+    j_index = cv.operand(Const(np.arange(n, dtype=np.float32).reshape(1, n)))
+    places = []
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        column = cv.op("reshape", cv.op("slice", moved, (0,) * len(lead) + (start,),
+                                        lead + (size,)), lead + (size, 1))   # elements i
+        i_index = cv.operand(Const(np.arange(start, start + size, dtype=np.float32)
+                                   .reshape(size, 1)))
+        beats = cv.op("greater" if largest else "lesser", row, column)
+        ties = cv.op("logical_and", cv.op("equal", row, column),
+                     cv.op("lesser", j_index, i_index))                 # equal, j < i
+        ahead = cv.op("cast", cv.op("logical_or", beats, ties), np.float32)
+        places.append(cv.op("reduce_sum", ahead, axes=[rank], keep_dimensions=False))
+    return places[0] if len(places) == 1 else cv.op("concat", places, rank - 1)
 
 
 def op_top_k(cv: Converter, inputs, attrs, outputs: int = 2):
@@ -56,13 +85,7 @@ def op_top_k(cv: Converter, inputs, attrs, outputs: int = 2):
         if n > MAX_AXIS:
             raise cv.unsupported(f"k = {k} of an axis of {n} values: jitnn ranks by comparing "
                                  f"every pair of an axis of at most {MAX_AXIS} values")
-        column = cv.op("reshape", moved, lead + (n, 1))       # element i of the axis
-        row = cv.op("reshape", moved, lead + (1, n))          # element j
-        beats = cv.op("greater" if largest else "lesser", row, column)
-        before = cv.mark_bool(cv.operand(Const(np.tri(n, n, -1, dtype=np.bool_))))  # j < i
-        ties = cv.op("logical_and", cv.op("equal", row, column), before)
-        ahead = cv.op("cast", cv.op("logical_or", beats, ties), np.float32)
-        place = cv.op("reduce_sum", ahead, axes=[rank], keep_dimensions=False)
+        place = _places(cv, moved, largest)
         places = cv.operand(Const(np.arange(k, dtype=np.float32).reshape(k, 1)))
         at = cv.op("cast", cv.op("equal", cv.op("reshape", place, lead + (1, n)), places),
                    np.float32)                                # (..., k, n): one 1 a row
