@@ -136,3 +136,17 @@ def test_grid_sample_refusals():
         jitnn.onnx.prepare(grid_model((2, 3, 4, 4), (1, 2, 2, 2)))
     with pytest.raises(jitnn.JitnnValueError, match=r"padding_mode 'wrap' is not one of"):
         jitnn.onnx.prepare(grid_model((1, 3, 4, 4), (1, 2, 2, 2), padding_mode="wrap"))
+
+
+@pytest.mark.parametrize("padding", ["border", "reflection"])
+def test_grid_sample_reads_no_pixel_past_the_edge(padding):
+    """A point on the last column or row (border, reflection): its neighbour
+    at floor + 1 has weight 0 and must not be read from the next row (an inf
+    there would make 0 * inf = NaN)."""
+    x = np.arange(2 * 1 * 3 * 4, dtype=np.float32).reshape(2, 1, 3, 4)
+    x[:, :, 1, 0] = np.inf                      # the pixel after (row 0, last column)
+    grid = np.array([[[[1.0, -1.0], [1.0, 1.0], [-1.0, 1.0], [0.2, 1.0]]]] * 2, np.float32)
+    model = grid_model(x.shape, grid.shape, padding_mode=padding, align_corners=1)
+    finite = np.nan_to_num(x, posinf=0.0)
+    want = grid_sample_reference(finite, grid, "bilinear", padding, True)
+    np.testing.assert_allclose(run(model, x, grid), want, rtol=1e-6)

@@ -115,6 +115,9 @@ def op_grid_sample(cv: Converter, inputs, attrs):
         if padding == "zeros":
             inside = cv.op("mul", _inside(cv, ix, width), _inside(cv, iy, height))
             weight = inside if weight is None else cv.op("mul", weight, inside)
+        if padding == "zeros" or weight is not None:
+            # (border and reflection: the point is inside, but its neighbour at floor + 1
+            # may be one past the edge, with weight 0: read the edge, not the next row)
             ix = cv.op("clamp", ix, 0.0, float(width - 1))
             iy = cv.op("clamp", iy, 0.0, float(height - 1))
         index = cv.op("cast", cv.op("add", cv.op("mul", iy, float(width)), ix), np.int32)
