@@ -540,25 +540,31 @@ def test_plan_blocks_gives_every_thread_work():
 # --- generated code -------------------------------------------------------------------
 
 def _fma_loops(asm):
-    """(packed FMAs on vector registers, scalar FMAs) of each loop in ``asm``:
-    each stretch between labels that jumps back to its own label."""
+    """(packed FMAs on vector registers, scalar FMAs) of each innermost loop
+    in ``asm``: the code from a label to the last jump back to it (a loop whose
+    body branches, as a k-loop that prefetches only in some tiles, spans
+    several labels) that holds no other such loop."""
     reg = "zmm" if mm.VEC == 16 else "ymm"
-    blocks, label, body = [], None, []
-    for line in asm.splitlines():
+    lines = asm.splitlines()
+    starts = {}
+    for index, line in enumerate(lines):
         match = re.match(r"^(\.?L\w+):", line)
         if match:
-            blocks.append((label, body))
-            label, body = match.group(1), []
-        else:
-            body.append(line)
-    blocks.append((label, body))
+            starts[match.group(1)] = index
+    ends = {}
+    for index, line in enumerate(lines):
+        if re.match(r"\s+j\w+\s", line):
+            target = line.split()[-1]
+            if target in starts and starts[target] < index:
+                ends[target] = index
+    ranges = [(starts[label], end) for label, end in ends.items()]
     loops = []
-    for label, body in blocks:
-        jumps = [line.split()[-1] for line in body if re.match(r"\s+j\w+\s", line)]
-        if label and label in jumps:
-            text = "\n".join(body)
-            loops.append((len(re.findall(rf"vfmadd\d+ps\s[^\n]*%{reg}", text)),
-                          len(re.findall(r"vfmadd\d+ss", text))))
+    for begin, end in ranges:
+        if any(begin <= b and e <= end and (b, e) != (begin, end) for b, e in ranges):
+            continue                    # an outer loop: its inner ones are counted
+        text = "\n".join(lines[begin:end + 1])
+        loops.append((len(re.findall(rf"vfmadd\d+ps\s[^\n]*%{reg}", text)),
+                      len(re.findall(r"vfmadd\d+ss", text))))
     return loops
 
 
