@@ -475,15 +475,12 @@ def _check_overlap(what, a, out):
     return True
 
 
-def eltwise_chain(x, steps, out, channels):
-    """``out = steps(x)`` in one pass; ``x, out: (N, C_phys // cb, H, W, cb)``.
-
-    ``steps``: a list of :func:`activation_step`, :func:`math_step`,
-    :func:`binary_step` and :func:`affine_step` (at most :data:`MAX_STEPS`, with at most
-    :data:`MAX_TENSORS` same-shape operands), applied in order.
-    ``channels``: the logical C (padding lanes ``>= C`` are stored as 0).
-    ``out`` may be ``x`` or a same-shape operand (in place). Returns ``out``.
-    """
+def bind_eltwise_chain(x, steps, out, channels, threads: int):
+    """:func:`eltwise_chain`'s kernel and arguments on ``threads`` threads,
+    ``(kernel, args)``, everything checked (None: an empty ``x``, nothing to
+    run). A caller that runs the same chain on the same arrays again calls
+    ``kernel(*args)`` (a replayed program: the program's arrays, and the
+    operands' lane vectors copied into ``args`` now)."""
     _check_array("x", x)
     if x.ndim != 5:
         raise ValueError(f"eltwise: x must be blocked (N, C_phys // cb, H, W, cb), "
@@ -548,7 +545,7 @@ def eltwise_chain(x, steps, out, channels):
     while len(tensors) < MAX_TENSORS:   # unused slots: any array of the right type
         tensors.append(xf)
     if x.size == 0:
-        return out
+        return None
 
     plane_len = H * W * cb
     chunk = min(_CHUNK, -(-plane_len // SPAN) * SPAN)
@@ -558,12 +555,24 @@ def eltwise_chain(x, steps, out, channels):
     geom = (CB, plane_len, cb, channels, chunk, chunks_per_plane, direct)
     tasks = N * CB * chunks_per_plane
     args = (xf, outf, tuple(tensors), program, params, vectors, geom)
-    threads = numba_threads()
     if tasks == 1 or threads == 1 or x.size < _PARALLEL_MIN:
         # one thread: the same tasks in a plain call (no OpenMP region)
-        _chain_tasks(*args, 0, tasks)
-    else:
-        _chain_parallel(*args, tasks, min(tasks, threads))
+        return _chain_tasks, args + (0, tasks)
+    return _chain_parallel, args + (tasks, min(tasks, threads))
+
+
+def eltwise_chain(x, steps, out, channels):
+    """``out = steps(x)`` in one pass; ``x, out: (N, C_phys // cb, H, W, cb)``.
+
+    ``steps``: a list of :func:`activation_step`, :func:`math_step`,
+    :func:`binary_step` and :func:`affine_step` (at most :data:`MAX_STEPS`, with at most
+    :data:`MAX_TENSORS` same-shape operands), applied in order.
+    ``channels``: the logical C (padding lanes ``>= C`` are stored as 0).
+    ``out`` may be ``x`` or a same-shape operand (in place). Returns ``out``.
+    """
+    call = bind_eltwise_chain(x, steps, out, channels, numba_threads())
+    if call is not None:
+        call[0](*call[1])
     return out
 
 

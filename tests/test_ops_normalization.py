@@ -17,7 +17,8 @@ import pytest
 import jitnn
 from jitnn.kernels import normalization as norm_kernels
 from tests.helpers import (KINDS, assert_close, assert_padding_lanes_zero, assert_schedule,
-                           expected_layout, make, per_block_and_threads, random, reference)
+                           expected_layout, make, per_block_and_threads, random, reference,
+                           thread_counts)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -185,6 +186,44 @@ def test_replayed_channel_layer_norm_is_a_bound_call_into_the_plan_buffer(thread
         step = next(c_ for c_ in program.steps if c_.node is not None
                     and c_.node.kind == "layer_norm_blocked")
         assert step.step.buffer, "the norm writes a buffer of the plan"
+
+
+@pytest.mark.parametrize("threads", thread_counts())
+def test_replayed_elementwise_chains_are_bound_calls(threads):
+    """conv -> relu -> batch norm + relu -> conv (DenseNet's norm before its
+    conv, which cannot fold into the conv before it), and a channel gate
+    computed from the run's own data (mean over H and W, sigmoid, times x),
+    computed again on new inputs: the batch norm runs as one bound call, with
+    the reference's numbers at every run; statistics given as graph inputs
+    change every run and are never bound, nor is the gate, whose values come
+    from the run."""
+    ctx = jitnn.Context(num_threads=threads)
+    c = 17
+    w1, w2 = random((c, 5, 3, 3), 70, 0.2), random((9, c, 1, 1), 71, 0.2)
+    mean, variance = random((c,), 72, 0.3), np.abs(random((c,), 73)) + 0.5
+    scale, bias = _affine((c,), 74)
+    conv, bn = reference("conv2d"), reference("batch_normalization")
+    for given_stats in (False, True):
+        b = jitnn.GraphBuilder(ctx)
+        m = b.input("m", (c,)) if given_stats else b.constant(mean)
+        y = b.relu(b.conv2d(b.input("x", (2, 5, 7, 9)), b.constant(w1), padding=1))
+        y = b.batch_normalization(y, m, b.constant(variance), b.constant(scale),
+                                  b.constant(bias), epsilon=1e-4, activation="relu")
+        gate = b.sigmoid(b.reduce_mean(y, axes=[2, 3], keep_dimensions=True))
+        graph = b.build({"y": b.conv2d(b.mul(y, gate), b.constant(w2))})
+        out = np.empty((2, 9, 7, 9), np.float32)
+        for seed in range(3):
+            x = random((2, 5, 7, 9), 75 + seed)
+            mn = mean * (1 + seed) if given_stats else mean
+            ctx.compute(graph, {"x": x, "m": mn} if given_stats else {"x": x}, {"y": out})
+            h = np.maximum(bn(np.maximum(conv(x, w1, padding=1), 0), mn, variance, scale, bias,
+                              epsilon=1e-4), 0)
+            h = h / (1 + np.exp(-h.mean(axis=(2, 3), keepdims=True)))
+            assert_close(out, conv(h, w2), tol=2e-5)
+        (program,) = graph._programs
+        bound = [bool(binding) for c_, binding in zip(program.steps, program.bindings.steps)
+                 if c_.step.kind == "op" and c_.node.op == "batch_normalization"]
+        assert bound == [not given_stats], bound
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -50,8 +50,9 @@ from ..kernels import epilogue, vmath
 from ..limits import is_int, real_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value, exact, to_blocked
-from ._common import (ANY_DTYPE, as_tensor, blocked_buffer, channel_axis, context_of,
-                      is_blocked, is_number, pending, plain_buffer, plain_layout, value_of)
+from ._common import (ANY_DTYPE, Binding, as_tensor, blocked_buffer, channel_axis,
+                      context_of, is_blocked, is_number, pending, plain_buffer, plain_layout,
+                      value_of)
 from ._typed import (INTEGER_BINARY, NUMPY_BINARY, SIGNED_DTYPES, integer_bounds, integer_op,
                      one_dtype)
 
@@ -145,6 +146,78 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
         out = aligned_empty(x.shape)
     ctx.launcher.launch(eltwise_kernels.eltwise_chain, x, kernel_steps, out, node.attrs["channels"])
     return out
+
+
+def bind_eltwise(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_eltwise` just made, bound to its arrays (a
+    replayed program runs it as one call: jitnn/executor.py), or None.
+
+    A same-shape operand is read in place: it must be its Value's own array
+    (a reorder made at every run is not bound). What the run computes from
+    other operands (a batch norm's folded ``a`` and ``b``, per-channel and
+    scalar values) is copied into the kernel's arguments: it is kept as a
+    derived form of the Values it comes from, so that a binding on a Value
+    remade at every run (not a constant) is refused by the executor, and one
+    whose Value changed is not used."""
+    x = node.inputs[0]
+    if x._data is None or not isinstance(x._data, np.ndarray):
+        return None
+    reads: list = [(x, x._data)]
+    derived: list = []
+
+    def form_of(values: tuple, key: tuple, make) -> object:
+        # kept on each Value it is computed from (the same object)
+        form = values[0]._derive(key, make)
+        for v in values:
+            derived.append((v, key, v._derive(key, lambda: form)))
+        return form
+
+    kernel_steps = []
+    for step in node.attrs["steps"]:
+        if step[0] == "activation":
+            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
+        elif step[0] == "math":
+            param0 = step[2]
+            if isinstance(param0, tuple):
+                y = param0[1]
+                param0 = form_of((y,), ("eltwise_operand",) + operand_sig(param0),
+                                 lambda: resolve_operand(ctx, step[2]))
+            kernel_steps.append(eltwise_kernels.math_step(step[1], param0, step[3]))
+        elif step[0] == "binary":
+            operand = step[4]
+            kind = operand[0]
+            if kind == "number":
+                resolved = operand[1]
+            elif kind in ("plain", "blocked"):           # same shape: read in place
+                y = operand[1]
+                resolved = resolve_operand(ctx, operand)
+                if not isinstance(y._data, np.ndarray) \
+                        or not np.may_share_memory(resolved, y._data):
+                    return None                  # a copy made for this run
+                reads.append((y, y._data))
+            else:
+                # scalar, rows, lanes, broadcast: values the kernel's arguments
+                # hold a copy of, computed from y
+                y = operand[1]
+                resolved = form_of((y,), ("eltwise_operand",) + operand_sig(operand),
+                                   lambda: resolve_operand(ctx, operand))
+            kernel_steps.append(eltwise_kernels.binary_step(step[1], resolved, step[3]))
+        else:
+            bn = step[1]
+            values = tuple(v for v in bn[:4] if v is not None)
+            key = ("eltwise_bn", tuple(v is not None for v in bn[:4]), exact(bn[4]),
+                   tuple(id(v) for v in values))
+            a, b = form_of(values, key, lambda: batch_norm_scale_shift(bn))
+            kernel_steps.append(eltwise_kernels.affine_step(a, b))
+    call = eltwise_kernels.bind_eltwise_chain(x._data, kernel_steps, result,
+                                             node.attrs["channels"], ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_eltwise.bind = bind_eltwise
 
 
 def run_plain_chain(ctx: Context, node: Node, value: Value,
