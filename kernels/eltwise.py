@@ -291,10 +291,12 @@ def _fill_patterns(patterns, keep, program, vectors, n, c0, cb, valid, count):
 # --- the engine ----------------------------------------------------------------
 
 @jit(standalone=True)
-def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last):
+def _chain_tasks(xf, outf, t0, t1, t2, t3, program, params, vectors, geom, first, last):
     """Run tasks ``[first, last)`` of a program (see :func:`eltwise_chain`).
 
-    ``xf``, ``outf`` and each of ``tensors``: the flat ``(N*CB*H*W*cb,)``
+    ``xf``, ``outf`` and the same-shape operands ``t0 .. t3`` (arguments of
+    their own, not a tuple, so that a replay can hand a bound call another
+    graph input's array in their place): the flat ``(N*CB*H*W*cb,)``
     buffers. ``program``: int64 ``(steps, 7)`` rows ``[kind, binary op or
     activation or math code, reverse, offset or tensor index, second offset,
     n_stride, c_stride]``; ``params``: float32 ``(steps, 2)`` activation and math parameters;
@@ -314,8 +316,7 @@ def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last)
     scratch = np.empty((2, SPAN), np.float32)
     keep = np.empty(SPAN, np.float32)
     patterns = np.empty((2 * steps, SPAN), np.float32)
-    tensor_data = (_pointer(tensors[0], 0), _pointer(tensors[1], 0),
-                   _pointer(tensors[2], 0), _pointer(tensors[3], 0))
+    tensor_data = (_pointer(t0, 0), _pointer(t1, 0), _pointer(t2, 0), _pointer(t3, 0))
     filled = -1                              # the plane the patterns are for
     for task in range(first, last):
         plane = task // chunks_per_plane
@@ -359,14 +360,14 @@ def _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first, last)
 
 
 @jit(parallel=True)
-def _chain_parallel(xf, outf, tensors, program, params, vectors, geom, tasks, groups):
+def _chain_parallel(xf, outf, t0, t1, t2, t3, program, params, vectors, geom, tasks, groups):
     """The ``prange`` driver: ``groups`` (one per thread) contiguous ranges of
     tasks, so scratch buffers and lane patterns are set up once per range."""
     for g in prange(groups):
         # (int64: a prange index is unsigned, which would be a specialization
         # of _chain_tasks of its own)
         first = np.int64(g) * tasks // groups
-        _chain_tasks(xf, outf, tensors, program, params, vectors, geom, first,
+        _chain_tasks(xf, outf, t0, t1, t2, t3, program, params, vectors, geom, first,
                      (np.int64(g) + 1) * tasks // groups)
 
 
@@ -554,7 +555,7 @@ def bind_eltwise_chain(x, steps, out, channels, threads: int):
     direct = int(not out_is_input)
     geom = (CB, plane_len, cb, channels, chunk, chunks_per_plane, direct)
     tasks = N * CB * chunks_per_plane
-    args = (xf, outf, tuple(tensors), program, params, vectors, geom)
+    args = (xf, outf, *tensors, program, params, vectors, geom)
     if tasks == 1 or threads == 1 or x.size < _PARALLEL_MIN:
         # one thread: the same tasks in a plain call (no OpenMP region)
         return _chain_tasks, args + (0, tasks)
@@ -614,6 +615,15 @@ def eltwise_chain_plain(x, steps, out):
     shape (any rank, no padding lanes): the blocked engine on a ``(1, 1,
     size, 1, 1)`` view. A binary step's operand is a scalar or an array of
     ``x``'s shape; ``out`` may be ``x`` or such an operand (in place)."""
+    call = bind_eltwise_chain_plain(x, steps, out, numba_threads())
+    if call is not None:
+        call[0](*call[1])
+    return out
+
+
+def bind_eltwise_chain_plain(x, steps, out, threads: int):
+    """:func:`eltwise_chain_plain`'s kernel and arguments, as
+    :func:`bind_eltwise_chain` gives them."""
     _check_array("x", x)
     _check_array("out", out, x.shape)
     viewed = []
@@ -622,8 +632,7 @@ def eltwise_chain_plain(x, steps, out):
             _check_array(f"operand of step {s}", step[2], x.shape)
             step = (step[0], step[1], _plain_view(step[2]), step[3])
         viewed.append(step)
-    eltwise_chain(_plain_view(x), viewed, _plain_view(out), 1)
-    return out
+    return bind_eltwise_chain(_plain_view(x), viewed, _plain_view(out), 1, threads)
 
 
 def eltwise_unary_plain(x, out, activation, param0=0.0, param1=0.0):

@@ -541,3 +541,30 @@ def test_plain_sigmoid_times_its_input_is_one_silu_step(x_first):
     want = x_np.astype(np.float64) / (1.0 + np.exp(-x_np.astype(np.float64))) * up_np
     got = out.numpy()
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def test_replayed_plain_chains_are_bound_calls():
+    """A plain element-wise chain on values the plan computes (two products
+    multiplied, plus one, ReLU), computed again on new inputs, runs as one
+    bound call with the reference's numbers at every run; so does one that
+    reads a graph input as its main operand and as its second one (the
+    caller's array, another one at each run, put in both places)."""
+    ctx = jitnn.Context(num_threads=1)
+    w1, w2 = random((72, 100), 90, 0.1), random((72, 100), 91, 0.1)   # packed products
+    b = jitnn.GraphBuilder(ctx)
+    x_in = b.input("x", (48, 72))
+    fused = b.relu(b.add(b.mul(b.matmul(x_in, b.constant(w1)), b.matmul(x_in, b.constant(w2))),
+                         1.0))
+    graph = b.build({"fused": fused, "own": b.add(b.mul(x_in, 2.0), x_in)})
+    outs = {"fused": np.empty((48, 100), np.float32), "own": np.empty((48, 72), np.float32)}
+    for seed in range(3):
+        x = random((48, 72), 92 + seed)
+        ctx.compute(graph, {"x": x}, outs)
+        x64 = x.astype(np.float64)
+        assert_close(outs["fused"], np.maximum((x64 @ w1) * (x64 @ w2) + 1.0, 0.0), tol=1e-5)
+        assert_close(outs["own"], 3.0 * x64, tol=1e-6)
+    (program,) = graph._programs
+    bound = [(c_.step.label, bool(binding)) for c_, binding in
+             zip(program.steps, program.bindings.steps)
+             if c_.step.kind == "op" and c_.node.kind == "eltwise_plain"]
+    assert sorted(bound) == [("mul + add", True), ("mul + add + relu", True)], bound

@@ -148,19 +148,20 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     return out
 
 
-def bind_eltwise(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
-    """The kernel call :func:`run_eltwise` just made, bound to its arrays (a
-    replayed program runs it as one call: jitnn/executor.py), or None.
+def _bound_steps(ctx: Context, node: Node) -> tuple[list, list, list] | None:
+    """The kernel steps :func:`run_eltwise` or :func:`run_plain_chain` just
+    ran, for a binding: ``(steps, reads, derived)`` (see :class:`Binding`),
+    or None when the run made an operand for itself (a copy of a same-shape
+    operand in another layout).
 
-    A same-shape operand is read in place: it must be its Value's own array
-    (a reorder made at every run is not bound). What the run computes from
-    other operands (a batch norm's folded ``a`` and ``b``, per-channel and
-    scalar values) is copied into the kernel's arguments: it is kept as a
-    derived form of the Values it comes from, so that a binding on a Value
-    remade at every run (not a constant) is refused by the executor, and one
-    whose Value changed is not used."""
+    A same-shape operand is read in place: it must be its Value's own array.
+    What the run computes from other operands (a batch norm's folded ``a``
+    and ``b``, per-channel and scalar values) is copied into the kernel's
+    arguments: it is kept as a derived form of the Values it comes from, so
+    that a binding on a Value remade at every run (not a constant) is refused
+    by the executor, and one whose Value changed is not used."""
     x = node.inputs[0]
-    if x._data is None or not isinstance(x._data, np.ndarray):
+    if not isinstance(x._data, np.ndarray):
         return None
     reads: list = [(x, x._data)]
     derived: list = []
@@ -209,8 +210,34 @@ def bind_eltwise(ctx: Context, node: Node, result: np.ndarray) -> Binding | None
                    tuple(id(v) for v in values))
             a, b = form_of(values, key, lambda: batch_norm_scale_shift(bn))
             kernel_steps.append(eltwise_kernels.affine_step(a, b))
-    call = eltwise_kernels.bind_eltwise_chain(x._data, kernel_steps, result,
+    return kernel_steps, reads, derived
+
+
+def bind_eltwise(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_eltwise` just made, bound to its arrays (a
+    replayed program runs it as one call: jitnn/executor.py), or None."""
+    bound = _bound_steps(ctx, node)
+    if bound is None:
+        return None
+    steps, reads, derived = bound
+    call = eltwise_kernels.bind_eltwise_chain(node.inputs[0]._data, steps, result,
                                              node.attrs["channels"], ctx.num_threads)
+    if call is None:
+        return None
+    return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)
+
+
+def bind_plain_chain(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
+    """:func:`bind_eltwise` of a plain elementwise node (:func:`run_plain_chain`)."""
+    bound = _bound_steps(ctx, node)
+    if bound is None or result.size == 0:
+        return None
+    steps, reads, derived = bound
+    x = node.inputs[0]._data               # read as it is: a plain float32 one only
+    if layouts.block_of(node.inputs[0]._layout) is not None or x.dtype != np.float32 \
+            or x.shape != result.shape or not x.flags.c_contiguous:
+        return None
+    call = eltwise_kernels.bind_eltwise_chain_plain(x, steps, result, ctx.num_threads)
     if call is None:
         return None
     return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)
@@ -233,6 +260,9 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
     if out.size:
         ctx.launcher.launch(eltwise_kernels.eltwise_chain_plain, x, kernel_steps, out)
     return out
+
+
+run_plain_chain.bind = bind_plain_chain
 
 
 def _kernel_steps(ctx: Context, steps: list) -> list:
