@@ -655,8 +655,17 @@ BEYOND = {
            "mambaout": ("mambaout_femto", 64, {}), "starnet": ("starnet_s1", 64, {}),
            "fasternet": ("fasternet_t0", 64, {}), "ghostnetv3": ("ghostnetv3_050", 64, {}),
            "gernet": ("gernet_s", 64, {}), "bit": ("resnetv2_50x1_bit", 64, {}),
-           "nextvit": ("nextvit_small", 64, {}),
+           "nextvit": ("nextvit_small", 64, {}), "caformer": ("caformer_s18", 64, {}),
+           "efficientformerv2": ("efficientformerv2_s0", 64, {"img_size": 64}),
+           "mvitv2_timm": ("mvitv2_tiny", 64, {"img_size": 64}),
+           "inception_v4": ("inception_v4", 96, {}), "visformer": ("visformer_tiny", 64, {}),
+           "vitamin": ("vitamin_small_224", 64, {"img_size": 64}),
+           "cspresnext": ("cspresnext50", 64, {}), "sebotnet": ("sebotnet33ts_256", 256, {}),
+           "resnetrs": ("resnetrs50", 64, {}), "gcresnet": ("gcresnet33ts", 64, {}),
+           "mixnet": ("mixnet_s", 64, {}), "fbnetv3": ("fbnetv3_b", 64, {}),
        }.items()},
+    "efficientnet_v2_torchvision": ("torchvision", lambda: _torchvision("efficientnet_v2_s")),
+    "convnext_torchvision": ("torchvision", lambda: _torchvision("convnext_tiny")),
 }
 MODELS.update(BEYOND)
 
@@ -790,6 +799,8 @@ def main(argv: list[str] | None = None) -> int:
         elif row["status"] == "pass":
             print(f"{name:20s} pass   {row['error']:.1e}  {row['nodes']:5d} nodes -> "
                   f"{row['launches']} launches", flush=True)
+        elif row["status"] == "mismatch":
+            print(f"{name:20s} mismatch {row['error']:.1e}  {row['nodes']:5d} nodes", flush=True)
         else:
             print(f"{name:20s} {row['status']}: {row['why'][:300]}", flush=True)
     if not args.json:
