@@ -143,7 +143,8 @@ def test_a_read_in_place_or_packed(threads, monkeypatch):
     assert not mm.a_in_place(True, 96)
     assert not mm.a_in_place(False, 1024)
     assert not mm.a_in_place(False, 2048)
-    assert mm.rows_outer(96, 3) and not mm.rows_outer(mm.KC, 3)
+    # a K-block whose A panel would fill L1 runs in Goto's order
+    assert mm.rows_outer(96, 3) and not mm.rows_outer(blocking._L1D // (4 * mm.MR), 3)
     rng = np.random.default_rng(13)
     M, N = 3 * mm.MR + 5, 3 * mm.NR + 3
     for K in (96, 1024, mm.KC + 100):
