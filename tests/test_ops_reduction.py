@@ -421,3 +421,39 @@ def test_replayed_spatial_reduction_of_blocked_data_is_bound(op, keep, block):
     kinds = [(c_.node.kind, bool(bound), bool(c_.step.buffer)) for c_, bound in
              zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
     assert ("reduce_blocked", True, True) in kinds, kinds
+
+
+# --- top_k_indices -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, k", [((17,), 5), ((3, 9), 9), ((2, 7, 13), 1), ((2, 3, 5, 9), 4)])
+@pytest.mark.parametrize("largest", [True, False])
+def test_top_k_indices_against_the_reference(shape, k, largest):
+    """Rows of odd lengths, batches, k = 1 and k = n, many ties (few distinct
+    values: equal ones by index), eager and in a graph, float32 and integers
+    (the smallest int64, which a negation would overflow)."""
+    rng = np.random.default_rng(len(shape) + k)
+    x = rng.integers(-3, 4, shape).astype(np.float32) * np.float32(0.5)
+    want = reference("top_k_indices")(x, k, largest)
+    got = jitnn.top_k_indices(x, k, largest=largest).numpy()
+    assert got.dtype == np.int64 and got.shape == shape[:-1] + (k,)
+    np.testing.assert_array_equal(got, want)
+    order = np.argsort(-x.astype(np.float64) if largest else x, axis=-1, kind="stable")
+    np.testing.assert_array_equal(got, order[..., :k])
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    graph = b.build({"i": b.top_k_indices(b.input("x", shape), k, largest=largest)})
+    for run in range(2):
+        np.testing.assert_array_equal(ctx.dispatch(graph, {"x": x + run})["i"].numpy(), want)
+    ints = np.int64([[-2 ** 63, 5, 5, -2 ** 63, 0]])
+    np.testing.assert_array_equal(jitnn.top_k_indices(ints, 3, largest=largest).numpy(),
+                                  [[1, 2, 4]] if largest else [[0, 3, 4]])
+
+
+def test_top_k_indices_errors():
+    x = np.zeros((2, 5), np.float32)
+    for k in (0, 6, 2.0, True):
+        with pytest.raises(jitnn.JitnnValueError, match=r"top_k_indices: k must be an integer "
+                           r"from 1 to the last axis' 5"):
+            jitnn.top_k_indices(x, k)
+    with pytest.raises(jitnn.JitnnValueError, match="top_k_indices: input must have rank >= 1"):
+        jitnn.top_k_indices(np.float32(1.0), 1)

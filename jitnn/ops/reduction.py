@@ -1,6 +1,7 @@
 """Reductions (WebNN's ten: reduce_l1, reduce_l2, reduce_log_sum,
 reduce_log_sum_exp, reduce_max, reduce_mean, reduce_min, reduce_product,
-reduce_sum, reduce_sum_square), arg_min / arg_max and cumulative_sum.
+reduce_sum, reduce_sum_square), arg_min / arg_max, cumulative_sum and
+top_k_indices (ONNX's TopK, with a gather of its values).
 
 Reductions take WebNN's options: ``axes`` (default: every axis; an empty
 list reduces nothing, so each element is "reduced" alone: ``|x|`` for L1,
@@ -427,6 +428,49 @@ def cumulative_sum(x, axis: int, *, exclusive: bool = False,
     return plain_op(ctx, op, (x,), x.shape, compute, dtype=x.dtype, axes=axes_tag)
 
 
+# --- top_k_indices -------------------------------------------------------------------
+
+def _top_k_order(data: np.ndarray, k: int, largest: bool) -> np.ndarray:
+    """The indices of the ``k`` first elements of each row (last axis) of
+    ``data`` in ONNX TopK's order: by value, equal values by index. Largest
+    first: a stable ascending sort of the reversed row, read backwards (no
+    negation, which would overflow the smallest integer)."""
+    n = data.shape[-1]
+    if not largest:
+        order = np.argsort(data, axis=-1, kind="stable")
+    else:
+        order = (n - 1) - np.argsort(data[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+    return np.ascontiguousarray(order[..., :k], dtype=np.int64)
+
+
+def top_k_indices_reference(x, k: int, largest: bool = True) -> np.ndarray:
+    """The spec: the indices of the ``k`` largest (smallest) of each row, as
+    a stable sort of the float64 values orders them."""
+    return _top_k_order(np.asarray(x, np.float64), int(k), bool(largest))
+
+
+def top_k_indices(x, k: int, *, largest: bool = True) -> Tensor:
+    """The indices (int64) of the ``k`` largest values of ``x`` along its last
+    axis, largest first (with ``largest=False``: the smallest, smallest
+    first); equal values by index, as ONNX's TopK orders them; NaN counts
+    as the largest value (PyTorch's topk). A sort of each row (numpy's
+    stable sort): ONNX's TopK gathers its values with ``gather_elements``.
+    Any data type."""
+    op = "top_k_indices"
+    ctx = context_of(op, x)
+    x = as_tensor(ctx, x, op, "input", ANY_DTYPE)
+    if x.ndim < 1:
+        raise JitnnValueError(f"{op}: input must have rank >= 1, got a scalar")
+    n = x.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise JitnnValueError(f"{op}: k must be an integer from 1 to the last axis' {n}, "
+                              f"got {k!r}")
+    largest = _bool_arg(op, "largest", largest)
+    shape = x.shape[:-1] + (int(k),)
+    return plain_op(ctx, op, (x,), shape, lambda data: _top_k_order(data, int(k), largest),
+                    dtype=np.int64, axes=x._axes if x.ndim == 4 else "nchw")
+
+
 # --- registration --------------------------------------------------------------------
 
 _REDUCE_LAYOUTS = "blocked or plain (blocked over H, W: read in place, blocked out if kept)"
@@ -442,3 +486,5 @@ for _op in ("min", "max"):
 register_op(OpDef("cumulative_sum", cumulative_sum, cumulative_sum_reference,
                   webnn="cumulativeSum", layouts="plain",
                   dtypes=tuple(d.name for d in CUMULATIVE_DTYPES)))
+register_op(OpDef("top_k_indices", top_k_indices, top_k_indices_reference, onnx=("TopK",),
+                  layouts="plain", dtypes=tuple(d.name for d in ANY_DTYPE)))
