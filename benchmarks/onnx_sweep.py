@@ -106,13 +106,16 @@ _WAVE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interme
              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
 
 
+#: a small Whisper, its layer counts apart
+_WHISPER = dict(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2,
+                encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+                max_source_positions=16, vocab_size=128, pad_token_id=0, bos_token_id=0,
+                eos_token_id=0, decoder_start_token_id=0, max_target_positions=16)
+
+
 def whisper_encoder() -> Built:
     t = zoo._transformers()
-    cfg = t.WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=2,
-                          decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=128,
-                          decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=16,
-                          vocab_size=128, pad_token_id=0, bos_token_id=0, eos_token_id=0,
-                          decoder_start_token_id=0, max_target_positions=16)
+    cfg = t.WhisperConfig(**_WHISPER, encoder_layers=2, decoder_layers=1)
     encoder = _seeded(lambda: t.WhisperModel(cfg)).encoder
     module = _wrapped(encoder, lambda m, x: m(x, return_dict=True).last_hidden_state)
     x = np.random.default_rng(0).standard_normal((2, 16, 32)).astype(np.float32)
@@ -536,11 +539,7 @@ _BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_h
 def whisper() -> Built:
     """transformers' WhisperModel: the encoder and one pass of the decoder over 6 tokens."""
     t = zoo._transformers()
-    cfg = t.WhisperConfig(d_model=64, encoder_layers=1, encoder_attention_heads=2,
-                          decoder_layers=2, decoder_attention_heads=2, encoder_ffn_dim=128,
-                          decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=16,
-                          vocab_size=128, pad_token_id=0, bos_token_id=0, eos_token_id=0,
-                          decoder_start_token_id=0, max_target_positions=16)
+    cfg = t.WhisperConfig(**_WHISPER, encoder_layers=1, decoder_layers=2)
     cfg.use_cache = False
     model = _seeded(lambda: t.WhisperModel(cfg))
     rng = np.random.default_rng(0)

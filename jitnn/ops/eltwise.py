@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import math
 
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
@@ -148,6 +148,10 @@ def run_eltwise(ctx: Context, node: Node, value: Value, out: np.ndarray | None) 
     return out
 
 
+class _CopiedOperand(Exception):
+    """A same-shape operand the run copied for itself (another layout)."""
+
+
 def _bound_steps(ctx: Context, node: Node) -> tuple[list, list, list] | None:
     """The kernel steps :func:`run_eltwise` or :func:`run_plain_chain` just
     ran, for a binding: ``(steps, reads, derived)`` (see :class:`Binding`),
@@ -173,44 +177,33 @@ def _bound_steps(ctx: Context, node: Node) -> tuple[list, list, list] | None:
             derived.append((v, key, v._derive(key, lambda: form)))
         return form
 
-    kernel_steps = []
-    for step in node.attrs["steps"]:
-        if step[0] == "activation":
-            kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
-        elif step[0] == "math":
-            param0 = step[2]
-            if isinstance(param0, tuple):
-                y = param0[1]
-                param0 = form_of((y,), ("eltwise_operand",) + operand_sig(param0),
-                                 lambda: resolve_operand(ctx, step[2]))
-            kernel_steps.append(eltwise_kernels.math_step(step[1], param0, step[3]))
-        elif step[0] == "binary":
-            operand = step[4]
-            kind = operand[0]
-            if kind == "number":
-                resolved = operand[1]
-            elif kind in ("plain", "blocked"):           # same shape: read in place
-                y = operand[1]
-                resolved = resolve_operand(ctx, operand)
-                if not isinstance(y._data, np.ndarray) \
-                        or not np.may_share_memory(resolved, y._data):
-                    return None                  # a copy made for this run
-                reads.append((y, y._data))
-            else:
-                # scalar, rows, lanes, broadcast: values the kernel's arguments
-                # hold a copy of, computed from y
-                y = operand[1]
-                resolved = form_of((y,), ("eltwise_operand",) + operand_sig(operand),
-                                   lambda: resolve_operand(ctx, operand))
-            kernel_steps.append(eltwise_kernels.binary_step(step[1], resolved, step[3]))
-        else:
-            bn = step[1]
-            values = tuple(v for v in bn[:4] if v is not None)
-            key = ("eltwise_bn", tuple(v is not None for v in bn[:4]), exact(bn[4]),
-                   tuple(id(v) for v in values))
-            a, b = form_of(values, key, lambda: batch_norm_scale_shift(bn))
-            kernel_steps.append(eltwise_kernels.affine_step(a, b))
-    return kernel_steps, reads, derived
+    def resolve(operand: tuple) -> object:
+        if operand[0] == "number":
+            return operand[1]
+        y = operand[1]
+        if operand[0] in ("plain", "blocked"):          # same shape: read in place
+            resolved = resolve_operand(ctx, operand)
+            if not isinstance(y._data, np.ndarray) \
+                    or not np.may_share_memory(resolved, y._data):
+                raise _CopiedOperand
+            reads.append((y, y._data))
+            return resolved
+        # scalar, rows, lanes, broadcast: values the kernel's arguments hold
+        # a copy of, computed from y
+        return form_of((y,), ("eltwise_operand",) + operand_sig(operand),
+                       lambda: resolve_operand(ctx, operand))
+
+    def fold(bn: tuple) -> tuple[np.ndarray, np.ndarray]:
+        values = tuple(v for v in bn[:4] if v is not None)
+        key = ("eltwise_bn", tuple(v is not None for v in bn[:4]), exact(bn[4]),
+               tuple(id(v) for v in values))
+        return form_of(values, key, lambda: batch_norm_scale_shift(bn))
+
+    try:
+        steps = _kernel_steps(ctx, node.attrs["steps"], resolve, fold)
+    except _CopiedOperand:
+        return None
+    return steps, reads, derived
 
 
 def bind_eltwise(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
@@ -265,21 +258,27 @@ def run_plain_chain(ctx: Context, node: Node, value: Value,
 run_plain_chain.bind = bind_plain_chain
 
 
-def _kernel_steps(ctx: Context, steps: list) -> list:
-    """A node's steps as the kernel's: operands resolved, batch norms folded."""
+def _kernel_steps(ctx: Context, steps: list, resolve: Callable | None = None,
+                  fold: Callable | None = None) -> list:
+    """A node's steps as the kernel's: operands resolved (``resolve``, default
+    :func:`resolve_operand`), batch norms folded (``fold``, default
+    :func:`batch_norm_scale_shift`)."""
+    if resolve is None:
+        def resolve(operand: tuple) -> object:
+            return resolve_operand(ctx, operand)
+    fold = fold or batch_norm_scale_shift
     kernel_steps = []
     for step in steps:
         if step[0] == "activation":
             kernel_steps.append(eltwise_kernels.activation_step(step[1], step[2], step[3]))
         elif step[0] == "math":
             param0 = step[2] if not isinstance(step[2], tuple) else \
-                resolve_operand(ctx, step[2])          # pow's exponent, read now
+                resolve(step[2])                       # pow's exponent, read now
             kernel_steps.append(eltwise_kernels.math_step(step[1], param0, step[3]))
         elif step[0] == "binary":
-            kernel_steps.append(eltwise_kernels.binary_step(
-                step[1], resolve_operand(ctx, step[4]), step[3]))
+            kernel_steps.append(eltwise_kernels.binary_step(step[1], resolve(step[4]), step[3]))
         else:
-            kernel_steps.append(eltwise_kernels.affine_step(*batch_norm_scale_shift(step[1])))
+            kernel_steps.append(eltwise_kernels.affine_step(*fold(step[1])))
     return kernel_steps
 
 

@@ -368,7 +368,8 @@ def _call(op, a, a_t, b, b_t, a_index, b_index, out, alpha, beta, c, bias,
     else:
         path = "row" if M == 1 else "packed"
     in_place = a_in_place(a_t, K)
-    outer = in_place and rows_outer(kc, -(-(-(-N // NR)) // n_blocks))
+    n_panels = -(-N // NR)
+    outer = in_place and rows_outer(kc, -(-n_panels // n_blocks))   # panels a task covers
     return gemm_driver(path).on_threads(threads), (
         a, a_t, b, b_t, b_data, a_index, b_index, out, kc, m_blocks, n_blocks, in_place,
         outer, alpha, beta, c, bias, residual, act, param0, param1, threads)
