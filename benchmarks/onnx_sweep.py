@@ -6,6 +6,7 @@ a second group of families the first hundred lack (``BEYOND``).
     python benchmarks/onnx_sweep.py --beyond           # the second group only
     python benchmarks/onnx_sweep.py --list
     python benchmarks/onnx_sweep.py --dynamo           # torch.export-based exporter
+    python benchmarks/onnx_sweep.py --time bert vit    # and jitnn's speed over ORT's
 
 Each model is built from its library's definition (transformers, timm,
 torchvision; the second group also diffusers and ultralytics: detectors, DETR
@@ -23,7 +24,9 @@ second group: each model's own, such as RAFT's two images or a U-Net's latents
 and text encoding). One row per model: ``pass`` with the largest difference
 over the largest output magnitude (below 1e-3), or what failed (the export,
 loading: jitnn's error, or the numbers; a NaN or inf where ONNX Runtime's
-output has a number fails). Each model runs in its own process (``--in-process``:
+output has a number fails). ``--time`` adds both engines' median time on 1
+thread, alternated in one process (the small configurations: a measure of
+per-step costs more than of kernels; ``jitnn bench zoo`` times full sizes). Each model runs in its own process (``--in-process``:
 not), so that one that crashes or exhausts memory leaves the
 others. docs/onnx.md has the results. Needs torch 2.13 (CPU), transformers,
 timm, torchvision, onnx and onnxruntime (the second group: diffusers and
@@ -706,8 +709,31 @@ def export(name: str, folder: str, dynamo: bool = False) -> tuple[str, list[dict
     return path, feeds
 
 
-def check(name: str, folder: str, dynamo: bool = False) -> dict:
-    """One model: ``{"name", "status", "error" or "why", "nodes", "launches"}``."""
+def time_both(session, model, feed: dict, budget_s: float = 2.0) -> dict:
+    """Medians of ONNX Runtime's and jitnn's run on ``feed``, alternated in rounds (the
+    engine that goes first alternates too) until ``budget_s`` is spent, at least 7 rounds."""
+    import time
+    times: dict[str, list[float]] = {"onnxruntime": [], "jitnn": []}
+    runs = {"onnxruntime": lambda: session.run(None, feed), "jitnn": lambda: model.run(feed)}
+    for run in runs.values():                           # warm both (jitnn binds its steps)
+        run(), run()
+    start = time.perf_counter()
+    while len(times["jitnn"]) < 7 or time.perf_counter() - start < budget_s:
+        order = list(runs) if len(times["jitnn"]) % 2 else list(runs)[::-1]
+        for engine in order:
+            begin = time.perf_counter()
+            runs[engine]()
+            times[engine].append(time.perf_counter() - begin)
+        if len(times["jitnn"]) >= 200:
+            break
+    medians = {engine: float(np.median(t)) * 1e3 for engine, t in times.items()}
+    return {"jitnn_ms": medians["jitnn"], "onnxruntime_ms": medians["onnxruntime"],
+            "speed": medians["onnxruntime"] / medians["jitnn"]}
+
+
+def check(name: str, folder: str, dynamo: bool = False, timed: bool = False) -> dict:
+    """One model: ``{"name", "status", "error" or "why", "nodes", "launches"}``; ``timed``:
+    also both engines' median run time on 1 thread and jitnn's speed over ONNX Runtime's."""
     import onnx
     import onnxruntime as ort
 
@@ -727,6 +753,8 @@ def check(name: str, folder: str, dynamo: bool = False) -> dict:
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if timed:
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         model = jitnn.onnx.prepare(path, jitnn.Context(num_threads=1),
                                    input_shapes={k: v.shape for k, v in feeds[0].items()})
@@ -750,6 +778,8 @@ def check(name: str, folder: str, dynamo: bool = False) -> dict:
                 worst = max(worst, float(difference.max(initial=0.0)) / scale)
         plan = jitnn.explain(next(iter(model.dispatch(feeds[0]).values())))
         row["launches"] = plan.splitlines()[1].split("-> ")[1].split(" kernel")[0]
+        if timed and worst < TOLERANCE:
+            row.update(time_both(session, model, feeds[-1]))
     except Exception as error:                          # noqa: BLE001
         return {**row, "status": "failed", "why": f"{type(error).__name__}: {error}",
                 "trace": traceback.format_exc(limit=-3)}
@@ -769,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON line per model")
     parser.add_argument("--dynamo", action="store_true",
                         help="export by torch.export (opset 18) instead of TorchScript")
+    parser.add_argument("--time", action="store_true",
+                        help="also time each matching model against ONNX Runtime (1 thread, "
+                             "alternated, medians; the last input set)")
     args = parser.parse_args(argv)
     if args.list:
         for name, (library, _) in MODELS.items():
@@ -784,10 +817,10 @@ def main(argv: list[str] | None = None) -> int:
     passed = 0
     for name in args.names or MODELS:
         if args.in_process or len(args.names) == 1:
-            row = check(name, folder, args.dynamo)
+            row = check(name, folder, args.dynamo, args.time)
         else:
             done = subprocess.run([sys.executable, __file__, name, "--out", folder, "--json"]
-                                  + ["--dynamo"] * args.dynamo,
+                                  + ["--dynamo"] * args.dynamo + ["--time"] * args.time,
                                   capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             row = json.loads(lines[-1]) if lines else {
@@ -797,8 +830,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(row), flush=True)
         elif row["status"] == "pass":
+            speed = (f"  {row['jitnn_ms']:8.2f} ms, ORT {row['onnxruntime_ms']:8.2f} ms: "
+                     f"{row['speed']:.2f}x" if "speed" in row else "")
             print(f"{name:20s} pass   {row['error']:.1e}  {row['nodes']:5d} nodes -> "
-                  f"{row['launches']} launches", flush=True)
+                  f"{row['launches']} launches{speed}", flush=True)
         elif row["status"] == "mismatch":
             print(f"{name:20s} mismatch {row['error']:.1e}  {row['nodes']:5d} nodes", flush=True)
         else:

@@ -69,6 +69,23 @@ def test_every_model_of_the_zoo_has_a_small_file():
     assert total < 8 * 2 ** 20, f"tests/data/models holds {total / 2 ** 20:.1f} MB"
 
 
+def test_any_timm_or_torchvision_classifier_is_named_by_its_library():
+    """``timm:NAME`` and ``torchvision:NAME`` are full-size benchmark models
+    (``jitnn bench zoo --models timm:hgnetv2_b0``) with their own files and
+    fingerprints; other prefixes, empty names and small variants are refused."""
+    assert zoo.bench_model("timm:hgnetv2_b0").__doc__ == "timm's hgnetv2_b0 at 224 px"
+    assert zoo.bench_model("torchvision:mnasnet0_5").__doc__ == \
+        "torchvision's mnasnet0_5 at 224 px"
+    assert zoo.bench_model("resnet50") is zoo.BENCH_MODELS["resnet50"]
+    for name in ("keras:resnet50", "timm:", "hgnetv2_b0"):
+        assert zoo.bench_model(name) is None
+        with pytest.raises(ValueError, match="timm or torchvision:NAME"):
+            zoo.build(name)
+    with pytest.raises(ValueError, match="small"):
+        zoo.build("timm:hgnetv2_b0", small=True)
+    assert zoo.fingerprint("timm:hgnetv2_b0") != zoo.fingerprint("timm:hgnetv2_b1")
+
+
 @pytest.mark.parametrize("name", SMALL)
 def test_small_model_matches_onnxruntime(name):
     path = os.path.join(DATA, f"{name}.onnx")

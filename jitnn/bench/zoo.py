@@ -479,14 +479,32 @@ BENCH_MODELS: dict[str, Callable[[], Built]] = {
 }
 
 
+#: ``LIBRARY:NAME`` names any classifier of these libraries at 224 px (``timm:hgnetv2_b0``,
+#: ``torchvision:mnasnet0_5``): benchmarks of the models the zoo does not list
+BY_LIBRARY = {"timm": _timm_model, "torchvision": _torchvision}
+
+
+def bench_model(name: str) -> Callable[[], Built] | None:
+    """The full-size builder of ``name``: one of :data:`BENCH_MODELS`, or a
+    ``LIBRARY:NAME`` of :data:`BY_LIBRARY`; None if it is neither."""
+    if name in BENCH_MODELS:
+        return BENCH_MODELS[name]
+    library, _, model = name.partition(":")
+    if library in BY_LIBRARY and model:
+        return BY_LIBRARY[library](model)
+    return None
+
+
 def _builder(name: str, small: bool) -> Callable[[bool], Built]:
     if name in MODELS:
         return MODELS[name]
-    if name in BENCH_MODELS and not small:
-        return lambda _small: BENCH_MODELS[name]()
+    make = bench_model(name)
+    if make is not None and not small:
+        return lambda _small: make()
     known = ", ".join(list(MODELS) + list(BENCH_MODELS))
     raise ValueError(f"unknown model {name!r}{' (small)' if small else ''}, expected one of "
-                     f"{known} (the benchmark-only ones at full size)")
+                     f"{known} (the benchmark-only ones at full size), or "
+                     f"{' or '.join(BY_LIBRARY)}:NAME")
 
 
 def build(name: str, small: bool = False) -> Built:
@@ -510,11 +528,13 @@ def fingerprint(name: str) -> str:
     import hashlib
     import importlib.metadata
     import inspect
-    source = MODELS[name] if name in MODELS else BENCH_MODELS[name]
+    source = MODELS[name] if name in MODELS else bench_model(name)
+    if source is None:
+        raise ValueError(f"unknown model {name!r}")
     parts = [inspect.getsource(f) for f in (source, randomize, calibrate_batch_norms,
                                             token_inputs, _image, _text)]
-    if name in BENCH_MODELS:
-        parts.append(f"{name}: {BENCH_MODELS[name].__doc__}")
+    if name not in MODELS:
+        parts.append(f"{name}: {source.__doc__}")
     for package in ("torch", "transformers", "timm", "torchvision"):
         try:
             parts.append(f"{package} {importlib.metadata.version(package)}")
@@ -533,7 +553,8 @@ def export(name: str, small: bool = False, *, path: str | None = None, force: bo
     if dynamo:
         opset = max(opset, 18)
     if path is None:
-        variant = f"{name}{'-small' if small else ''}{'-dynamo' if dynamo else ''}"
+        variant = (f"{name.replace(':', '-')}{'-small' if small else ''}"
+                   f"{'-dynamo' if dynamo else ''}")
         path = os.path.join(cache_dir(), f"{variant}-{fingerprint(name)}-opset{opset}.onnx")
     if os.path.exists(path) and not force:
         return path
@@ -569,6 +590,6 @@ def run_torch(built: Built, feed: dict[str, np.ndarray]) -> np.ndarray:
     return out.numpy()
 
 
-__all__ = ["BENCH_MODELS", "MODELS", "TEXT", "Built", "build", "cache_dir", "calibrate_batch_norms", "export",
+__all__ = ["BENCH_MODELS", "BY_LIBRARY", "MODELS", "TEXT", "Built", "bench_model", "build", "cache_dir", "calibrate_batch_norms", "export",
            "fingerprint", "import_torchvision", "inputs", "randomize", "run_torch",
            "token_inputs"]

@@ -61,10 +61,11 @@ def _models(run: Run) -> list[str]:
     chosen = run.options.get("models")
     every = list(zoo.MODELS) + list(zoo.BENCH_MODELS)
     if chosen:
-        unknown = [m for m in chosen if m not in every]
+        unknown = [m for m in chosen if m not in zoo.MODELS and zoo.bench_model(m) is None]
         if unknown:
             raise ValueError(f"bench zoo: unknown model(s) {', '.join(unknown)}; "
-                             f"expected some of {', '.join(every)}")
+                             f"expected some of {', '.join(every)}, or "
+                             f"{' or '.join(zoo.BY_LIBRARY)}:NAME (a classifier at 224 px)")
         return list(chosen)
     return list(QUICK) if run.quick else every
 
