@@ -56,16 +56,23 @@ class Capture:
     seeds: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...]):
-    """A ``shape`` view of the start of the slot's array (a slot serves values
-    of its size or smaller), or None when the slot has no array that fits."""
+def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
+                   dtype: np.dtype):
+    """A ``shape`` view of the start of the slot's array, as ``dtype`` (a slot
+    serves values of its size in bytes or smaller, of any type), or None when
+    the slot has no array that fits."""
     array = slots.get(name)
     if array is None:
         return None
     count = math.prod(shape)
-    if array.size < count or not array.flags.c_contiguous:
+    if not array.flags.c_contiguous:
         return None
-    return array.reshape(-1)[:count].reshape(shape)
+    if array.dtype == dtype:
+        return array.reshape(-1)[:count].reshape(shape) if array.size >= count else None
+    nbytes = count * dtype.itemsize
+    if array.nbytes < nbytes:
+        return None
+    return array.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(shape)
 
 
 def _release(dead_values) -> None:
@@ -94,7 +101,8 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> i
     """Run an op step; returns how many ops it fused (counted per flush)."""
     v = step.value
     node = step.node
-    out = _out_from_slot(slots, step.buffer, physical_shape(v)) if step.buffer else None
+    out = _out_from_slot(slots, step.buffer, physical_shape(v), v.dtype) if step.buffer \
+        else None
     data = run_node(ctx, node, v, out)
     v._data = data
     v._node = None            # drops the references to its inputs
@@ -171,8 +179,9 @@ class Bindings:
     False: never, its arrays change every run), and the arrays that are the
     same at every run. Those are the program's seeds and the views of them
     this replay hands out (a view made anew per run would never match a
-    binding), and only those may be bound: a binding never keeps an array of
-    one run alive for the next. ``dynamic``: ids of the Values remade every
+    binding), and only those may be bound, with the static Values' arrays
+    (the graph's constants, kept by the program's nodes anyway): a binding
+    never keeps an array of one run alive for the next. ``dynamic``: ids of the Values remade every
     run (their derived forms, a packed filter of a graph input, are never
     bound)."""
 
@@ -213,7 +222,7 @@ class Bindings:
             self.stable[id(data)] = data
 
     def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
-                 index: int):
+                 dtype: np.dtype, index: int):
         """``_out_from_slot``, the same view object at every run for a stable
         slot; step ``index``'s last (array, view) is tried first."""
         array = slots.get(name)
@@ -221,11 +230,11 @@ class Bindings:
         if last is not None and last[0] is array:
             return last[1]
         if array is None or self.stable.get(id(array)) is not array:
-            return _out_from_slot(slots, name, shape)
-        key = (id(array), shape)
+            return _out_from_slot(slots, name, shape, dtype)
+        key = (id(array), shape, dtype)
         view = self.views.get(key)
         if view is None:
-            view = _out_from_slot(slots, name, shape)
+            view = _out_from_slot(slots, name, shape, dtype)
             if view is not None:
                 self.views[key] = view
                 self.stable[id(view)] = view
@@ -237,11 +246,14 @@ class Bindings:
         """Bind step ``index`` after its node ran and returned ``data``."""
         binder = getattr(node.run, "bind", None)
         binding = binder(ctx, node, data) if binder is not None else None
-        stable, inputs = self.stable, self.inputs
+        stable, inputs, dynamic = self.stable, self.inputs, self.dynamic
+        # a read is of a stable array, a graph input's (InputFedBinding) or a
+        # static Value's (a constant: its array lives as long as the program)
         if binding is not None and stable.get(id(binding.out)) is binding.out and all(
                 stable.get(id(array)) is array or id(value) in inputs
+                or id(value) not in dynamic
                 for value, array in binding.reads) and not any(
-                id(value) in self.dynamic for value, _, _ in binding.derived):
+                id(value) in dynamic for value, _, _ in binding.derived):
             binding.kernel = compiled_entry(binding.kernel, binding.args, binding.threads)
             if any(id(value) in inputs for value, _ in binding.reads):
                 # a graph input's array is the caller's, new at any run
@@ -376,9 +388,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 if not step.buffer:
                     out = None if bindings is None else bindings.kept_out(index, node)
                 elif bindings is None:
-                    out = _out_from_slot(slots, step.buffer, captured.shape)
+                    out = _out_from_slot(slots, step.buffer, captured.shape, v.dtype)
                 else:
-                    out = bindings.out_view(slots, step.buffer, captured.shape, index)
+                    out = bindings.out_view(slots, step.buffer, captured.shape, v.dtype, index)
                 binding = bindings.steps[index] if bindings is not None else None
                 if binding and binding.valid(ctx, out):
                     # one kernel call, which runs no reorder: nothing to trace

@@ -233,6 +233,37 @@ def test_replayed_linear_layers_are_bound_calls_with_their_epilogues(threads):
     assert bound == [True, True], [c.step.label for c in program.steps]
 
 
+def test_replayed_small_products_on_the_direct_path_are_bound_calls(threads):
+    """Products too small to pack B (the kernel's direct path reads it as it
+    is): a linear layer with its bias, GELU and residual in the epilogue, and
+    a product of two computed values (B a plan buffer, as attention's
+    ``q @ k.T``). Replayed on new inputs, each is one bound call reading A,
+    B and the residual in place, with float64's numbers at every run."""
+    from jitnn.ops.matmul import run_gemm
+    ctx = jitnn.Context(num_threads=threads)
+    rows, d, hidden = 6, 10, 13
+    w, bias = random((d, hidden), 1, 0.3), random((hidden,), 2)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.relu(b.input("x", (rows, d)))
+    right = b.relu(b.input("r", (hidden, d)))
+    h = b.gelu(b.add(b.matmul(x, b.constant(w)), b.constant(bias)))
+    y = b.add(b.matmul(h, right), x)                 # (rows, d) + the residual x
+    graph = b.build({"y": b.relu(y)})
+    out = np.empty((rows, d), np.float32)
+    for seed in range(4):
+        data, other = random((rows, d), 30 + seed), random((hidden, d), 40 + seed)
+        ctx.compute(graph, {"x": data, "r": other}, {"y": out})
+        x64 = np.maximum(data.astype(np.float64), 0)
+        pre = x64 @ w + bias
+        hidden64 = 0.5 * pre * (1 + np.vectorize(math.erf)(pre / math.sqrt(2)))
+        want = np.maximum(hidden64 @ np.maximum(other.astype(np.float64), 0) + x64, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    (program,) = graph._programs
+    bound = [bool(binding) for c, binding in zip(program.steps, program.bindings.steps)
+             if c.step.kind == "op" and c.node.run is run_gemm]
+    assert bound == [True, True], [c.step.label for c in program.steps]
+
+
 def test_a_product_reads_through_reshapes_of_a_plain_value_and_is_bound():
     """``(1, S, D)`` activations reshaped to ``(S, D)`` (twice, as exporters
     write a transformer's attention output) before a linear layer: the

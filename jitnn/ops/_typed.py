@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import JitnnTypeError, JitnnValueError
 from ..tensor import FLOAT32, Tensor, as_array_copy
-from ._common import ANY_DTYPE, as_tensor, is_number, plain_op
+from ._common import ANY_DTYPE, as_tensor, is_number, plain_into_op, plain_op
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -66,6 +66,9 @@ def _integer_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 #: ... on integer arrays of one type (the ops and their references)
 INTEGER_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     **NUMPY_BINARY, "div": _truncating_div, "pow": _integer_pow}
+
+#: the ufuncs that never warn on integer arrays (they wrap around on overflow)
+_INTO_UFUNCS = (np.add, np.subtract, np.multiply, np.maximum, np.minimum)
 
 
 def integer_bounds(op: str, dtype: np.dtype, lo, hi) -> tuple:
@@ -156,7 +159,9 @@ def host_integers(op: str, name: str, value: object, dtype: np.dtype, why: str, 
 
 def integer_op(ctx: Context, op: str, inputs: tuple, compute: Callable[..., np.ndarray],
                dtype: np.dtype) -> Tensor:
-    """An op on integer tensors (numpy on plain buffers, broadcast), of ``dtype``."""
+    """An op on integer tensors (numpy on plain buffers, broadcast), of ``dtype``.
+    A numpy ufunc of one output (add, mul, maximum...: wrapping silently)
+    writes into the plan's buffer (:func:`plain_into_op`)."""
     try:
         shape = tuple(np.broadcast_shapes(*(t.shape for t in inputs)))
     except ValueError:
@@ -164,6 +169,9 @@ def integer_op(ctx: Context, op: str, inputs: tuple, compute: Callable[..., np.n
             f"{op}: the shapes do not broadcast (numpy rules: aligned from the right, each "
             f"pair of dimensions equal or one of them 1): "
             f"{', '.join(str(t.shape) for t in inputs)}") from None
+
+    if isinstance(compute, np.ufunc) and compute.nout == 1 and compute in _INTO_UFUNCS:
+        return plain_into_op(ctx, op, inputs, shape, compute, dtype=dtype)
 
     def run(*arrays: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):

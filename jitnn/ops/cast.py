@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import JitnnTypeError
 from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, Tensor, dtype_arg
-from ._common import ANY_DTYPE, as_tensor, context_of, plain_op
+from ._common import ANY_DTYPE, as_tensor, context_of, plain_into_op
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -90,8 +90,15 @@ def cast(x, type) -> Tensor:  # noqa: A002 - WebNN's name
     target = dtype_arg(op, type, "type")
     if target == x.dtype:
         return x
-    return plain_op(ctx, op, (x,), x.shape, lambda data: cast_values(data, target),
-                    dtype=target)
+    return plain_into_op(ctx, op, (x,), x.shape, _cast_into, dtype=target)
+
+
+def _cast_into(data: np.ndarray, out: np.ndarray) -> None:
+    """``data`` cast into ``out``'s type (:func:`cast_values`)."""
+    if data.dtype.kind == "f" and out.dtype.kind in "iu":
+        np.copyto(out, cast_values(data, out.dtype))
+    else:
+        np.copyto(out, data, casting="unsafe")              # wraps, or rounds to float32
 
 
 register_op(OpDef("cast", cast, cast_reference, webnn="cast", onnx=("Cast",),

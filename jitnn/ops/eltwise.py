@@ -445,17 +445,10 @@ def binary_float(ctx: Context, op: str, a: Operand, b: Operand,
 
     axes = main._axes if main is not None and main.ndim == 4 else "nchw"
     size = int(np.prod(out_shape, dtype=np.int64))
-    # the closures below hold Values, never the caller's handles (see tensor.Value)
+    # the node holds Values, never the caller's handles (see tensor.Value)
     a_value, b_value = (value_of(t) if isinstance(t, Tensor) else t for t in (a, b))
-    a = a_value
     main = value_of(main) if main is not None else None
     other = value_of(other) if isinstance(other, Tensor) else other
-    if main is None:
-        def main_values() -> np.ndarray:
-            return np.ascontiguousarray(np.broadcast_to(plain_buffer(a), out_shape))
-    else:
-        def main_values() -> np.ndarray:
-            return plain_buffer(main)
     # how the other operand is passed: a scalar, lanes of an (outer, run, inner) view, a tensor
     run = None
     if isinstance(other, Value) and other.size != 1 and other.shape != out_shape:
@@ -463,26 +456,9 @@ def binary_float(ctx: Context, op: str, a: Operand, b: Operand,
         if run is not None and run[2] < _LANES_MIN_PLANE:
             run = None
 
-    def produce_plain() -> np.ndarray:
-        x = main_values()
-        out = aligned_empty(out_shape)
-        if size == 0:
-            return out
-        if not isinstance(other, Value) or other.size == 1:
-            ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
-                        reverse=reverse)
-        elif run is not None:
-            view = (run[0], run[1], run[2], 1, 1)
-            vector = np.ascontiguousarray(plain_buffer(other).reshape(-1))
-            ctx.launcher.launch(eltwise_kernels.eltwise_binary, x.reshape(view), vector,
-                        out.reshape(view), run[1], op, reverse=reverse)
-        else:
-            y = np.ascontiguousarray(np.broadcast_to(plain_buffer(other), out_shape))
-            ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
-        return out
-
     # a node the scheduler can fuse into a preceding matmul (bias or residual add)
-    attrs = {"op": op, "main": main, "other": other, "reverse": reverse}
+    attrs = {"op": op, "main": main, "other": other, "reverse": reverse,
+             "first": a_value, "second": b_value, "lanes": run}
     if main is not None and (not isinstance(other, Value) or other.size == 1
                              or other.shape == out_shape):
         # a scalar or same-shape operand: a step of a plain chain (the scheduler
@@ -498,13 +474,92 @@ def binary_float(ctx: Context, op: str, a: Operand, b: Operand,
                     flops=size, sig=("binary", op, reverse, operand_sig(operand), False))
     else:
         inputs = tuple(t for t in (a_value, b_value) if isinstance(t, Value))
-        # its run is this flush's closure (a pass may fuse the add into a
-        # matmul, reading only attrs): the sig covers the attrs
+        # (a pass may fuse the add into a matmul, reading only attrs): the
+        # sig covers the attrs
         other_sig = ("value",) if isinstance(other, Value) else exact(other)
-        node = Node(op, inputs, kind="binary_plain", attrs=attrs,
-                    run=lambda ctx_, node_, value_, out_: produce_plain(), flops=size,
-                    sig=("binary_plain", op, reverse, main is None, other_sig, run))
+        node = Node(op, inputs, kind="binary_plain", attrs=attrs, run=run_binary_plain,
+                    flops=size, sig=("binary_plain", op, reverse, main is None, other_sig, run))
     return pending(ctx, out_shape, plain_layout(len(out_shape), axes), node, axes=axes)
+
+
+def run_binary_plain(ctx: Context, node: Node, value: Value,
+                     out: np.ndarray | None) -> np.ndarray:
+    """A plain binary op whose other operand broadcasts (or whose first
+    operand is broadcast first: neither has the output's shape), into ``out``
+    (the plan's buffer) if given."""
+    a = node.attrs
+    op, main, other, reverse, run = a["op"], a["main"], a["other"], a["reverse"], a["lanes"]
+    shape = value.shape
+    if main is None:
+        x = np.ascontiguousarray(np.broadcast_to(plain_buffer(a["first"]), shape))
+    else:
+        x = plain_buffer(main)
+    if out is None or out.shape != shape or out.dtype != FLOAT32 \
+            or not out.flags.c_contiguous:
+        out = aligned_empty(shape)
+    if out.size == 0:
+        return out
+    if not isinstance(other, Value) or other.size == 1:
+        ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, _scalar_of(other), out, op,
+                            reverse=reverse)
+    elif run is not None:
+        view = (run[0], run[1], run[2], 1, 1)
+        vector = np.ascontiguousarray(plain_buffer(other).reshape(-1))
+        ctx.launcher.launch(eltwise_kernels.eltwise_binary, x.reshape(view), vector,
+                            out.reshape(view), run[1], op, reverse=reverse)
+    else:
+        y = np.ascontiguousarray(np.broadcast_to(plain_buffer(other), shape))
+        ctx.launcher.launch(eltwise_kernels.eltwise_binary_plain, x, y, out, op, reverse=reverse)
+    return out
+
+
+#: the ops whose numpy ufunc gives the kernel's results (IEEE float32, one
+#: rounding), and the most elements a bound step computes with it (one
+#: thread: numpy's broadcasting instead of a copy per run of the operand)
+_NUMPY_BOUND = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_NUMPY_BOUND_MAX = 1 << 16
+
+
+def bind_binary_plain(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
+    """:func:`run_binary_plain`'s op as one bound numpy call on the operands'
+    own arrays (broadcast by numpy, no copy: a mask added to a (2, 4, 16, 16)
+    attention bias), for add, sub, mul and div of small plain float32 arrays;
+    else None."""
+    a = node.attrs
+    ufunc = _NUMPY_BOUND.get(a["op"])
+    if ufunc is None or result.size > _NUMPY_BOUND_MAX or result.dtype != FLOAT32:
+        return None
+    args, reads = [], []
+    for v in (a["first"], a["second"]):
+        if not isinstance(v, Value):
+            args.append(v)                           # a number (float32 arithmetic: NEP 50)
+            continue
+        data = v._data
+        if not isinstance(data, np.ndarray) or data.dtype != FLOAT32 \
+                or layouts.block_of(v._layout) is not None or v._remake is not None:
+            return None
+        args.append(data)
+        reads.append((v, data))
+    return Binding(_quiet_ufuncs[ufunc], (*args, result), tuple(reads), (), result,
+                   ctx.num_threads)
+
+
+def _quietly(ufunc: np.ufunc):
+    def into(a, b, out: np.ndarray) -> None:
+        # IEEE's infinities and NaN, as the kernel gives them: no warning
+        with np.errstate(all="ignore"):
+            ufunc(a, b, out=out)
+    into.__name__ = into.__qualname__ = f"{ufunc.__name__}_quietly"
+    return into
+
+
+_quiet_ufuncs = {ufunc: _quietly(ufunc) for ufunc in _NUMPY_BOUND.values()}
+
+
+# (the executor asks a node's run function for its binder)
+run_binary_plain.bind = bind_binary_plain
+
+register_kind(NodeKind("binary_plain", writes_into_buffer=True))
 
 
 def add(a, b) -> Tensor:

@@ -109,19 +109,18 @@ def gather(x, indices, axis: int = 0) -> Tensor:
             and x.dtype == FLOAT32 and is_blocked(x) and axis == channel_axis(x._axes)):
         return _gather_channels(ctx, x, pick(None), shape)
     if isinstance(index, Tensor) and x.dtype == FLOAT32 and not is_blocked(x):
-        return _gather_rows(ctx, x, index, axis, shape, pick)
+        return _gather_rows(ctx, x, index, axis, shape)
     return _run(ctx, op, x, index, shape,
                 lambda data, ids: np.take(data, ids, axis=axis), pick)
 
 
-def _gather_rows(ctx, x: Tensor, index: Tensor, axis: int, shape: tuple[int, ...],
-                 pick) -> Tensor:
+def _gather_rows(ctx, x: Tensor, index: Tensor, axis: int, shape: tuple[int, ...]) -> Tensor:
     """Run-time indices into a plain float32 ``x`` (an embedding lookup by
     token ids): a node of its own kind that writes into the plan's buffer, so
     that a replay hands the next step the same array at every run (a
     Llama's first RMS norm then stays one bound kernel call)."""
     xv, iv = value_of(x), value_of(index)
-    attrs = {"x": xv, "indices": iv, "axis": axis, "pick": pick}
+    attrs = {"x": xv, "indices": iv, "axis": axis, "size": x.shape[axis]}
     node = Node("gather", (xv, iv), kind="gather_rows", attrs=attrs, run=run_gather_rows)
     return pending(ctx, shape, plain_layout(len(shape)), node)
 
@@ -130,15 +129,41 @@ def run_gather_rows(ctx: "Context", node: Node, value: Value,
                     out: np.ndarray | None) -> np.ndarray:
     """The gather of :func:`_gather_rows`, into ``out`` (the plan's buffer) if given."""
     a = node.attrs
-    data = plain_buffer(a["x"])
-    ids = a["pick"](plain_buffer(a["indices"]))
     if out is None or out.shape != value.shape or out.dtype != FLOAT32 \
             or not out.flags.c_contiguous:
         out = aligned_empty(value.shape)
-    # the indices are in range already (clamped): "clip" takes them unbuffered
-    np.take(data, ids, axis=a["axis"], out=out, mode="clip")
+    take_clamped(plain_buffer(a["x"]), plain_buffer(a["indices"]), out, a["axis"], a["size"])
     return out
 
+
+def take_clamped(data: np.ndarray, ids: np.ndarray, out: np.ndarray, axis: int,
+                 size: int) -> None:
+    """``out`` = the slices of ``data`` along ``axis`` (of ``size``) at run-time
+    ``ids``: negative ones counted from the end, then clamped into range
+    (:func:`clamped_indices`; numpy's "clip" mode clamps, and takes ``out``
+    unbuffered)."""
+    if ids.size and ids.min() < 0:
+        ids = clamped_indices(ids, size)
+    np.take(data, ids, axis=axis, out=out, mode="clip")
+
+
+def bind_gather_rows(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The call :func:`run_gather_rows` just made, bound to its arrays (the
+    table, a constant, and the ids, a graph input read in place: see
+    jitnn.executor.InputFedBinding); None when either was read through a copy."""
+    a = node.attrs
+    reads = []
+    for v in (a["x"], a["indices"]):
+        if not isinstance(v._data, np.ndarray) or layouts.block_of(v._layout) is not None \
+                or v._remake is not None:
+            return None
+        reads.append((v, v._data))
+    args = (reads[0][1], reads[1][1], result, a["axis"], a["size"])
+    return Binding(take_clamped, args, tuple(reads), (), result, ctx.num_threads)
+
+
+# (the executor asks a node's run function for its binder)
+run_gather_rows.bind = bind_gather_rows
 
 register_kind(NodeKind("gather_rows", writes_into_buffer=True))
 

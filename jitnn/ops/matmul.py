@@ -345,10 +345,11 @@ def _gemv_call(ctx, a: dict, left: np.ndarray, dest: np.ndarray) -> tuple:
 
 def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
     """The kernel call :func:`run_gemm` just made, bound to its arrays: the
-    gemv path's, or the packed GEMM's (a transformer's linear layers: ~15 us
-    of Python per product otherwise), which reads A and a computed residual
-    in place. None for the direct path (B read as it is, a tiny product) and
-    an addend that is not a plain float32 buffer."""
+    gemv path's, or the GEMM's (a transformer's linear layers: ~15 us of
+    Python per product otherwise), which reads A and a computed residual in
+    place, and B packed, or on the direct path (a small product) as it is: a
+    constant's or a plan buffer's plain float32 array. None for an operand
+    read through a copy and an addend that is not a plain float32 buffer."""
     a = node.attrs
     m, k, n = a["mkn"]
     if result.size != m * n or a["a"]._data is None:
@@ -360,12 +361,22 @@ def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
         kernel, args, derived = _gemv_call(ctx, a, left, result.reshape(m, n))
         return Binding(kernel, args, ((a["a"], a["a"]._data),), derived, result,
                        ctx.num_threads)
-    if not _worth_packing(m, n, k):
-        return None
-    key = ("matmul_b", a["b_transpose"])
-    packed = _packed_b(ctx, a["b"], a["b_transpose"])
     reads = [(a["a"], a["a"]._data)]
-    derived = [(a["b"], key, packed)]
+    if _worth_packing(m, n, k):
+        key = ("matmul_b", a["b_transpose"])
+        right, b_transpose = _packed_b(ctx, a["b"], a["b_transpose"]), False
+        derived = [(a["b"], key, right)]
+    else:
+        # the direct path reads B as it is, as run_gemm does
+        b = a["b"]
+        right, b_transpose, derived = b._data, a["b_transpose"], []
+        if not isinstance(right, np.ndarray) or right.dtype != np.float32 \
+                or not right.flags.c_contiguous or layouts.block_of(b._layout) is not None \
+                or b._remake is not None:
+            return None
+        reads.append((b, right))
+        if right.ndim != 2:
+            right = right.reshape(k, n)
     addends = []
     for v in (a["c"], a.get("residual")):
         if v is None:
@@ -389,10 +400,11 @@ def bind_gemm(ctx, node: Node, result: np.ndarray) -> Binding | None:
             reads.append((v, data))
             addends.append(_as_addend(data, m, n))
     code, p0, p1 = a["activation"]
-    call = mm.gemm_call(left, packed, result.reshape(m, n), alpha=a["alpha"],
+    call = mm.gemm_call(left, right, result.reshape(m, n), alpha=a["alpha"],
                         beta=a["beta"] if a["c"] is not None else 0.0, c=addends[0],
                         residual=addends[1], activation=code, param0=p0, param1=p1,
-                        a_transpose=a["a_transpose"], threads=ctx.num_threads)
+                        a_transpose=a["a_transpose"], b_transpose=b_transpose,
+                        threads=ctx.num_threads)
     if call is None:
         return None
     return Binding(call[0], call[1], tuple(reads), tuple(derived), result, ctx.num_threads)

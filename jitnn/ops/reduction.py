@@ -44,7 +44,8 @@ from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value
 from ._common import (ANY_DTYPE, FLOAT_ONLY, Binding, as_tensor, axis_index, channel_axis,
-                      context_of, is_blocked, pending, plain_layout, plain_op, value_of)
+                      context_of, is_blocked, pending, plain_into_op, plain_layout, plain_op,
+                      value_of)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -424,8 +425,13 @@ def cumulative_sum(x, axis: int, *, exclusive: bool = False,
             out[(slice(None),) * axis + (0,)] = 0
         return np.ascontiguousarray(np.flip(out, axis) if backward else out, dtype=x.dtype)
 
+    def into(data: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, compute(data))
+
+    # (into the plan's buffer: a replay runs it as one bound call, and the ops
+    # reading it are bound too: a position-id computation's products)
     axes_tag = x._axes if x.ndim == 4 else "nchw"
-    return plain_op(ctx, op, (x,), x.shape, compute, dtype=x.dtype, axes=axes_tag)
+    return plain_into_op(ctx, op, (x,), x.shape, into, dtype=x.dtype, axes=axes_tag)
 
 
 # --- top_k_indices -------------------------------------------------------------------

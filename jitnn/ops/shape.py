@@ -29,10 +29,10 @@ from ..kernels import concat as concat_kernels
 from ..kernels.buffers import aligned_empty
 from ..limits import check_shape, shape_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
-from ..tensor import DTYPE_NAMES, Node, Tensor, Value
+from ..tensor import DTYPE_NAMES, FLOAT32, Node, Tensor, Value
 from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, blocked_buffer, channel_axis,
-                      context_of, is_blocked, pending, plain_buffer, plain_layout, plain_result,
-                      value_of)
+                      context_of, is_blocked, pending, plain_buffer, plain_into_op, plain_layout,
+                      plain_result, value_of)
 from ._movement import exact, int_list, operand
 
 if TYPE_CHECKING:
@@ -113,7 +113,26 @@ def reshape(x, new_shape: Sequence[int]) -> Tensor:
         raise JitnnValueError(
             f"{op}: new_shape {shape} has {math.prod(shape)} elements but "
             f"x {x.shape} has {x.size}")
+    return _reshaped(ctx, op, x, shape)
+
+
+#: an integer tensor (ids, a mask) of at most this many bytes is reshaped by a
+#: copy into the plan's buffer (a bound call of ~1 us in a replay, and the ops
+#: reading it read a stable array, so they are bound too: a padding mask's
+#: reshapes); a float32 or larger one by a view of its values (no copy, and a
+#: product reads through it: jitnn/ops/matmul.py)
+_COPIED_RESHAPE_BYTES = 1 << 14
+
+
+def _reshaped(ctx: Context, op: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """``x``'s values in row-major order as ``shape`` (the same count)."""
+    if x.dtype != FLOAT32 and x.size * x.dtype.itemsize <= _COPIED_RESHAPE_BYTES:
+        return plain_into_op(ctx, op, (x,), shape, _copy_reshaped, dtype=x.dtype)
     return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
+
+
+def _copy_reshaped(data: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out.reshape(data.shape), data)
 
 
 def flatten(x, start_axis: int = 1) -> Tensor:
@@ -124,7 +143,7 @@ def flatten(x, start_axis: int = 1) -> Tensor:
     x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     axis = axis_index(op, "start_axis", start_axis, x.ndim, end=True)
     shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
+    return _reshaped(ctx, op, x, shape)
 
 
 def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
