@@ -24,6 +24,7 @@ from numba.core.dispatcher import Dispatcher
 from . import compile_pool
 from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
+from .kernels.buffers import aligned_empty
 from .errors import JitnnExecutionError
 from .ops._common import Binding, blocked_buffer
 from .plan import Plan, Step, physical_shape
@@ -57,11 +58,21 @@ class Capture:
 
 
 def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
-                   dtype: np.dtype):
+                   dtype: np.dtype, place: tuple = ()):
     """A ``shape`` view of the start of the slot's array, as ``dtype`` (a slot
     serves values of its size in bytes or smaller, of any type), or None when
-    the slot has no array that fits."""
+    the slot has no array that fits. ``place``: a value written into a join's
+    buffer (``Step.buffer_place``): the view at its offset, the slot made
+    whole if no step has made it yet."""
     array = slots.get(name)
+    if place:
+        offset, size = place
+        if array is None:
+            array = slots[name] = aligned_empty((size,), dtype)
+        count = math.prod(shape)
+        if array.dtype != dtype or array.size < offset + count or not array.flags.c_contiguous:
+            return None          # (the join then copies this input, as it would anyway)
+        return array.reshape(-1)[offset:offset + count].reshape(shape)
     if array is None:
         return None
     count = math.prod(shape)
@@ -101,13 +112,13 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> i
     """Run an op step; returns how many ops it fused (counted per flush)."""
     v = step.value
     node = step.node
-    out = _out_from_slot(slots, step.buffer, physical_shape(v), v.dtype) if step.buffer \
-        else None
+    out = _out_from_slot(slots, step.buffer, physical_shape(v), v.dtype,
+                         step.buffer_place) if step.buffer else None
     data = run_node(ctx, node, v, out)
     v._data = data
     v._node = None            # drops the references to its inputs
     v._plan = plan
-    if step.buffer and data is not out:
+    if step.buffer and data is not out and not step.buffer_place:
         # the slot's array is what the op returned (the view it was given
         # leaves the slot its whole array, for larger values later)
         slots[step.buffer] = data
@@ -222,7 +233,7 @@ class Bindings:
             self.stable[id(data)] = data
 
     def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
-                 dtype: np.dtype, index: int):
+                 dtype: np.dtype, index: int, place: tuple = ()):
         """``_out_from_slot``, the same view object at every run for a stable
         slot; step ``index``'s last (array, view) is tried first."""
         array = slots.get(name)
@@ -230,11 +241,11 @@ class Bindings:
         if last is not None and last[0] is array:
             return last[1]
         if array is None or self.stable.get(id(array)) is not array:
-            return _out_from_slot(slots, name, shape, dtype)
-        key = (id(array), shape, dtype)
+            return _out_from_slot(slots, name, shape, dtype, place)
+        key = (id(array), shape, dtype, place)
         view = self.views.get(key)
         if view is None:
-            view = _out_from_slot(slots, name, shape, dtype)
+            view = _out_from_slot(slots, name, shape, dtype, place)
             if view is not None:
                 self.views[key] = view
                 self.stable[id(view)] = view
@@ -388,9 +399,11 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                 if not step.buffer:
                     out = None if bindings is None else bindings.kept_out(index, node)
                 elif bindings is None:
-                    out = _out_from_slot(slots, step.buffer, captured.shape, v.dtype)
+                    out = _out_from_slot(slots, step.buffer, captured.shape, v.dtype,
+                                         step.buffer_place)
                 else:
-                    out = bindings.out_view(slots, step.buffer, captured.shape, v.dtype, index)
+                    out = bindings.out_view(slots, step.buffer, captured.shape, v.dtype, index,
+                                            step.buffer_place)
                 binding = bindings.steps[index] if bindings is not None else None
                 if binding and binding.valid(ctx, out):
                     # one kernel call, which runs no reorder: nothing to trace
@@ -409,7 +422,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
                 v._data = data
-                if step.buffer and data is not out:
+                if step.buffer and data is not out and not step.buffer_place:
                     slots[step.buffer] = data
                 _release(captured.frees)
             step.seconds = time.perf_counter() - t0

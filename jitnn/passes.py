@@ -339,11 +339,25 @@ def plan_buffers(plan: Plan) -> Plan:
     for step in plan.steps:
         if step.kind == "op" and not kind_of(step.node).writes_into_buffer:
             produced.difference_update(id(t) for t in step.node.inputs)
+    members, joins = _placed_inputs(plan, last_use, produced)
     free: dict[int, list[str]] = {}      # bytes -> free slot names
     slot_bytes: dict[str, int] = {}
     slot_of: dict[int, str] = {}
     retired: set[str] = set()
     live = peak = 0
+
+    def new_slot(size: int) -> str:
+        """The smallest free buffer of ``size`` bytes or more, else a new one."""
+        nonlocal live
+        fits = [free_size for free_size, pool in free.items() if pool and free_size >= size]
+        if fits:
+            return free[min(fits)].pop()
+        name = f"b{len(slot_bytes)}"
+        slot_bytes[name] = size
+        live += size
+        return name
+
+    join_slot: dict[int, str] = {}       # id(join value) -> its buffer
     for i, step in enumerate(plan.steps):
         if step.kind == "reorder":
             live += step.bytes_out       # a reorder copy lives as long as its source's value
@@ -362,7 +376,16 @@ def plan_buffers(plan: Plan) -> Plan:
         reuse = next((slot_of[id(s)] for s in dying
                       if id(s) in slot_of and slot_bytes[slot_of[id(s)]] == size
                       and any(s is t for t in inplace)), None)
-        if reuse is not None:
+        join = members[id(v)][0] if id(v) in members else id(v) if id(v) in joins else None
+        if join is not None:
+            # a join's input is written where the join would copy it; the join's
+            # buffer is taken at its first input (see _placed_inputs)
+            if join not in join_slot:
+                join_slot[join] = new_slot(joins[join])
+            slot_of[id(v)] = step.buffer = join_slot[join]
+            offset = members[id(v)][1] if id(v) in members else 0
+            step.buffer_place = (offset, slot_bytes[step.buffer] // v.dtype.itemsize)
+        elif reuse is not None:
             slot_of[id(v)] = reuse
             step.buffer = reuse
             if id(v) in plan.kept:
@@ -370,15 +393,7 @@ def plan_buffers(plan: Plan) -> Plan:
         elif id(v) in plan.kept:
             live += size
         else:
-            fits = [free_size for free_size, pool in free.items() if pool and free_size >= size]
-            if fits:
-                slot_of[id(v)] = free[min(fits)].pop()
-            else:
-                name = f"b{len(slot_bytes)}"
-                slot_bytes[name] = size
-                slot_of[id(v)] = name
-                live += size
-            step.buffer = slot_of[id(v)]
+            slot_of[id(v)] = step.buffer = new_slot(size)
         peak = max(peak, live)
         for s in dying:
             slot = slot_of.get(id(s))
@@ -387,8 +402,42 @@ def plan_buffers(plan: Plan) -> Plan:
     plan.peak_bytes = peak
     plan.buffer_slots = len(slot_bytes)
     plan.log.append(f"plan_buffers: {len(slot_bytes)} intermediate buffer(s), "
-                    f"peak {mib(peak)} (outputs, intermediates and reorder copies)")
+                    f"peak {mib(peak)} (outputs, intermediates and reorder copies)"
+                    + (f"; {len(members)} value(s) written in place into {len(joins)} join(s)"
+                       if joins else ""))
     return plan
+
+
+def _placed_inputs(plan: Plan, last_use: dict[int, int], produced: set[int]
+                   ) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """The joins whose inputs are written straight into the join's buffer
+    (a concat's producers write their slices, as oneDNN and ONNX Runtime do:
+    the concat copies nothing): ``(members, joins)``, ``members[id(input)] =
+    (id(join value), offset in elements)``, ``joins[id(join value)] = its
+    bytes``. A join qualifies when its kind places its inputs (``NodeKind.
+    places_inputs``) and every input is made by an earlier step of this plan
+    into the buffer it is given, read last by the join (so no later reader
+    finds the join's buffer reused), not kept, read once by it and in no
+    other join, and not a join's output itself; the join's value is not kept."""
+    made_at = {id(s.value): i for i, s in enumerate(plan.steps) if s.kind == "op"}
+    members: dict[int, tuple[int, int]] = {}
+    joins: dict[int, int] = {}
+    for i, step in enumerate(plan.steps):
+        rule = kind_of(step.node).places_inputs if step.kind == "op" else None
+        if rule is None or id(step.value) in plan.kept or id(step.value) in members:
+            continue
+        placed = rule(step.node, step.value)
+        if not placed:
+            continue
+        ids = [id(v) for v, _ in placed]
+        if len(set(ids)) != len(ids) or any(
+                k not in produced or k in plan.kept or k in members or k in joins
+                or last_use.get(k) != i or made_at.get(k, i) >= i for k in ids):
+            continue
+        joins[id(step.value)] = step.bytes_out
+        for v, offset in placed:
+            members[id(v)] = (id(step.value), offset)
+    return members, joins
 
 
 def kernel_layouts(node: Node, v: Value) -> tuple[str, ...]:

@@ -31,6 +31,10 @@ class Step:
     bytes_out: int = 0
     kept: bool = False             # output materialized for the caller
     buffer: str = ""               # buffer slot of an intermediate ("b0", ...)
+    #: in a join's buffer (an input its join copies nothing of: passes.plan_buffers):
+    #: ``(offset, size)`` in elements, where the value starts in the slot and the
+    #: slot's whole size (the step may be the first to make it); () otherwise
+    buffer_place: tuple = ()
     frees: tuple = ()              # values whose buffers are dead after this step
     reorder_block: int = 0         # reorder steps: the target block
     removed: bool = False          # fused into another step by a pass

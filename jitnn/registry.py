@@ -73,6 +73,11 @@ class NodeKind:
     #: (:class:`jitnn.passes.PlanQueries`). A squeeze-and-excitation block, found
     #: from its excite conv.
     pattern: Optional[Callable] = None
+    #: ``(node, value) -> [(input, offset), ...] or None``: a join whose kernel
+    #: only copies each input into its output, starting at ``offset`` elements
+    #: (a channel concat of blocked batch-1 data): the buffer planner may have
+    #: the inputs' own kernels write there, and the join then copies nothing
+    places_inputs: Optional[Callable[["Node", "Value"], Optional[list]]] = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

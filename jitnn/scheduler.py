@@ -86,6 +86,8 @@ def describe(plan: Plan, title: str) -> str:
     lines.append(header)
     for i, s in enumerate(plan.steps, 1):
         where = (f"kept ({s.buffer})" if s.buffer else "kept") if s.kept else s.buffer
+        if s.buffer_place:
+            where += f"@{s.buffer_place[0]}"       # written in place into a join's buffer
         layouts_in = s.layouts_in
         if s.kind == "op" and s.node is not None:
             # asked again: a kernel chosen by measurement at the first run

@@ -259,7 +259,24 @@ def bind_concat_channels(ctx: "Context", node: Node, result: np.ndarray) -> Bind
 # (the executor asks a node's run function for its binder)
 run_concat_channels.bind = bind_concat_channels
 
-register_kind(NodeKind("concat_channels", writes_into_buffer=True))
+
+def _concat_places(node: Node, value: Value) -> list | None:
+    """Where each input starts in a channel concat's blocked output, in
+    elements, when the inputs' own kernels can write there instead: one image
+    (its channel blocks are contiguous ranges of the output), every input
+    blocked as the output is, each but the last a whole number of blocks."""
+    a = node.attrs
+    n, _, h, w, block = a["out_shape"]
+    sources = a["sources"]
+    if n != 1 or any(layouts.block_of(v._layout) != a["block"] or v._axes != a["axes"]
+                     for v in sources) or any(c % block for c in a["channels"][:-1]):
+        return None
+    offsets = np.cumsum([0] + list(a["channels"][:-1])) // block * (h * w * block)
+    return [(v, int(offset)) for v, offset in zip(sources, offsets)]
+
+
+register_kind(NodeKind("concat_channels", writes_into_buffer=True,
+                       places_inputs=_concat_places))
 
 
 def split(x, splits, axis: int = 0) -> list[Tensor]:
