@@ -65,6 +65,7 @@ def test_embeddings_and_padding_mask_are_bound_and_right_at_every_run(threads):
     graph, constants = _embedding_graph(ctx)
     rng = np.random.default_rng(5)
     same_ids = np.zeros((BATCH, SEQ), np.int64)        # one array, new contents
+    launches = []
     for run in range(6):
         ids = rng.integers(-VOCAB, VOCAB, (BATCH, SEQ))   # negative: from the end
         if run == 2:
@@ -77,11 +78,15 @@ def test_embeddings_and_padding_mask_are_bound_and_right_at_every_run(threads):
         outputs = {"h": np.full((BATCH, SEQ, DIM), np.nan, np.float32),
                    "scores": np.full((BATCH, HEADS, SEQ, SEQ), np.nan, np.float32),
                    "pairs": np.full((BATCH, 1, SEQ, SEQ), 7, np.uint8)}
+        before = ctx.stats.launches
         ctx.compute(graph, {"ids": ids, "mask": mask}, outputs)
+        launches.append(ctx.stats.launches - before)
         h, scores, pairs = _embedding_want(ids, mask, constants)
         np.testing.assert_allclose(outputs["h"], h, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outputs["scores"], scores, rtol=1e-6, atol=1e-3)
         np.testing.assert_array_equal(outputs["pairs"], pairs)
+    # a bound call counts as the launch its op makes (ctx.stats as the normal path's)
+    assert len(set(launches)) == 1, launches
     bindings = _op_bindings(graph)
     assert all(all(found) for found in bindings.values()), bindings
     # the steps that read a graph input take that run's array (none kept)
