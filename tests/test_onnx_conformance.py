@@ -2,8 +2,9 @@
 
 Two external oracles: ONNX's node tests for the ops the frontend covers
 (built in memory by ``onnx.backend.test.case.node``, see tests/onnx_cases.py)
-and the PyTorch-generated models shipped in the onnx package
-(``onnx/backend/test/data/pytorch-converted`` and ``pytorch-operator``).
+and the models shipped in the onnx package: the PyTorch-generated ones
+(``onnx/backend/test/data/pytorch-converted`` and ``pytorch-operator``) and
+those of the sequence ops (``simple/test_sequence_model*``).
 Every case either passes (ONNX's tolerances: the case's rtol/atol for node
 tests, rtol 1e-3 / atol 1e-7 for the PyTorch models, dtypes equal) or is in
 :data:`UNSUPPORTED` with its reason, and then must fail with a clear
@@ -42,6 +43,7 @@ OP_TYPES = (
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Einsum", "OneHot",
     "LSTM", "GRU", "RNN", "GridSample", "TopK", "Col2Im", "EyeLike",
     "DepthToSpace", "SpaceToDepth",
+    "If", "Loop", "Scan", "SequenceInsert", "SplitToSequence",
 )
 
 #: reason -> the cases (``node/<test>``, ``pytorch-converted/<dir>``,
@@ -265,6 +267,7 @@ UNSUPPORTED = {
         'pytorch-operator/test_operator_add_size1_right_broadcast',
         'pytorch-operator/test_operator_add_size1_singleton_broadcast',
         'pytorch-operator/test_operator_addconstant',
+        'simple/test_sequence_model7',
     ),
     "ScatterElements / ScatterND with a reduction (add, mul, max, min): jitnn's scatters replace": (
         'node/test_scatter_elements_with_duplicate_indices',
@@ -309,9 +312,21 @@ UNSUPPORTED = {
         'node/test_gridsample_volumetric_nearest_align_corners_0',
         'node/test_gridsample_volumetric_nearest_align_corners_1',
     ),
-    'sequence and optional types': (
+    'sequence and optional graph inputs and outputs (jitnn keeps sequences while loading)': (
         'node/test_identity_opt',
         'node/test_identity_sequence',
+        'node/test_if_opt',
+        'node/test_if_seq',
+        'node/test_loop13_seq',
+        'node/test_loop16_seq_none',
+        'node/test_sequence_insert_at_back',
+        'node/test_sequence_insert_at_front',
+        'node/test_split_to_sequence_1',
+        'node/test_split_to_sequence_2',
+        'node/test_split_to_sequence_nokeepdims',
+    ),
+    "Scan before opset 9 (its batched form with sequence_lens)": (
+        'node/test_scan_sum',
     ),
     "MaxPool's Indices output": (
         'node/test_maxpool_with_argmax_2d_precomputed_pads',
@@ -337,11 +352,15 @@ def _node_cases():
 
 
 def _pytorch_cases():
+    """The PyTorch models, and ONNX's models of the sequence ops (``simple``'s
+    ``test_sequence_model*``: SequenceEmpty, SequenceConstruct, SequenceAt,
+    SequenceErase, SequenceLength, ConcatFromSequence have no one-node tests)."""
     from onnx import numpy_helper
     root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     cases = {}
-    for kind in ("pytorch-converted", "pytorch-operator"):
-        for folder in sorted(glob.glob(os.path.join(root, kind, "test_*"))):
+    for kind, pattern in (("pytorch-converted", "test_*"), ("pytorch-operator", "test_*"),
+                          ("simple", "test_sequence_model*")):
+        for folder in sorted(glob.glob(os.path.join(root, kind, pattern))):
             for k, data_set in enumerate(sorted(glob.glob(os.path.join(folder,
                                                                        "test_data_set_*")))):
                 def read(prefix, data_set=data_set):

@@ -18,6 +18,8 @@ runner API) needs it.
 from __future__ import annotations
 
 import os
+from collections import ChainMap, Counter
+from functools import partial
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -27,17 +29,18 @@ from ..errors import JitnnError, JitnnTypeError, JitnnValueError
 from ..graph import GraphBuilder
 from ..scheduler import explain
 from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, jitnn_dtype,
-                      onnx_dtype, refused_dtype)
+                      onnx_dtype, outer_reads, refused_dtype)
 from . import _convert, _convert_einsum, _convert_math, _convert_resize, _patterns, _proto
-from . import (_convert_3d, _convert_col2im, _convert_depth_space, _convert_grid_sample,
-               _convert_recurrent, _convert_topk)
+from . import (_control_flow, _convert_3d, _convert_col2im, _convert_depth_space,
+               _convert_grid_sample, _convert_recurrent, _convert_topk)
 from ._fold import FOLD, SHAPE_ONLY
 from ._validate import check_input_count, ordered_nodes
 
 #: ONNX op type -> handler(converter, inputs, attrs[, outputs]) for run-time tensors
 OPS = {**_convert.OPS, **_convert_math.OPS, **_convert_resize.OPS, **_convert_einsum.OPS,
        **_convert_recurrent.OPS, **_convert_3d.OPS, **_convert_grid_sample.OPS,
-       **_convert_topk.OPS, **_convert_col2im.OPS, **_convert_depth_space.OPS}
+       **_convert_topk.OPS, **_convert_col2im.OPS, **_convert_depth_space.OPS,
+       **_control_flow.OPS}
 #: the handlers that take the number of outputs the node asks for
 MULTI_OUTPUT = (_convert.MULTI_OUTPUT | _convert_math.MULTI_OUTPUT
                 | _convert_recurrent.MULTI_OUTPUT | _convert_topk.MULTI_OUTPUT)
@@ -47,6 +50,9 @@ SUPPORTED_OPS = tuple(sorted(set(OPS) | set(FOLD)))
 
 __all__ = ["load", "run", "prepare", "explain_model", "OnnxModel", "UnsupportedError",
            "LoadTimeValueError", "SUPPORTED_OPS", "MIN_OPSET", "require_onnx"]
+
+#: a folded constant this large is dropped once the last node that reads it has converted
+_DROPPED_BYTES = 1 << 22
 
 #: the oldest default-domain opset the frontend accepts (opset 6 models load
 #: where their ops mean the same as in opset 7: the legacy ``broadcast``
@@ -137,6 +143,19 @@ def _format_dims(dims) -> str:
     """Declared dims for an error: ``(N, 3, ?)`` (? for a dim with no value or name)."""
     text = ", ".join("?" if d is None or d == 0 else str(d) for d in dims)
     return f"({text},)" if len(dims) == 1 else f"({text})"
+
+
+def _refuse_non_tensor_inputs(graph) -> None:
+    """A sequence, optional or map graph input (given as a list, None, a dict)
+    is refused before its value is looked at: jitnn keeps sequences while
+    loading only, and runs tensor inputs."""
+    initializers = {t.name for t in graph.initializer}
+    for info in graph.input:
+        kind = next((k for k in ("sequence_type", "optional_type", "map_type")
+                     if info.type.HasField(k)), None)
+        if kind is not None and info.name not in initializers:
+            raise UnsupportedError(f"onnx: input {info.name!r} is an ONNX "
+                                   f"{kind.split('_')[0]}: jitnn runs tensor inputs only")
 
 
 def _check_inputs(graph, inputs: Mapping[str, Any]) -> None:
@@ -338,6 +357,7 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     builder = GraphBuilder(ctx)
     cv = Converter(builder, opset)
     values: dict[str, Any] = {}
+    cv.scope, cv.convert_subgraph = values, partial(_convert_subgraph, cv)
     for i, tensor in enumerate(graph.initializer):
         array = None if weights is None else weights[i]
         values[tensor.name] = Const(_proto.to_array(tensor) if array is None else array,
@@ -373,58 +393,24 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         run_inputs[name] = values[name].shape
         input_dtypes[name] = dtype
 
+    # a large constant that no node left will read is dropped as the conversion goes:
+    # folded index grids can be hundreds of MB each (graph outputs are kept; small ones
+    # stay, as the patterns read scalars upstream of their nodes, e.g. a mask's fill)
+    reads = {index: list(dict.fromkeys(name for name in [*graph.node[index].input,
+                                                          *outer_reads(graph.node[index])]
+                                       if name)) for index in order}
+    pending = Counter(name for names in reads.values() for name in names)
+    kept = {info.name for info in graph.output}
     # transformer patterns (attention, GELU, linear + activation, layer norm) convert
     # as fused ops: their nodes are held back and written at once (jitnn/onnx/_patterns.py)
     for index in _patterns.walk(graph, order, values, cv):
-        node = graph.node[index]
-        cv.node, cv.index = node, index
-        if node.domain not in ("", "ai.onnx"):
-            raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
-                                   f"domain {node.domain!r}) is not supported by jitnn: only "
-                                   "the default ONNX domain is")
-        check_input_count(cv, node)
-        attrs = _Attributes(cv, {a.name: _attribute(a) for a in node.attribute})
-        # every name is defined: ordered_nodes checked, and ordered the writers first
-        inputs = [values[name] if name else None for name in node.input]
-        cv.inputs, cv.input_names = inputs, list(node.input)
-        present = [v for v in inputs if v is not None]
-        outputs_wanted = len([o for o in node.output])
-        op_type = node.op_type
-        if op_type in FOLD and (all(isinstance(v, Const) for v in present)
-                                or op_type in SHAPE_ONLY):
-            arrays = [None if v is None else (v.array if isinstance(v, Const) else
-                                               np.empty(v.shape, np.float32)) for v in inputs]
-            try:
-                # ONNX's values (log(0) = -inf, NaN cast to int...), without numpy's warnings
-                with np.errstate(all="ignore"):
-                    results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
-                                                                           outputs_wanted)]
-            except (JitnnError, ImportError):
-                raise
-            except (ValueError, TypeError, IndexError) as error:
-                # numpy refusing a fold's inputs: a broken model, named by its node
-                raise cv.invalid(f"cannot compute it at load time: {error}") from error
-        elif op_type in OPS:
-            handler = OPS[op_type]
-            if op_type in MULTI_OUTPUT:
-                results = handler(cv, inputs, attrs, outputs_wanted)
-            else:
-                results = handler(cv, inputs, attrs)
-        elif op_type in FOLD:
-            raise LoadTimeValueError(
-                f"onnx: {cv.where()}: jitnn folds {op_type} only when its inputs are known at "
-                "load time, but an input is a run-time tensor",
-                tuple(name for name, v in zip(node.input, inputs) if v is not None
-                      and not isinstance(v, Const)))
-        else:
-            raise cv.unsupported(f"the op {op_type} is not supported by jitnn (the "
-                                 "supported ops: jitnn.onnx.SUPPORTED_OPS, docs/onnx.md)")
-        if len(results) < len([o for o in node.output if o]):
-            raise cv.unsupported(f"{len(node.output)} outputs requested, jitnn gives "
-                                 f"{len(results)}")
-        for name, value in zip(node.output, results):
-            if name:
-                values[name] = value
+        _convert_node(cv, graph.node[index], index, values)
+        for name in reads[index]:
+            pending[name] -= 1
+            value = values.get(name)
+            if not pending[name] and name not in kept and isinstance(value, Const) \
+                    and value.array.nbytes >= _DROPPED_BYTES:
+                del values[name]
 
     cv.node = None
     outputs: dict[str, Any] = {}
@@ -434,6 +420,10 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         value = values.get(info.name)
         if value is None:
             raise JitnnValueError(f"onnx: output {info.name!r} is not computed by any node")
+        if isinstance(value, _control_flow.Sequence):
+            raise UnsupportedError(f"onnx: output {info.name!r} is an ONNX sequence; jitnn "
+                                   "keeps sequences while loading only (its outputs are "
+                                   "tensors)")
         if isinstance(value, Const):
             constant_outputs[info.name] = value.array
             continue
@@ -455,6 +445,98 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
     return OnnxModel(ctx, jitnn_graph, run_inputs, [o.name for o in graph.output],
                      constant_outputs, output_dtypes, cv.jitnn_ops, opset,
                      load_time_inputs=input_names - set(run_inputs), input_dtypes=input_dtypes)
+
+
+def _convert_node(cv: Converter, node, index: int, values) -> None:
+    """Convert ``node`` (at ``index`` of its graph): fold it with numpy when
+    its inputs are constants, else add its jitnn ops; its outputs' values go
+    into ``values`` (a subgraph's scope, whose reads fall through to the
+    scopes around it)."""
+    cv.node, cv.index = node, index
+    if node.domain not in ("", "ai.onnx"):
+        raise UnsupportedError(f"onnx: {node.op_type} (node {node.name or node.output[0]!r}, "
+                               f"domain {node.domain!r}) is not supported by jitnn: only "
+                               "the default ONNX domain is")
+    check_input_count(cv, node)
+    attrs = _Attributes(cv, {a.name: _attribute(a) for a in node.attribute})
+    inputs = []
+    for name in node.input:
+        if not name:
+            inputs.append(None)
+        elif name in values:
+            inputs.append(values[name])
+        else:   # the main graph's names were checked (ordered_nodes); a subgraph's are here
+            raise cv.invalid(f"input {name!r} is not defined (no node writes it, and no "
+                             "input or initializer of this graph or those around it has "
+                             "that name)")
+    cv.inputs, cv.input_names = inputs, list(node.input)
+    present = [v for v in inputs if v is not None]
+    outputs_wanted = len([o for o in node.output])
+    op_type = node.op_type
+    if op_type not in _control_flow.SEQUENCE_OPS and (op_type in OPS or op_type in FOLD) and any(
+            isinstance(v, _control_flow.Sequence) for v in present):
+        raise cv.unsupported("an input is an ONNX sequence; only the Sequence* ops, "
+                             "ConcatFromSequence, Loop, If and Identity take sequences")
+    if op_type in FOLD and (all(isinstance(v, Const) for v in present)
+                            or op_type in SHAPE_ONLY):
+        arrays = [None if v is None else (v.array if isinstance(v, Const) else
+                                           np.empty(v.shape, np.float32)) for v in inputs]
+        try:
+            # ONNX's values (log(0) = -inf, NaN cast to int...), without numpy's warnings
+            with np.errstate(all="ignore"):
+                results = [Const(np.asarray(a)) for a in FOLD[op_type](cv, arrays, attrs,
+                                                                       outputs_wanted)]
+        except (JitnnError, ImportError):
+            raise
+        except (ValueError, TypeError, IndexError) as error:
+            # numpy refusing a fold's inputs: a broken model, named by its node
+            raise cv.invalid(f"cannot compute it at load time: {error}") from error
+    elif op_type in OPS:
+        handler = OPS[op_type]
+        if op_type in MULTI_OUTPUT:
+            results = handler(cv, inputs, attrs, outputs_wanted)
+        else:
+            results = handler(cv, inputs, attrs)
+    elif op_type in FOLD:
+        raise LoadTimeValueError(
+            f"onnx: {cv.where()}: jitnn folds {op_type} only when its inputs are known at "
+            "load time, but an input is a run-time tensor",
+            tuple(name for name, v in zip(node.input, inputs) if v is not None
+                  and not isinstance(v, Const)))
+    else:
+        raise cv.unsupported(f"the op {op_type} is not supported by jitnn (the "
+                             "supported ops: jitnn.onnx.SUPPORTED_OPS, docs/onnx.md)")
+    if len(results) < len([o for o in node.output if o]):
+        raise cv.unsupported(f"{len(node.output)} outputs requested, jitnn gives "
+                             f"{len(results)}")
+    for name, value in zip(node.output, results):
+        if name:
+            values[name] = value
+
+
+def _convert_subgraph(cv: Converter, graph, bound: Mapping[str, Any]) -> list:
+    """Convert a subgraph (an If branch, a Loop or Scan body) into the
+    builder: its inputs' values ``bound``, its initializers, and the values of
+    the scopes around it readable by name; the names it writes stay in a scope
+    of its own (a body converted once per iteration writes them anew each
+    time). Returns its outputs' values."""
+    scope = ChainMap(dict(bound), cv.scope)
+    for tensor in graph.initializer:
+        key = ("initializer", id(tensor))
+        if key not in cv.shared:          # one Const (and builder constant) per initializer
+            cv.shared[key] = (tensor, Const(_proto.to_array(tensor), tensor.name))
+        scope[tensor.name] = cv.shared[key][1]
+    saved = cv.node, cv.index, cv.inputs, cv.input_names, cv.scope
+    cv.scope = scope
+    try:
+        for index, node in enumerate(graph.node):
+            _convert_node(cv, node, index, scope)
+        missing = [info.name for info in graph.output if info.name not in scope]
+    finally:
+        cv.node, cv.index, cv.inputs, cv.input_names, cv.scope = saved
+    if missing:
+        raise cv.invalid(f"the subgraph's output {missing[0]!r} is not computed by any node")
+    return [scope[info.name] for info in graph.output]
 
 
 def _prepare_for_values(model, source: str | None, ctx, feed: Mapping[str, np.ndarray],
@@ -523,6 +605,7 @@ def run(path_or_model, inputs: Mapping[str, Any], ctx=None) -> dict[str, np.ndar
         raise JitnnTypeError(f"onnx.run: inputs must be a dict {{name: array}}, got "
                              f"{type(inputs).__name__}")
     proto, source, weights = _model_and_weights(path_or_model)
+    _refuse_non_tensor_inputs(proto.graph)
     _check_inputs(proto.graph, inputs)
     model, folded = _prepare_for_values(proto, source, ctx, inputs, weights)
     return model.run({name: value for name, value in inputs.items() if name not in folded})

@@ -93,6 +93,9 @@ class Converter:
         self._bools: dict[int, Operand] = {}      # uint8 operands that are ONNX bools
         self.origins = Origins()                  # how reshapes and transposes were made
         self.shared: dict = {}                    # operands several nodes' conversions share
+        self.scope: dict = {}                     # the values of the graph being converted
+        # converts a subgraph (If, Loop, Scan) with its inputs bound: set by the loader
+        self.convert_subgraph = None
 
     # --- errors ------------------------------------------------------------------
 
@@ -189,6 +192,24 @@ def node_label(node, index: int) -> str:
     if node.name:
         return f"node {node.name!r} ({node.op_type})"
     return f"node #{index} ({node.op_type})"
+
+
+def outer_reads(node) -> list[str]:
+    """The names that the subgraphs of ``node`` (If's branches, a Loop or Scan
+    body, recursively) read from the scopes around them: the node depends on
+    their writers as on its inputs."""
+    reads: dict[str, None] = {}
+    for attribute in node.attribute:
+        graphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+        for graph in graphs:
+            local = {info.name for info in graph.input} | \
+                {tensor.name for tensor in graph.initializer}
+            for inner in graph.node:
+                for name in [*inner.input, *outer_reads(inner)]:
+                    if name and name not in local:
+                        reads[name] = None
+                local.update(inner.output)
+    return list(reads)
 
 
 def shape_of(value) -> tuple[int, ...]:

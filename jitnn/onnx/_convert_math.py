@@ -422,12 +422,66 @@ def op_one_hot(cv: Converter, inputs, attrs):
     return [y]
 
 
+def _index_box(indices, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """``[(start, size)]`` per leading axis when ScatterND's constant ``indices``
+    are every position of a box in order (``x[:, :, 1:, 1:] = u`` as PyTorch
+    exports it: an index grid of one row per element, hundreds of MB for an
+    attention map); else None."""
+    if not isinstance(indices, Const) or indices.array.dtype.kind not in "iu":
+        return None
+    grid = indices.array
+    depth = grid.shape[-1] if grid.ndim else 0
+    if grid.ndim != depth + 1 or depth == 0 or depth > len(shape):
+        return None
+    box = []
+    for axis in range(depth):
+        size = grid.shape[axis]
+        first = grid[(0,) * depth + (axis,)] if size else 0
+        start = int(first) % shape[axis] if shape[axis] else 0
+        if size == 0 or start + size > shape[axis]:
+            return None
+        line = (start + np.arange(size)).reshape((size,) + (1,) * (depth - 1 - axis))
+        # negative indices count from the end
+        if not np.array_equal(grid[..., axis] % shape[axis],
+                              np.broadcast_to(line, grid.shape[:-1])):
+            return None
+        box.append((start, size))
+    return box
+
+
+def _replace_box(cv: Converter, x, updates, box: list[tuple[int, int]], axis: int = 0):
+    """``x`` with its region ``box`` (``[(start, size)]`` of its leading axes)
+    replaced by ``updates`` (of the box's shape): along each axis the rows
+    before and after the box concatenated around the inner result (slices and
+    concats, no index grid)."""
+    if axis == len(box):
+        return updates
+    start, size = box[axis]
+    length = x.shape[axis]
+
+    def part(begin: int, count: int):
+        starts, sizes = [0] * len(x.shape), list(x.shape)
+        starts[axis], sizes[axis] = begin, count
+        return cv.op("slice", x, starts, sizes)
+
+    inner = _replace_box(cv, x if size == length else part(start, size), updates, box, axis + 1)
+    parts = ([part(0, start)] if start else []) + [inner] + \
+        ([part(start + size, length - start - size)] if start + size < length else [])
+    return parts[0] if len(parts) == 1 else cv.op("concat", parts, axis)
+
+
 def _scatter(name: str) -> Callable:
     def handler(cv: Converter, inputs, attrs):
         reduction = attrs.get("reduction", "none")
         if reduction != "none":
             raise cv.unsupported(f"reduction={reduction!r} (jitnn's scatters replace)")
         x, indices, updates = inputs
+        if name == "scatter_nd":
+            box = _index_box(indices, shape_of(x))
+            if box is not None and shape_of(updates) == \
+                    tuple(size for _, size in box) + shape_of(x)[len(box):]:
+                return [_replace_box(cv, cv.operand(x), cv.operand(updates, cv.operand(x).dtype),
+                                     box)]
         xo = cv.operand(x)
         options = [int(attrs.get("axis", 0))] if name == "scatter_elements" else []
         return [cv.op(name, xo, indices_of(cv, indices), cv.operand(updates, xo.dtype),

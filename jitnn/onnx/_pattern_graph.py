@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._common import Const
+from ._common import Const, outer_reads
 from ._fold import FOLD, SHAPE_ONLY
 from ._proto import attribute_value
 
@@ -34,7 +34,8 @@ class _Graph:
             for name in node.output:
                 if name:
                     self.writer[name] = index
-            for name in dict.fromkeys(n for n in node.input if n):
+            # a subgraph's reads of this scope (If, Loop, Scan) are reads of the node
+            for name in dict.fromkeys(n for n in [*node.input, *outer_reads(node)] if n):
                 self.readers.setdefault(name, []).append(index)
             present = [n for n in node.input if n]
             if node.op_type in FOLD and node.domain in ("", "ai.onnx") and (

@@ -5,7 +5,7 @@ in dependency order (or a cycle named), and kernel_shape against the weights."""
 from __future__ import annotations
 
 from ..errors import JitnnValueError
-from ._common import Converter, node_label, shape_of
+from ._common import Converter, node_label, outer_reads, shape_of
 
 
 def ordered_nodes(graph) -> list[int]:
@@ -47,8 +47,13 @@ def ordered_nodes(graph) -> list[int]:
                     f"onnx: {node_label(node, index)}: input {name!r} is not defined (no node "
                     "writes it, and no graph input or initializer has that name)")
 
+    # a node with subgraphs (If, Loop, Scan) also runs after the writers of what they read
+    implicit = {index: outer_reads(node) for index, node in enumerate(nodes)
+                if any(a.HasField("g") or a.graphs for a in node.attribute)}
+
     def producers(index: int) -> list[int]:
-        return [writer[name] for name in nodes[index].input if name in writer]
+        return [writer[name] for name in [*nodes[index].input, *implicit.get(index, ())]
+                if name in writer]
 
     # iterative depth-first search (deep graphs would exceed Python's recursion
     # limit): a node is appended once all its producers are
@@ -113,7 +118,8 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "BatchNormalization": 5, "Cast": 1, "CastLike": ((1, 0), (15, 2)), "Ceil": 1, "Clip": 1,
     "Col2Im": ((1, 0), (18, 3)), "DepthToSpace": 1,
     "Concat": 1, "Constant": 0, "ConstantOfShape": ((1, 0), (9, 1)), "Conv": 2,
-    "ConvTranspose": 2, "Cos": ((1, 0), (7, 1)), "CumSum": ((1, 0), (11, 2)), "Div": 2,
+    "ConvTranspose": 2, "ConcatFromSequence": ((1, 0), (11, 1)), "Cos": ((1, 0), (7, 1)),
+    "CumSum": ((1, 0), (11, 2)), "Div": 2,
     "Dropout": 1, "Einsum": ((1, 0), (12, 1)), "Elu": 1, "Equal": 2, "Erf": ((1, 0), (9, 1)),
     "Exp": 1, "Expand": ((1, 0), (8, 2)), "EyeLike": ((1, 0), (9, 1)),
     "Flatten": 1, "Floor": 1, "GRU": 3, "Gather": 2,
@@ -121,10 +127,11 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "Gemm": ((1, 3), (11, 2)), "GlobalAveragePool": 1, "GlobalMaxPool": 1, "Greater": 2,
     "GridSample": ((1, 0), (16, 2)),
     "GreaterOrEqual": ((1, 0), (12, 2)), "HardSigmoid": 1, "HardSwish": ((1, 0), (14, 1)),
-    "Identity": 1, "InstanceNormalization": 3, "IsInf": ((1, 0), (10, 1)),
+    "Identity": 1, "If": 1, "InstanceNormalization": 3, "IsInf": ((1, 0), (10, 1)),
     "IsNaN": ((1, 0), (9, 1)), "LRN": 1, "LSTM": 3, "LayerNormalization": ((1, 0), (17, 2)),
     "LeakyRelu": 1,
-    "Less": 2, "LessOrEqual": ((1, 0), (12, 2)), "Log": 1, "LogSoftmax": 1, "MatMul": 2, "Max": 1,
+    "Less": 2, "LessOrEqual": ((1, 0), (12, 2)), "Log": 1, "LogSoftmax": 1,
+    "Loop": ((1, 3), (11, 2)), "MatMul": 2, "Max": 1,
     "MaxPool": 1, "Mean": 1, "Min": 1, "Mod": ((1, 0), (10, 2)), "Mul": 2, "Neg": 1, "Not": 1,
     "OneHot": ((1, 0), (9, 3)), "Or": 2, "PRelu": 2, "Pad": ((1, 1), (11, 2)), "Pow": 2,
     "RMSNormalization": ((1, 0), (23, 2)), "RNN": 3, "Range": ((1, 0), (11, 3)),
@@ -132,8 +139,13 @@ _MIN_INPUTS: dict[str, int | tuple[tuple[int, int], ...]] = {
     "ReduceL1": 1, "ReduceL2": 1, "ReduceLogSum": 1, "ReduceLogSumExp": 1, "ReduceMax": 1,
     "ReduceMean": 1, "ReduceMin": 1, "ReduceProd": 1, "ReduceSum": 1, "ReduceSumSquare": 1,
     "Relu": 1, "Reshape": ((1, 1), (5, 2)), "Resize": ((1, 0), (10, 2), (11, 3), (13, 1)),
-    "Round": ((1, 0), (11, 1)), "ScatterElements": ((1, 0), (11, 3)),
-    "ScatterND": ((1, 0), (11, 3)), "Selu": 1, "Shape": 1, "Sigmoid": 1, "Sign": ((1, 0), (9, 1)),
+    "Round": ((1, 0), (11, 1)), "Scan": ((1, 0), (8, 2), (9, 1)),
+    "ScatterElements": ((1, 0), (11, 3)),
+    "ScatterND": ((1, 0), (11, 3)), "Selu": 1, "SequenceAt": ((1, 0), (11, 2)),
+    "SequenceConstruct": ((1, 0), (11, 1)), "SequenceEmpty": 0,
+    "SequenceErase": ((1, 0), (11, 1)), "SequenceInsert": ((1, 0), (11, 2)),
+    "SequenceLength": ((1, 0), (11, 1)), "SplitToSequence": ((1, 0), (11, 1)), "Shape": 1,
+    "Sigmoid": 1, "Sign": ((1, 0), (9, 1)),
     "Sin": ((1, 0), (7, 1)), "Size": 1, "Slice": ((1, 1), (10, 3)), "Softmax": 1, "Softplus": 1,
     "Softsign": 1, "SpaceToDepth": 1, "Split": 1, "Sqrt": 1, "Squeeze": 1, "Sub": 2, "Sum": 1,
     "Tan": ((1, 0), (7, 1)), "Tanh": 1, "Tile": ((1, 3), (6, 2)), "TopK": ((1, 1), (10, 2)),
@@ -162,6 +174,9 @@ def check_input_count(cv: Converter, node) -> None:
     fail inside a handler."""
     required = min_inputs(node.op_type, cv.opset)
     present = len(node.input)
-    if present < required or any(not name for name in list(node.input)[:required]):
+    # Loop's trip count and condition, and Scan-8's sequence_lens, may be left out by
+    # name ("") but not by position
+    named = 0 if node.op_type in ("Loop", "Scan") else required
+    if present < required or any(not name for name in list(node.input)[:named]):
         given = sum(1 for name in node.input if name)
         raise cv.invalid(f"{node.op_type} needs at least {required} input(s), got {given}")

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import JitnnTypeError
-from . import _check_inputs, _model_proto, _prepare_for_values, require_onnx
+from . import (_check_inputs, _model_proto, _prepare_for_values, _refuse_non_tensor_inputs,
+               require_onnx)
 
 require_onnx()
 
@@ -60,6 +61,7 @@ class JitnnRep(BackendRep):
         return model
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
+        _refuse_non_tensor_inputs(self.model.graph)
         if isinstance(inputs, dict):
             feed = {name: np.asarray(value) for name, value in inputs.items()}
         else:
