@@ -331,7 +331,11 @@ def test_batch_normalization_axes_and_ranks():
     for shape, axis, kind, layout in [((2, 5, 7, 9), 3, "nhwc", "nChw8c"),
                                       ((2, 9, 5, 7), 2, "nchw", "nchw"),   # blocked, not channels
                                       ((4, 11), 1, "plain", "nc"), ((4, 11), -1, "plain", "nc"),
-                                      ((3, 6, 10), 1, "plain", "ncw"), ((6,), 0, "plain", "x")]:
+                                      ((3, 6, 10), 1, "plain", "ncw"), ((6,), 0, "plain", "x"),
+                                      # BatchNorm1d of tokens (numpy's broadcast), and a
+                                      # plain image with planes of 289 (the kernel's)
+                                      ((197, 17), 1, "plain", "nc"),
+                                      ((2, 3, 17, 17), 1, "plain", "nchw")]:
         x = rng.standard_normal(shape).astype(np.float32)
         c = shape[axis]
         mean, var = rng.standard_normal(c), rng.random(c) + 0.5

@@ -144,6 +144,11 @@ def instance_normalization_reference(x, scale=None, bias=None, *, epsilon: float
 
 # --- the ops ---------------------------------------------------------------------------
 
+#: a plain batch normalization with fewer values per channel in a row than
+#: this broadcasts its vectors with numpy, not the blocked kernel's planes
+_PLANE_MIN = 256
+
+
 def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: float = 1e-5,
                         axis: int = 1, activation=None) -> Tensor:
     """WebNN batchNormalization (inference): ``(x - mean) / sqrt(variance + epsilon)
@@ -201,7 +206,20 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
         a, b = batch_norm_scale_shift(bn)
         data = plain_buffer(xv)
         out = aligned_empty(shape)
-        if out.size:
+        if out.size and inner < _PLANE_MIN:
+            # few values per channel in a row (BatchNorm1d of (N, C) or (N, C, L)):
+            # numpy broadcasts a and b along the rows (in float64: x * a + b
+            # rounded once, as the kernel's fused multiply-add), then the
+            # activation runs over the whole array. (The blocked kernel on this
+            # view reads planes of ``inner`` values: 1.9 ms for a (196, 256)
+            # BatchNorm1d, 50 us this way.)
+            rows = data.reshape(outer, channels, inner).astype(np.float64)
+            rows *= a[:channels, None]
+            rows += b[:channels, None]
+            out.reshape(outer, channels, inner)[...] = rows
+            if code != epilogue.NONE:
+                ctx.launcher.launch(eltwise_kernels.eltwise_unary_plain, out, out, code, p0, p1)
+        elif out.size:
             ctx.launcher.launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
                         out.reshape(view), channels, code, p0, p1)
         return out
