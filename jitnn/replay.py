@@ -49,7 +49,14 @@ come from the thread's scratch buffers (kernels.conv2d.padding.BoundScratchRun).
 So is a fused attention: its Q, K and V are read in place from the plan's
 buffers, and a mask computed at every run (a padding or causal mask) is copied
 into a mask buffer of the binding's own before each call
-(jitnn.ops.attention.bind_attention).
+(jitnn.ops.attention.bind_attention). So are the small plain steps that build
+a transformer's inputs: the embedding gather by the caller's ids, the
+comparisons, logical ops, ``where``, integer math, casts and small integer
+reshapes of its padding mask and position ids (numpy calls writing into the
+plan's buffers, whose arrays serve values of any data type:
+jitnn.ops._common.plain_into_op), a small broadcast add, and a product too
+small to pack its weight. A binding may read a constant in place (the
+program holds it anyway).
 
 A program serves one call at a time: a call takes an idle program from its
 graph, or records a new one if none is idle (two threads computing the same
