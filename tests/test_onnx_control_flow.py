@@ -342,3 +342,57 @@ def test_a_sequence_input_is_refused():
         jitnn.onnx.run(model, {"parts": [X, X[:1]]})
     with pytest.raises(UnsupportedError, match="input 'parts' is not a tensor"):
         jitnn.onnx.prepare(model)
+
+
+def test_loop_building_a_sequence_as_pytorch_exports_it():
+    """MViT-v2's pooling as TorchScript exports it: a Loop that inserts a
+    slice of an outer run-time tensor into a loop-carried sequence at each
+    iteration (the slice bounds from the iteration number and a body
+    initializer), then ConcatFromSequence; the carried sequence starts empty."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["end"]),
+         helper.make_node("Slice", ["x", "i", "end", "axis"], ["part"]),
+         helper.make_node("Relu", ["part"], ["relu"]),
+         helper.make_node("SequenceInsert", ["seq_in", "relu"], ["seq_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_in", FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_out", FLOAT, None)],
+        [numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([2], np.int64), "axis")])
+    nodes = [_const("M", np.array([5], np.int64)), _const("go", np.array(True)),
+             helper.make_node("SequenceEmpty", [], ["empty"], dtype=FLOAT),
+             helper.make_node("Loop", ["M", "go", "empty"], ["parts"], body=body),
+             helper.make_node("SequenceErase", ["parts"], ["but_last"]),
+             helper.make_node("ConcatFromSequence", ["but_last"], ["y"], axis=2)]
+    got = _check(_model(nodes, [_x_input()], [_out()]), {"x": X})
+    np.testing.assert_array_equal(got["y"], np.maximum(X[:, :, :4], 0))
+
+
+def test_split_to_sequence_sizes():
+    """SplitToSequence by a list of sizes and by one size (the last piece
+    smaller), read back by SequenceLength, SequenceAt and ConcatFromSequence."""
+    nodes = [_const("sizes", np.array([2, 3], np.int64)), _const("two", np.int64(2)),
+             _const("last", np.int64(-1)),
+             helper.make_node("SplitToSequence", ["x", "sizes"], ["halves"], axis=2),
+             helper.make_node("ConcatFromSequence", ["halves"], ["joined"], axis=-1),
+             helper.make_node("SplitToSequence", ["x", "two"], ["pairs"], axis=-1),
+             helper.make_node("SequenceLength", ["pairs"], ["count"]),
+             helper.make_node("SequenceAt", ["pairs", "last"], ["tail"])]
+    model = _model(nodes, [_x_input()],
+                   [_out("joined"), _out("count", TensorProto.INT64), _out("tail")])
+    got = _check(model, {"x": X})
+    np.testing.assert_array_equal(got["joined"], X)
+    assert got["count"] == 3
+    np.testing.assert_array_equal(got["tail"], X[:, :, 4:])
+
+
+def test_a_sequence_position_out_of_range_is_a_broken_model():
+    nodes = [_const("three", np.int64(3)),
+             helper.make_node("SequenceConstruct", ["x", "x"], ["pair"]),
+             helper.make_node("SequenceAt", ["pair", "three"], ["y"])]
+    with pytest.raises(jitnn.JitnnValueError, match=r"SequenceAt.*position 3 is outside "
+                                                     r"\[-2, 1\] for a sequence of 2 value"):
+        jitnn.onnx.prepare(_model(nodes, [_x_input()], [_out()]))
