@@ -396,3 +396,21 @@ def test_a_sequence_position_out_of_range_is_a_broken_model():
     with pytest.raises(jitnn.JitnnValueError, match=r"SequenceAt.*position 3 is outside "
                                                      r"\[-2, 1\] for a sequence of 2 value"):
         jitnn.onnx.prepare(_model(nodes, [_x_input()], [_out()]))
+
+
+def test_loop_whose_condition_reads_an_integer_input_folds_it_when_run():
+    """The condition compares the iteration number with an int64 graph input:
+    ``prepare`` refuses it, ``run`` folds the integer input and unrolls."""
+    body = _loop_body([
+        helper.make_node("Less", ["i", "stop"], ["cond_out"]),
+        helper.make_node("Add", ["state_in", "x"], ["state_out"]),
+    ], ["state"], [])
+    nodes = [_const("go", np.array(True)),
+             helper.make_node("Loop", ["", "go", "x"], ["y"], body=body)]
+    model = _model(nodes, [_x_input(), helper.make_tensor_value_info("stop", TensorProto.INT64,
+                                                                     [])], [_out()])
+    with pytest.raises(LoadTimeValueError, match="the loop's condition is computed from "
+                                                 "run-time data"):
+        jitnn.onnx.prepare(model)
+    got = _check(model, {"x": X, "stop": np.array(2, np.int64)})
+    np.testing.assert_allclose(got["y"], 4 * X, rtol=1e-6)

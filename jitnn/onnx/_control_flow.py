@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..graph import Operand
-from ._common import Const, Converter, ints, need_const, onnx_dtype, rank_of, shape_of
+from ._common import (Const, Converter, LoadTimeValueError, ints, need_const, onnx_dtype,
+                      rank_of, shape_of)
 from ._convert import op_concat
 
 #: the most iterations a Loop or Scan is unrolled to (each one adds its body's ops)
@@ -251,8 +252,10 @@ def op_if(cv: Converter, inputs, attrs):
 
 def op_loop(cv: Converter, inputs, attrs):
     """Unrolled: ``M`` (the trip count) and the condition must be known at load
-    time for each iteration (a run-time condition, or none to stop the loop,
-    is refused); the loop-carried values may be run-time tensors."""
+    time at each iteration (either may be left out, not both); the
+    loop-carried values may be run-time tensors. A condition computed at run
+    time raises :class:`LoadTimeValueError` (``run`` then folds the integer
+    inputs, in case it comes from them)."""
     body = attrs["body"]
     trip, cond = (list(inputs) + [None, None])[:2]
     carried = list(inputs[2:])
@@ -289,9 +292,10 @@ def op_loop(cv: Converter, inputs, attrs):
         results = cv.convert_subgraph(body, bound)
         if cond is not None:          # without a condition input, the body's is ignored
             if not isinstance(results[0], Const):
-                raise cv.unsupported(f"the loop's condition is computed from run-time data "
-                                     "(jitnn unrolls loops at load time, so the condition must "
-                                     "follow from constants and the iteration number)")
+                raise LoadTimeValueError(
+                    f"onnx: {cv.where()}: the loop's condition is computed from run-time data "
+                    "(jitnn unrolls loops at load time, so the condition must follow from "
+                    "constants and the iteration number)")
             going = bool(results[0].array.reshape(-1)[0])
         carried = list(results[1:1 + len(carried)])
         for values, value in zip(scans, results[1 + len(carried):]):
