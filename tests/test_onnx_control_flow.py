@@ -414,3 +414,21 @@ def test_loop_whose_condition_reads_an_integer_input_folds_it_when_run():
         jitnn.onnx.prepare(model)
     got = _check(model, {"x": X, "stop": np.array(2, np.int64)})
     np.testing.assert_allclose(got["y"], 4 * X, rtol=1e-6)
+
+
+def test_a_branch_initializer_is_read_from_the_file(tmp_path):
+    """jitnn's reader decodes subgraph attributes with their initializers (a
+    raw_data long enough that the main graph's would be read apart)."""
+    big = np.linspace(-1, 1, 2 * 3 * 5 * 20, dtype=np.float32).reshape(20, 2, 3, 5)
+    then = helper.make_graph([helper.make_node("ReduceSum", ["big", "axes"], ["summed"],
+                                               keepdims=0),
+                              helper.make_node("Add", ["x", "summed"], ["t"])], "then", [],
+                             [_out("t")], [numpy_helper.from_array(big, "big"),
+                                           numpy_helper.from_array(np.array([0]), "axes")])
+    nodes = [_const("cond", np.array(True)),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then,
+                              else_branch=_branch("else", "Neg", "x"))]
+    path = tmp_path / "branch.onnx"
+    onnx.save(_model(nodes, [_x_input()], [_out()]), str(path))
+    got = jitnn.onnx.run(str(path), {"x": X})["y"]
+    np.testing.assert_allclose(got, X + big.astype(np.float64).sum(axis=0), rtol=1e-6, atol=1e-6)
