@@ -423,3 +423,59 @@ def test_split_expand_tile_errors():
         jitnn.tile(x, (1, 1, 2**30, 1))
     with pytest.raises(jitnn.JitnnTypeError, match=r"tile: repetitions must be a sequence"):
         jitnn.tile(x, (1, 1, True, 1))
+
+
+# --- transpose: the swap kernel ---------------------------------------------------------
+
+SWAPS = [((1, 3136, 32), (0, 2, 1)), ((2, 17, 9), (0, 2, 1)), ((9, 7), (1, 0)),
+         ((2, 16, 3, 17), (0, 2, 1, 3)), ((1, 3, 5, 7), (0, 2, 3, 1)), ((2, 9, 5, 7), (0, 3, 1, 2)),
+         ((3, 4, 5), (2, 0, 1)), ((1, 1, 8, 8), (0, 1, 3, 2)), ((3, 1, 17, 1, 9), (0, 4, 3, 2, 1))]
+
+
+@pytest.mark.parametrize("shape, perm", SWAPS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposes_that_swap_two_groups_of_axes_run_the_swap_kernel(shape, perm, threads):
+    """Odd sizes (edges of the 8 x 8 tiles), batches, rows of K floats, size-1
+    axes: the kernel's (B, I, J, K) is found and gives numpy's values, as
+    the op, in a replayed graph on new inputs, bound after its first run."""
+    from jitnn.kernels import transpose as T
+    dims = T.swap_dims(shape, perm)
+    assert dims is not None and np.prod(dims) == np.prod(shape)
+    x = random(shape, 3)
+    out = np.empty(np.transpose(x, perm).shape, np.float32)
+    T.transpose_swap(x, out, dims, threads)
+    np.testing.assert_array_equal(out, np.transpose(x, perm))
+    ctx = jitnn.Context(num_threads=threads)
+    np.testing.assert_array_equal(jitnn.transpose(ctx.tensor(x), perm).numpy(),
+                                  np.transpose(x, perm))
+    b = jitnn.GraphBuilder(ctx)
+    graph = b.build({"y": b.relu(b.transpose(b.relu(b.input("x", shape)), perm))})
+    for seed in range(3):
+        xs = random(shape, seed)
+        outs = {"y": np.full(out.shape, np.nan, np.float32)}
+        ctx.compute(graph, {"x": xs}, outs)
+        np.testing.assert_array_equal(outs["y"], np.maximum(np.transpose(xs, perm), 0))
+    (program,) = graph._programs
+    assert [bool(bound) for c, bound in zip(program.steps, program.bindings.steps)
+            if c.step.label == "transpose"] == [True]
+
+
+def test_the_swap_kernel_leaves_other_permutations_to_numpy_and_checks_its_arrays():
+    from jitnn.kernels import transpose as T
+    # the identity (once size-1 axes are dropped) and a reversal of four axes
+    for shape, perm in (((2, 3, 4, 5), (0, 1, 2, 3)), ((2, 3, 4, 5), (3, 2, 1, 0)),
+                        ((4, 1, 6), (1, 0, 2))):
+        assert T.swap_dims(shape, perm) is None
+    x = random((2, 3, 4, 5), 1)
+    np.testing.assert_array_equal(jitnn.transpose(jitnn.tensor(x), (3, 2, 1, 0)).numpy(),
+                                  x.transpose(3, 2, 1, 0))
+    out = np.empty((2, 5, 4, 3), np.float32)
+    with pytest.raises(ValueError, match="x has 120 elements, expected 2 x 3 x 4 x 6"):
+        T.transpose_swap(x, out, (2, 3, 4, 6), 1)
+    with pytest.raises(ValueError, match="overlaps"):
+        T.transpose_swap(x, x, (2, 12, 5, 1), 1)
+    with pytest.raises(ValueError, match="float32"):
+        T.transpose_swap(x.astype(np.float64), out, (2, 12, 5, 1), 1)
+    ints = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
+    np.testing.assert_array_equal(jitnn.transpose(jitnn.tensor(ints), (0, 2, 1)).numpy(),
+                                  ints.transpose(0, 2, 1))

@@ -18,6 +18,7 @@ concatenates the plain values with numpy.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from typing import TYPE_CHECKING, Sequence
 
@@ -26,6 +27,8 @@ import numpy as np
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
 from ..kernels import concat as concat_kernels
+from ..kernels import transpose as transpose_kernels
+from ..kernels._config import numba_threads
 from ..kernels.buffers import aligned_empty
 from ..limits import check_shape, shape_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
@@ -168,8 +171,23 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
                 f"{op}: permutation must order the axes 0..{x.ndim - 1} of x {x.shape} "
                 f"each once, got {perm}")
     shape = tuple(x.shape[p] for p in perm)
+    dims = transpose_kernels.swap_dims(x.shape, perm) if x.dtype == FLOAT32 else None
+    if dims is not None and not is_blocked(x):
+        # two groups of axes swapped (tokens <-> channels, heads): the tiled
+        # kernel, into the plan's buffer (a replay binds it)
+        return plain_into_op(ctx, op, (x,), shape, _swap_into(dims), dtype=x.dtype)
     return plain_result(ctx, shape, lambda data: np.ascontiguousarray(data.transpose(perm)),
                         x, op)
+
+
+@functools.cache
+def _swap_into(dims: tuple[int, int, int, int]):
+    """``into(x, out)`` of :func:`plain_into_op`: ``kernels.transpose`` for
+    these dims on the numba thread count of the call."""
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        transpose_kernels.transpose_swap(x, out, dims, numba_threads())
+    into.__name__ = into.__qualname__ = "transpose_swap_into"
+    return into
 
 
 def concat(inputs: Sequence, axis: int) -> Tensor:
