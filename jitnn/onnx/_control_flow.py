@@ -314,6 +314,9 @@ def op_scan(cv: Converter, inputs, attrs):
                              "supported: jitnn runs Scan from opset 9")
     body = attrs["body"]
     count = int(attrs["num_scan_inputs"])
+    if not 1 <= count <= len(inputs):
+        raise cv.invalid(f"num_scan_inputs {count} must be between 1 and the {len(inputs)} "
+                         "inputs")
     states = list(inputs[:len(inputs) - count])
     sequences = list(inputs[len(inputs) - count:])
     if any(isinstance(v, Sequence) or v is None for v in sequences):
