@@ -489,6 +489,10 @@ def bind_eltwise_chain(x, steps, out, channels, threads: int):
     shape = x.shape
     N, CB, H, W, cb = shape
     _check_array("out", out, shape)
+    if cb < 1 or SPAN % cb:
+        # (a span's lane patterns hold whole blocks: another width would write past them)
+        raise ValueError(f"eltwise: the channel block must divide {SPAN}, got {cb} "
+                         f"(x {shape})")
     channels = int(channels)
     if not (CB - 1) * cb < channels <= CB * cb:
         raise ValueError(f"eltwise: {channels} channels do not fit x {shape} "
@@ -667,6 +671,50 @@ def batch_norm_fold(mean, variance, scale=None, bias=None, epsilon=1e-5):
                          f"{scale.shape}, {bias.shape}")
     a = scale / np.sqrt(variance + float(epsilon))
     return a.astype(np.float32), (bias - mean * a).astype(np.float32)
+
+
+@jit(standalone=True)
+def _channel_affine_rows(xf, a, b, outf, channels, inner, first, last):
+    """Rows ``[first, last)`` of :func:`channel_affine`: row ``r`` is channel
+    ``r % channels``'s ``inner`` values."""
+    for r in range(first, last):
+        scale, shift = a[r % channels], b[r % channels]
+        base = np.uint64(r * inner)
+        for k in range(np.uint64(inner)):
+            outf[base + k] = fma(xf[base + k], scale, shift)
+
+
+@jit(standalone=True)
+def _channel_affine_last(xf, a, b, outf, channels, first, last):
+    """Rows ``[first, last)`` of :func:`channel_affine` when the channels are
+    the last axis: each row is ``channels`` values, one per channel."""
+    for r in range(first, last):
+        base = np.uint64(r * channels)
+        for c in range(np.uint64(channels)):
+            outf[base + c] = fma(xf[base + c], a[c], b[c])
+
+
+def channel_affine(x, a, b, out, channels: int, inner: int) -> None:
+    """``out = x * a[c] + b[c]`` (one rounding) on plain C-contiguous float32
+    ``x, out: (outer, channels, inner)`` (any shape of that many elements;
+    BatchNorm1d of ``(N, C)`` has ``inner = 1``); ``a, b``: float32
+    ``(channels,)``. ``out`` may be ``x``."""
+    for name, array in (("x", x), ("out", out), ("a", a), ("b", b)):
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 \
+                or not array.flags.c_contiguous:
+            raise ValueError(f"channel_affine: {name} must be a C-contiguous float32 array")
+    channels, inner = int(channels), int(inner)
+    if channels < 1 or inner < 1 or x.size % (channels * inner) or out.size != x.size \
+            or a.size < channels or b.size < channels:
+        raise ValueError(f"channel_affine: x of {x.size} and out of {out.size} elements, "
+                         f"a of {a.size} and b of {b.size} do not fit {channels} channels "
+                         f"of {inner} values")
+    rows = x.size // inner
+    if inner == 1:
+        _channel_affine_last(x.reshape(-1), a, b, out.reshape(-1), channels, 0,
+                             x.size // channels)
+    else:
+        _channel_affine_rows(x.reshape(-1), a, b, out.reshape(-1), channels, inner, 0, rows)
 
 
 def batch_normalization(x, a, b, out, channels, activation=NONE, param0=0.0, param1=0.0):

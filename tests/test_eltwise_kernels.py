@@ -673,3 +673,30 @@ def test_math_loops_vectorize():
     called = {name for name in re.findall(r"movabsq\s+\$([A-Za-z_]\w*),", asm)
               if not name.startswith(("numba", "Py", "_Py", "NRT", "_ZN"))}
     assert called <= {"pow", "sin", "cos", "tan"}, called       # no erff, expf, logf...
+
+
+@pytest.mark.parametrize("outer, channels, inner", [(197, 17, 1), (3, 7, 9), (2, 1, 5), (5, 256, 1)])
+def test_channel_affine(outer, channels, inner):
+    """``x * a[c] + b[c]`` with one rounding on plain (outer, C, inner) rows (a
+    BatchNorm1d's), in place too; arrays that do not fit are refused."""
+    rng = np.random.default_rng(outer + channels)
+    x = rng.standard_normal((outer, channels, inner)).astype(np.float32)
+    a, b = (rng.standard_normal(channels).astype(np.float32) for _ in range(2))
+    out = np.empty_like(x)
+    E.channel_affine(x, a, b, out, channels, inner)
+    want = (x.astype(np.float64) * a[:, None] + b[:, None]).astype(np.float32)
+    np.testing.assert_array_equal(out, want)              # one rounding: float64 then float32
+    E.channel_affine(x, a, b, x, channels, inner)
+    np.testing.assert_array_equal(x, want)
+    with pytest.raises(ValueError, match="do not fit"):
+        E.channel_affine(x, a[:channels - 1], b, out, channels, inner)
+    with pytest.raises(ValueError, match="float32"):
+        E.channel_affine(x.astype(np.float64), a, b, out, channels, inner)
+
+
+def test_a_channel_block_must_divide_a_span():
+    """A block of another width than the spans' divisors would write past the
+    lane patterns: refused, not run."""
+    x = np.zeros((1, 1, 4, 1, 192), np.float32)
+    with pytest.raises(ValueError, match="must divide 512"):
+        E.eltwise_unary(x, np.empty_like(x), 192, "relu")

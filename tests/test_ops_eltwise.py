@@ -572,3 +572,28 @@ def test_replayed_plain_chains_are_bound_calls():
              zip(program.steps, program.bindings.steps)
              if c_.step.kind == "op" and c_.node.kind == "eltwise_plain"]
     assert sorted(bound) == [("mul + add", True), ("mul + add + relu", True)], bound
+
+
+def test_a_plain_batch_normalization_is_one_bound_call_in_a_replay():
+    """BatchNorm1d of tokens (LeViT's, after each linear layer), statistics
+    as constants: the row kernel writes into the plan's buffer and a replay
+    binds it; every run's numbers are the float64 reference's."""
+    rng = np.random.default_rng(30)
+    c = 17
+    stats = [rng.standard_normal(c).astype(np.float32), (rng.random(c) + 0.5).astype(np.float32),
+             rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)]
+    ctx = jitnn.Context()
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (49, c))
+    y = b.batch_normalization(b.relu(x), *(b.constant(s) for s in stats),
+                              activation="hard_swish")
+    graph = b.build({"y": y})
+    for seed in range(3):
+        xs = random((49, c), seed)
+        outs = {"y": np.full((49, c), np.nan, np.float32)}
+        ctx.compute(graph, {"x": xs}, outs)
+        want = batch_normalization_reference(np.maximum(xs, 0), *stats, activation="hard_swish")
+        assert_close(outs["y"], want, rtol=1e-5, atol=1e-6)
+    (program,) = graph._programs
+    assert [bool(bound) for c_, bound in zip(program.steps, program.bindings.steps)
+            if c_.step.label == "batch_normalization"] == [True]

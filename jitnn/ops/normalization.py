@@ -32,6 +32,7 @@ softmax works on plain data (a blocked input is read back first).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -45,10 +46,10 @@ from ..kernels.buffers import aligned_empty
 from ..limits import real_arg
 from ..plan_cache import exact
 from ..registry import NodeKind, OpDef, register_kind, register_op
-from ..tensor import Node, Tensor, Value
+from ..tensor import FLOAT32, Node, Tensor, Value
 from ._common import (Binding, as_tensor, axis_index, channel_axis, context_of, is_blocked,
-                      is_number, parse_activation, pending, plain_buffer, plain_layout,
-                      plain_result, value_of)
+                      is_number, parse_activation, pending, plain_buffer, plain_into_op,
+                      plain_layout, plain_result, value_of)
 from .eltwise import batch_norm_scale_shift, eltwise_node
 from .reduction import axes_arg
 
@@ -145,8 +146,27 @@ def instance_normalization_reference(x, scale=None, bias=None, *, epsilon: float
 # --- the ops ---------------------------------------------------------------------------
 
 #: a plain batch normalization with fewer values per channel in a row than
-#: this broadcasts its vectors with numpy, not the blocked kernel's planes
+#: this runs the row kernel (kernels.eltwise.channel_affine), not the blocked
+#: kernel's planes
 _PLANE_MIN = 256
+
+
+@functools.cache
+def _channel_affine_into(given: tuple[bool, ...], epsilon: float, channels: int, inner: int,
+                         code: int, p0: float, p1: float):
+    """``into(x, *statistics, out)`` of a plain batch normalization (the
+    statistics that were ``given``, in order: mean, variance, scale, bias):
+    folded into ``a, b`` (float64, then float32) and ``out = act(x * a + b)``."""
+    def into(x: np.ndarray, *arrays: np.ndarray) -> None:
+        out = arrays[-1]
+        stats = iter(arrays[:-1])
+        mean, variance, scale, bias = (next(stats) if g else None for g in given)
+        a, b = eltwise_kernels.batch_norm_fold(mean, variance, scale, bias, epsilon)
+        eltwise_kernels.channel_affine(x, a, b, out, channels, inner)
+        if code != epilogue.NONE:
+            eltwise_kernels.eltwise_unary_plain(out, out, code, p0, p1)
+    into.__name__ = into.__qualname__ = "batch_normalization_into"
+    return into
 
 
 def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: float = 1e-5,
@@ -202,24 +222,22 @@ def batch_normalization(x, mean, variance, scale=None, bias=None, *, epsilon: fl
     view = (outer, channels, inner, 1, 1)      # a plain tensor as nChw1c around the axis
     xv, shape = value_of(x), x.shape
 
+    if inner < _PLANE_MIN and x.size:
+        # few values per channel in a row (BatchNorm1d of (N, C) or (N, C, L)):
+        # a row kernel into the plan's buffer, bound in a replay. (The blocked
+        # kernel's view below reads planes of ``inner`` values: 1.9 ms for a
+        # (196, 256) BatchNorm1d, 6 us this way; LeViT has 48.)
+        given = tuple(t for t in vectors if t is not None)
+        into = _channel_affine_into(tuple(t is not None for t in vectors), epsilon, channels,
+                                    inner, code, p0, p1)
+        axes = x._axes if x.ndim == 4 else "nchw"
+        return plain_into_op(ctx, op, (x,) + given, x.shape, into, dtype=FLOAT32, axes=axes)
+
     def produce_plain() -> np.ndarray:
         a, b = batch_norm_scale_shift(bn)
         data = plain_buffer(xv)
         out = aligned_empty(shape)
-        if out.size and inner < _PLANE_MIN:
-            # few values per channel in a row (BatchNorm1d of (N, C) or (N, C, L)):
-            # numpy broadcasts a and b along the rows (in float64: x * a + b
-            # rounded once, as the kernel's fused multiply-add), then the
-            # activation runs over the whole array. (The blocked kernel on this
-            # view reads planes of ``inner`` values: 1.9 ms for a (196, 256)
-            # BatchNorm1d, 50 us this way.)
-            rows = data.reshape(outer, channels, inner).astype(np.float64)
-            rows *= a[:channels, None]
-            rows += b[:channels, None]
-            out.reshape(outer, channels, inner)[...] = rows
-            if code != epilogue.NONE:
-                ctx.launcher.launch(eltwise_kernels.eltwise_unary_plain, out, out, code, p0, p1)
-        elif out.size:
+        if out.size:
             ctx.launcher.launch(eltwise_kernels.batch_normalization, data.reshape(view), a, b,
                         out.reshape(view), channels, code, p0, p1)
         return out
