@@ -86,6 +86,11 @@ def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ..
     return array.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(shape)
 
 
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array that owns ``array``'s memory (numpy's ``base`` of a view)."""
+    return array if array.base is None else array.base
+
+
 def _release(dead_values) -> None:
     """Hand the buffers of values nobody reads again back (their slots are reused)."""
     for dead in dead_values:
@@ -204,6 +209,10 @@ class Bindings:
         #: every run (:class:`InputFedBinding`)
         self.inputs = {id(v) for v in inputs}
         self.stable: dict[int, np.ndarray] = {id(a): a for a in seeds.values()}
+        #: the memory owners (``ndarray.base``) of the seeds, the arrays whose
+        #: views :meth:`keep_view` may take as stable
+        self.owners: dict[int, np.ndarray] = {id(_owner(a)): _owner(a) for a in seeds.values()}
+        self.step_views: list = [None] * steps     # per step: the view keep_view took
         self.views: dict[tuple[int, tuple], np.ndarray] = {}
         self.last_views: list = [None] * steps     # per step: (stable array, its view)
         self.misses = [0] * steps
@@ -231,6 +240,22 @@ class Bindings:
         self.kept[index] = data if own else False
         if own:
             self.stable[id(data)] = data
+
+    def keep_view(self, index: int, data: object) -> None:
+        """Step ``index``'s result when it is a view of a seed's memory (a
+        reshape of a plan's buffer, the same object at every run while its
+        input is: ops/shape.py) is stable too, so the steps reading it may be
+        bound; kept here (one per step), so the view outlives the run (its
+        memory is the seed's anyway)."""
+        last = self.step_views[index]
+        if data is last or not isinstance(data, np.ndarray) or data.base is None:
+            return
+        owner = _owner(data)
+        if self.owners.get(id(owner)) is owner:
+            if last is not None:
+                self.stable.pop(id(last), None)
+            self.stable[id(data)] = data
+            self.step_views[index] = data
 
     def out_view(self, slots: dict[str, np.ndarray], name: str, shape: tuple[int, ...],
                  dtype: np.dtype, index: int, place: tuple = ()):
@@ -419,6 +444,8 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     data = run_node(ctx, node, v, out)
                     if bindings is not None and not step.buffer:
                         bindings.keep(index, node, data)
+                    if bindings is not None:
+                        bindings.keep_view(index, data)
                     if binding is not False and bindings is not None:
                         bindings.bind(ctx, index, node, data)
                 v._data = data

@@ -597,3 +597,38 @@ def test_a_plain_batch_normalization_is_one_bound_call_in_a_replay():
     (program,) = graph._programs
     assert [bool(bound) for c_, bound in zip(program.steps, program.bindings.steps)
             if c_.step.label == "batch_normalization"] == [True]
+
+
+def test_a_step_reading_a_reshaped_buffer_is_bound():
+    """LeViT's linear layer: a product, a flatten of it (a view of the plan's
+    buffer, the same view object at every run), a batch normalization of the
+    view and a reshape back: the batch normalization reads the view and is
+    bound; new inputs at every run give the reference's numbers."""
+    rng = np.random.default_rng(31)
+    w = (rng.standard_normal((32, 24)) * 0.2).astype(np.float32)
+    stats = [rng.standard_normal(24).astype(np.float32), (rng.random(24) + 0.5).astype(np.float32)]
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 49, 32))
+    # (as the ONNX frontend converts a linear layer of 3-D tokens: a 2-D product)
+    product = b.reshape(b.matmul(b.reshape(x, (98, 32)), b.constant(w)), (2, 49, 24))
+    h = b.flatten(product, 2)
+    y = b.reshape(b.batch_normalization(h, *(b.constant(s) for s in stats)), (2, 49, 24))
+    graph = b.build({"y": b.relu(y)})
+    for seed in range(4):
+        xs = random((2, 49, 32), seed)
+        outs = {"y": np.full((2, 49, 24), np.nan, np.float32)}
+        ctx.compute(graph, {"x": xs}, outs)
+        product = (xs.astype(np.float64) @ w).reshape(98, 24)
+        want = batch_normalization_reference(product, *stats).reshape(2, 49, 24)
+        assert_close(outs["y"], np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+    (program,) = graph._programs
+    bound = {c.step.label: bool(binding) for c, binding in
+             zip(program.steps, program.bindings.steps)}
+    assert bound["batch_normalization"]
+    # one view kept per step, the same ones run after run (nothing accumulates)
+    kept = len(program.bindings.stable)
+    ctx.compute(graph, {"x": random((2, 49, 32), 9)}, outs)
+    assert len(program.bindings.stable) == kept
+    views = [v for v in program.bindings.step_views if v is not None]
+    assert all(program.bindings.stable[id(v)] is v for v in views)

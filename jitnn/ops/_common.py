@@ -319,7 +319,9 @@ def plain_op(ctx: Context, op: str, inputs: Sequence[Tensor], shape: tuple[int, 
             result = np.ascontiguousarray(result, dtype)
             if any(result is v._data for v in values):
                 result = result.copy()
-        return result.reshape(shape)
+        # (the array compute returned when it has the shape: a view it keeps
+        # the same at every run stays the same object)
+        return result if result.shape == shape else result.reshape(shape)
     return Tensor(ctx, shape, plain_layout(len(shape), axes), producer=produce, axes=axes,
                   inputs=tuple(inputs), op=op, dtype=dtype)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -131,7 +132,28 @@ def _reshaped(ctx: Context, op: str, x: Tensor, shape: tuple[int, ...]) -> Tenso
     """``x``'s values in row-major order as ``shape`` (the same count)."""
     if x.dtype != FLOAT32 and x.size * x.dtype.itemsize <= _COPIED_RESHAPE_BYTES:
         return plain_into_op(ctx, op, (x,), shape, _copy_reshaped, dtype=x.dtype)
-    return plain_result(ctx, shape, lambda data: data.reshape(shape), x, op)
+    return plain_result(ctx, shape, _ViewAs(shape), x, op)
+
+
+class _ViewAs:
+    """A reshape's compute: ``data.reshape(shape)``, the same view object at
+    every run while ``data`` is the same array (a plan's buffer, in a
+    replay), so the steps reading it can be bound (a binding reads the array
+    of its last run: jitnn/executor.py). Weak references only: nothing is
+    kept alive for the next run."""
+
+    __slots__ = ("shape", "data", "view")
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+        self.data = self.view = None
+
+    def __call__(self, data: np.ndarray) -> np.ndarray:
+        view = None if self.view is None else self.view()
+        if view is None or self.data() is not data:
+            view = data.reshape(self.shape)
+            self.data, self.view = weakref.ref(data), weakref.ref(view)
+        return view
 
 
 def _copy_reshaped(data: np.ndarray, out: np.ndarray) -> None:
