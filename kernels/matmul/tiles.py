@@ -498,7 +498,8 @@ def _tile_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
                     src = _span(b, k0 + p, j0, width)
                     for c in range(width):
                         row[c] = src[c]
-                for c in range(width, _DIRECT_W):
+                # (zeros to the end of the last panel only: the tiles read no further)
+                for c in range(width, min(_DIRECT_W, (width + NR - 1) // NR * NR)):
                     row[c] = _ZERO
             for q in range(0, width, NR):
                 bview = _span1(block, q, _DIRECT_BLOCK - q)
