@@ -309,3 +309,25 @@ def test_read_only_batch_indices_compile_nothing_more():
     indices = {arg.mutable for sig in gemm_driver("direct").serial.signatures for arg in sig
                if isinstance(arg, types.Array) and arg.dtype == types.int64}
     assert indices == {True}, gemm_driver("direct").serial.signatures
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 8, 16, 17), (2, 8, 17, 9)),
+                                              ((1, 3, 49, 16), (1, 1, 16, 17)),
+                                              ((5, 7, 3), (3, 1))])
+def test_a_batched_product_of_computed_operands_is_bound_in_a_replay(a_shape, b_shape):
+    """Linear attention's products (both operands computed at every run,
+    broadcast batches, odd sizes): into the plan's buffer and one bound call
+    from the second run on; every run's numbers are the reference's."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x, y = b.input("x", a_shape), b.input("y", b_shape)
+    graph = b.build({"z": b.relu(b.matmul(b.relu(x), b.abs(y)))})
+    for seed in range(3):
+        xs, ys = random(a_shape, seed), random(b_shape, seed + 10)
+        want = np.maximum(matmul_reference(np.maximum(xs, 0), np.abs(ys)), 0)
+        outs = {"z": np.full(want.shape, np.nan, np.float32)}
+        ctx.compute(graph, {"x": xs, "y": ys}, outs)
+        np.testing.assert_allclose(outs["z"], want, rtol=1e-4, atol=1e-4)
+    (program,) = graph._programs
+    assert [bool(bound) for c, bound in zip(program.steps, program.bindings.steps)
+            if c.step.label == "matmul"] == [True]

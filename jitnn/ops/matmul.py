@@ -16,6 +16,7 @@ later call: pass the same weight Tensor to benefit.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,9 +30,9 @@ from ..limits import real_arg
 from ..kernels import epilogue
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import exact
-from ..tensor import Node, Tensor, Value
+from ..tensor import FLOAT32, Node, Tensor, Value
 from ._common import (Binding, as_tensor, context_of, parse_activation, pending, plain_buffer,
-                      value_of)
+                      plain_into_op, value_of)
 
 
 def matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -178,6 +179,12 @@ def matmul(a, b, *, activation=None) -> Tensor:
     a_index = np.broadcast_to(np.arange(a_count).reshape(a_shape[:-2]), batch).ravel()
     b_index = np.broadcast_to(np.arange(b_count).reshape(b_shape[:-2]), batch).ravel()
     pack = _worth_packing(m, n, k) and groups > 0
+    if groups > 0 and not (pack and b_count == 1):
+        # products of two computed operands (linear attention's, an einsum's):
+        # into the plan's buffer, one bound call in a replay
+        into = _batched_into(a_count, b_count, m, k, n, tuple(a_index.tolist()),
+                             tuple(b_index.tolist()), code, float(p0), float(p1))
+        return plain_into_op(ctx, op, (a, b), out_shape, into, dtype=FLOAT32)
     # Values, not the caller's handles (a kept handle counts as the caller
     # holding the tensor: its own array every run instead of a reused buffer)
     av, bv = value_of(a), value_of(b)
@@ -197,6 +204,22 @@ def matmul(a, b, *, activation=None) -> Tensor:
 
     return Tensor(ctx, out_shape, layouts.plain_tag(len(out_shape)), producer=produce,
                   inputs=(a, b), op=op)
+
+
+@functools.cache
+def _batched_into(a_count: int, b_count: int, m: int, k: int, n: int, a_index: tuple,
+                  b_index: tuple, code: int, p0: float, p1: float):
+    """``into(a, b, out)`` of :func:`plain_into_op`: the batched product of
+    plain ``a`` (``a_count`` matrices ``(m, k)``) and ``b`` (``b_count``
+    ``(k, n)``), product ``g`` of matrices ``a_index[g]`` and ``b_index[g]``."""
+    a_rows, b_rows = np.array(a_index, np.int64), np.array(b_index, np.int64)
+
+    def into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        mm.batched_matmul(a.reshape(a_count, m, k), b.reshape(b_count, k, n),
+                          out.reshape(len(a_rows), m, n), a_rows, b_rows, activation=code,
+                          param0=p0, param1=p1)
+    into.__name__ = into.__qualname__ = "batched_matmul_into"
+    return into
 
 
 def _matrix_product(ctx, a: Tensor, b: Tensor, m: int, k: int, n: int,
