@@ -694,6 +694,38 @@ def _channel_affine_last(xf, a, b, outf, channels, first, last):
             outf[base + c] = fma(xf[base + c], a[c], b[c])
 
 
+@jit()
+def _fold_rows(mean, variance, scale, bias, epsilon, a, b):
+    """:func:`batch_norm_fold` into ``a, b`` (float64 maths, float32 results);
+    an empty ``scale`` / ``bias`` is 1 / 0."""
+    for c in range(a.size):
+        s = np.float64(scale[c]) if scale.size else 1.0
+        t = np.float64(bias[c]) if bias.size else 0.0
+        factor = s / np.sqrt(np.float64(variance[c]) + epsilon)
+        a[c] = factor
+        b[c] = t - np.float64(mean[c]) * factor
+
+
+_NO_VECTOR = np.zeros(0, np.float32)
+
+
+def batch_norm_rows(x, mean, variance, scale, bias, epsilon: float, out, channels: int,
+                    inner: int) -> None:
+    """A batch normalization of plain ``x, out: (outer, channels, inner)``
+    (:func:`channel_affine` after :func:`batch_norm_fold`, in two calls; the
+    statistics float32 ``(channels,)``, ``scale`` and ``bias`` None for 1 and 0)."""
+    vectors = [_NO_VECTOR if v is None else v for v in (mean, variance, scale, bias)]
+    for name, v in zip(("mean", "variance", "scale", "bias"), vectors):
+        if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.ndim != 1 \
+                or (v.size != channels and not (v is _NO_VECTOR and name in ("scale", "bias"))):
+            raise ValueError(f"batch_normalization: {name} must be a float32 vector of "
+                             f"{channels}, got {getattr(v, 'shape', type(v).__name__)}")
+    a = np.empty(channels, np.float32)
+    b = np.empty(channels, np.float32)
+    _fold_rows(*vectors, float(epsilon), a, b)
+    channel_affine(x, a, b, out, channels, inner)
+
+
 def channel_affine(x, a, b, out, channels: int, inner: int) -> None:
     """``out = x * a[c] + b[c]`` (one rounding) on plain C-contiguous float32
     ``x, out: (outer, channels, inner)`` (any shape of that many elements;

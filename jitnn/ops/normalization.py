@@ -161,8 +161,8 @@ def _channel_affine_into(given: tuple[bool, ...], epsilon: float, channels: int,
         out = arrays[-1]
         stats = iter(arrays[:-1])
         mean, variance, scale, bias = (next(stats) if g else None for g in given)
-        a, b = eltwise_kernels.batch_norm_fold(mean, variance, scale, bias, epsilon)
-        eltwise_kernels.channel_affine(x, a, b, out, channels, inner)
+        eltwise_kernels.batch_norm_rows(x, mean, variance, scale, bias, epsilon, out,
+                                        channels, inner)
         if code != epilogue.NONE:
             eltwise_kernels.eltwise_unary_plain(out, out, code, p0, p1)
     into.__name__ = into.__qualname__ = "batch_normalization_into"

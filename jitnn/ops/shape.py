@@ -21,7 +21,7 @@ import builtins
 import functools
 import math
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -136,22 +136,23 @@ def _reshaped(ctx: Context, op: str, x: Tensor, shape: tuple[int, ...]) -> Tenso
 
 
 class _ViewAs:
-    """A reshape's compute: ``data.reshape(shape)``, the same view object at
-    every run while ``data`` is the same array (a plan's buffer, in a
+    """A reshape's compute: ``data.reshape(shape)`` (a split's part:
+    ``data[index]``), the same view object at every run while ``data`` is the
+    same array (a plan's buffer, in a
     replay), so the steps reading it can be bound (a binding reads the array
     of its last run: jitnn/executor.py). Weak references only: nothing is
     kept alive for the next run."""
 
-    __slots__ = ("shape", "data", "view")
+    __slots__ = ("shape", "index", "data", "view")
 
-    def __init__(self, shape: tuple[int, ...]):
-        self.shape = shape
+    def __init__(self, shape: tuple[int, ...], index: tuple | None = None):
+        self.shape, self.index = shape, index      # index: a split's part, data[index]
         self.data = self.view = None
 
     def __call__(self, data: np.ndarray) -> np.ndarray:
         view = None if self.view is None else self.view()
         if view is None or self.data() is not data:
-            view = data.reshape(self.shape)
+            view = data.reshape(self.shape) if self.index is None else data[self.index]
             self.data, self.view = weakref.ref(data), weakref.ref(view)
         return view
 
@@ -348,12 +349,32 @@ def split(x, splits, axis: int = 0) -> list[Tensor]:
                 f"{op}: splits {sizes} must sum to axis {axis} of x {x.shape} (size {size}), "
                 f"got {sum(sizes)}")
     parts, start = [], 0
+    # a part is a contiguous range of x when every axis before ``axis`` has size 1
+    contiguous = math.prod(x.shape[:axis]) == 1
     for part in sizes:
         index = (builtins.slice(None),) * axis + (builtins.slice(start, start + part),)
         shape = x.shape[:axis] + (part,) + x.shape[axis + 1:]
-        parts.append(plain_result(ctx, shape, lambda data, index=index: data[index], x, op))
+        if contiguous:
+            parts.append(plain_result(ctx, shape, _ViewAs(shape, index), x, op))
+        else:
+            # copied into the plan's buffer (a replay binds it, and the ops
+            # reading it: LeViT's Q, K and V, split off one projection)
+            parts.append(plain_into_op(ctx, op, (x,), shape,
+                                       _part_into(axis, start, start + part), dtype=x.dtype))
         start += part
     return parts
+
+
+@functools.cache
+def _part_into(axis: int, start: int, stop: int) -> Callable:
+    """``into(x, out)``: ``out = x[..., start:stop, ...]`` along ``axis`` (a
+    split's part that is not one range of ``x``)."""
+    index = (builtins.slice(None),) * axis + (builtins.slice(start, stop),)
+
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x[index])
+    into.__name__ = into.__qualname__ = "split_part_into"
+    return into
 
 
 def _broadcast_shape(op: str, shape: tuple[int, ...], new_shape: tuple[int, ...]
