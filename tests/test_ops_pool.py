@@ -507,3 +507,17 @@ def test_replayed_blocked_pools_are_bound_calls_into_plan_buffers(threads, block
     kinds = [(c.node.kind, bool(bound), bool(c.step.buffer)) for c, bound in
              zip(program.steps, program.bindings.steps) if c.step.kind == "op"]
     assert kinds.count(("pool_blocked", True, True)) == 2, kinds
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "average_pool2d", "l2_pool2d"])
+def test_a_large_plain_input_pools_through_the_blocked_layout(op):
+    """A plain NCHW input of 16384 elements or more (PoolFormer's token
+    mixer after its group norm) is pooled on blocked data and converted back:
+    the reference's values, still plain, odd channels and sizes, two images."""
+    x = random((2, 17, 23, 21), 4)
+    options = {"strides": 1, "padding": 1}
+    for extra in ({}, {"count_include_pad": True}) if op == "average_pool2d" else ({},):
+        got = getattr(jitnn, op)(jitnn.tensor(x), (3, 3), **options, **extra)
+        assert got.layout == "nchw"
+        want = reference(op)(x, (3, 3), **options, **extra)
+        assert_close(got.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import layouts
 from ..errors import JitnnTypeError, JitnnValueError
+from ..kernels import layout as layout_kernels
 from ..kernels import pool as pool_kernels
 from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, OpDef, register_kind, register_op
@@ -213,6 +214,11 @@ run_pool_blocked.bind = bind_pool_blocked
 register_kind(NodeKind("pool_blocked", writes_into_buffer=True))
 
 
+#: a plain NCHW input of this many elements or more pools through the blocked
+#: layout and back; below, on its own ``nChw1c`` view (one lane a channel)
+_BLOCKED_ROUND_TRIP = 16384
+
+
 def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, int],
              run: Callable[[np.ndarray, np.ndarray], object]) -> Tensor:
     """The pending result of ``run(x5, out5)`` on ``x`` viewed as a blocked
@@ -236,8 +242,22 @@ def _lowered(ctx: Context, op: str, x: Tensor, layout: str, out_hw: tuple[int, i
                     attrs={"x": xv, "run": run, "out_hw": out_hw}, run=run_pool_blocked)
         return pending(ctx, out_shape, x.layout, node, axes=layout)
 
+    block = ctx.block
+
     def produce_plain() -> np.ndarray:
         data = plain_buffer(xv)         # a blocked x with the other axes: read back (counted)
+        if layout == "nchw" and c > 1 and data.size >= _BLOCKED_ROUND_TRIP:
+            # through the blocked layout and back: the kernel's lanes are the
+            # channels of a block; on nChw1c they are one channel (a 3 x 3
+            # average over 64 x 56 x 56: 783 us that way, ~210 us this way)
+            h, w = data.shape[2:]
+            x5 = aligned_empty(layouts.blocked_shape((n, c, h, w), block))
+            layout_kernels.nchw_to_blocked(data, x5)
+            out5 = aligned_empty(layouts.blocked_shape((n, c, oh, ow), block))
+            ctx.launcher.launch(run, x5, out5)
+            out = aligned_empty(out_shape)
+            layout_kernels.blocked_to_nchw(out5, out)
+            return out
         if layout == "nchw":
             x5, out = data.reshape(data.shape + (1,)), aligned_empty((n, c, oh, ow, 1))
         else:
