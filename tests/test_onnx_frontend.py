@@ -592,3 +592,32 @@ def test_where_of_one_condition_and_the_same_constants_is_made_once():
     want = (feed["x"].astype(np.float64) + 2 * np.where(k, 0.0, -np.inf)
             + np.where(k, 1.0, -np.inf) + np.where(o, 0.0, -np.inf))
     np.testing.assert_array_equal(y.numpy(), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("kernel, pads, batch", [(1, 0, 1), (3, 1, 2), (1, 0, 3)])
+def test_a_conv_of_a_pooled_1x1_map_runs_as_a_product(kernel, pads, batch):
+    """A mobile net's head: global pool, a 1x1 conv (or a 3x3 whose only live
+    tap is the centre) of the 1 x 1 map with bias, HardSwish: converted to a
+    matmul with the bias and activation in its epilogue (no conv2d step), the
+    numbers ONNX Runtime's."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(12)
+    c, o = 17, 9
+    w = numpy_helper.from_array((rng.standard_normal((o, c, kernel, kernel)) * 0.3)
+                                .astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b")
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+             helper.make_node("Conv", ["p", "w", "b"], ["c"], pads=[pads] * 4),
+             helper.make_node("HardSwish", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, c, 5, 7))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (batch, o, 1, 1))], [w, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((batch, c, 5, 7)).astype(np.float32)
+    prepared = jitnn.onnx.prepare(model)
+    got = prepared.run({"x": x})["y"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    text = jitnn.explain(prepared.dispatch({"x": x})["y"])
+    steps = [line.split()[1] for line in text.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert "matmul + add + hard_swish" in text and "conv2d" not in steps
