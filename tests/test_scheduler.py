@@ -742,3 +742,34 @@ def test_matmul_then_x_times_sigmoid_x_is_one_gemm():
     with assert_schedule(ctx, kernels=1, fused=2):
         got = z.numpy()
     _close(got, _silu(a_np.astype(np.float64) @ w_np), atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_a_sum_merges_through_its_second_operand(op):
+    """MobileOne's block: branch convs summed by their residual epilogues, then
+    ``+ batch_norm(x)`` (the sum's other operand) and ReLU: the batch norm,
+    the add and the ReLU are one element-wise pass (the add's operands
+    swapped), and the numbers are the float64 reference's."""
+    from jitnn.ops.normalization import batch_normalization_reference
+    rng = np.random.default_rng(5)
+    c = 17
+    ws = [(rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32) for _ in range(3)]
+    stats = [rng.standard_normal(c).astype(np.float32), (rng.random(c) + 0.5).astype(np.float32)]
+    ctx = jitnn.Context(block=8)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, c, 9, 11))
+    h = b.relu(b.conv2d(x, b.constant(ws[0])))
+    branches = b.add(b.conv2d(h, b.constant(ws[1])), b.conv2d(h, b.constant(ws[2])))
+    y = b.relu(getattr(b, op)(branches,
+                              b.batch_normalization(h, *(b.constant(s) for s in stats))))
+    graph = b.build({"y": y})
+    xs = random((1, c, 9, 11), 3)
+    outs = {"y": np.empty((1, c, 9, 11), np.float32)}
+    ctx.compute(graph, {"x": xs}, outs)
+    h64 = np.maximum(conv2d_reference(xs.astype(np.float64), ws[0]), 0)
+    total = conv2d_reference(h64, ws[1]) + conv2d_reference(h64, ws[2])
+    norm = batch_normalization_reference(h64, *stats)
+    want = np.maximum({"add": total + norm, "sub": total - norm, "mul": total * norm}[op], 0)
+    np.testing.assert_allclose(outs["y"], want, rtol=1e-4, atol=1e-4)
+    labels = [c_.step.label for c_ in graph._programs[0].steps]
+    assert f"batch_normalization + {op} + relu" in labels, labels

@@ -731,7 +731,7 @@ def _merge(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     binary ops with a scalar or same-shape operand), the second reading the
     first's result as its main input only, as one pass over memory, within the
     kernel's limits on steps and tensor operands."""
-    if consumer.kind == "eltwise_plain" and consumer.kind == node.kind:
+    if consumer.kind == node.kind:
         consumer = _main_first(consumer, v)
     if consumer.kind != node.kind or consumer.inputs[0] is not v \
             or any(t is v for t in consumer.inputs[1:]) or result._shape != v._shape:
@@ -767,21 +767,29 @@ def _plain_silu(steps: list, inputs: tuple) -> tuple[list, tuple]:
 
 
 def _main_first(consumer: Node, v: Value) -> Node:
-    """A plain binary step ``other op v`` (``v`` its second input, ``other`` of
-    the same shape) as ``v op other`` with the reverse flag flipped, so that a
-    chain can merge through ``v`` (Llama's ``silu(gate) * up``, whose product
-    took ``up`` as its main input); else ``consumer`` as it is."""
+    """A binary step ``other op v`` (``v`` its second input, ``other`` of the
+    same shape, plain, or blocked as ``v``) as ``v op other`` with the reverse
+    flag flipped, so that a chain can merge through ``v`` (Llama's
+    ``silu(gate) * up``, whose product took ``up`` as its main input;
+    MobileOne's ``branches + batch_norm(x)``, whose sum took the branches);
+    else ``consumer`` as it is."""
     steps = consumer.attrs.get("steps")
     if len(consumer.inputs) != 2 or consumer.inputs[1] is not v or consumer.inputs[0] is v \
             or not steps or len(steps) != 1:
         return consumer
     kind, op, other, reverse, operand = steps[0]
     main = consumer.inputs[0]
-    if kind != "binary" or other is not v or operand != ("plain", v) \
-            or main._shape != v._shape:
+    if kind != "binary" or other is not v or main._shape != v._shape:
+        return consumer
+    if operand == ("plain", v):
+        swapped = ("plain", main)
+    elif operand[:2] == ("blocked", v) and layouts.block_of(main._layout) == operand[2] \
+            and main._axes == operand[3]:
+        swapped = ("blocked", main) + operand[2:]
+    else:
         return consumer
     return consumer.replace(inputs=(v, main), attrs={
-        **consumer.attrs, "steps": [("binary", op, main, not reverse, ("plain", main))]})
+        **consumer.attrs, "steps": [("binary", op, main, not reverse, swapped)]})
 
 
 def _self_gated(gate: Node, product: Node, x: Value) -> Node | None:
