@@ -121,11 +121,14 @@ def op_conv(cv: Converter, inputs, attrs):
         w, pads = _without_dead_taps(w, list(shape_of(x)[2:]), strides, dilations, pads)
     groups = int(attrs.get("group", 1))
     if nd == 2 and isinstance(w, Const) and groups == 1 and tuple(shape_of(x)[2:]) == (1, 1) \
-            and w.array.shape[2:] == (1, 1) and all(p == (0, 0) for p in pads):
-        # a 1x1 conv of a 1 x 1 map (a mobile net's head after its global pool):
-        # a product of each image's channel row and the filter, on the matmul
-        # kernels, whose one-row path streams the weights (MobileNetV4's 960 ->
-        # 1280 head: 450 us as a conv, 1 thread)
+            and w.array.shape[2:] == (1, 1) and all(p == (0, 0) for p in pads) \
+            and w.array.size >= _HEAD_FILTER_MIN:
+        # a large 1x1 conv of a 1 x 1 map (a mobile net's head after its global
+        # pool): a product of each image's channel row and the filter, on the
+        # matmul kernels, whose one-row path streams the weights (MobileNetV4's
+        # 960 -> 1280 head: 450 us as a conv, 142 us so, 1 thread). Smaller ones
+        # stay convs: a squeeze-and-excitation block's pair (C -> C/4 -> C) is
+        # one fused op of convs (ops/squeeze_excite.py)
         n, c = shape_of(x)[:2]
         o = w.array.shape[0]
         rows = cv.op("reshape", cv.operand(x), (n, c))
@@ -141,6 +144,12 @@ def op_conv(cv: Converter, inputs, attrs):
               strides=expand_1d(strides, rank, 1), dilations=expand_1d(dilations, rank, 1),
               padding=webnn_padding(pads), groups=groups)
     return [from_2d(cv, y, rank)]
+
+
+#: a 1x1 filter over a 1 x 1 map with this many weights or more is a matmul
+#: (4 MB: heads of 960 -> 1280; the largest squeeze-and-excitation pairs,
+#: EfficientNet-B7's 3840 -> 160, have 614,400)
+_HEAD_FILTER_MIN = 1 << 20
 
 
 def _live_taps(size: int, kernel: int, stride: int, dilation: int, begin: int,
