@@ -226,6 +226,20 @@ def test_a_loaded_models_weights_are_kept_packed_only_once_run(tmp_path):
         kept = next(t._v for t in loaded._constants.values() if t.shape == values.shape)
         assert kept._data.strides == (0,) * kept.ndim, name
         np.testing.assert_array_equal(kept._materialize(), values)
+    # and nothing holds the file's arrays once loading returns, not even a
+    # reference cycle waiting for the collector (the converter and its table of
+    # ONNX values, every initializer in it: ResNet-50's peak memory 194 -> 284 MB)
+    import gc
+    from jitnn.onnx._common import Const
+    gc.collect()
+    gc.disable()
+    try:
+        again = jitnn.onnx.load(str(path), ctx)
+        ctx.compute(again, feed, out)
+        held = [o for o in gc.get_objects() if isinstance(o, Const) and o.name in ("w", "m")]
+    finally:
+        gc.enable()
+    assert not held
 
 
 def test_run_and_opset_7():

@@ -442,6 +442,11 @@ def _prepare(model, source: str | None, ctx, *, input_shapes: Mapping[str, Any] 
         output_dtypes[info.name] = dtype
         outputs[info.name] = value
     jitnn_graph = builder.build(outputs) if outputs else None
+    # break the cycle converter -> convert_subgraph -> converter: it would keep the
+    # table of ONNX values, every initializer's plain array in it, until Python's
+    # cycle collector ran (after the weights were packed: ResNet-50's peak memory
+    # 194 -> 284 MB)
+    cv.scope = cv.convert_subgraph = None
     return OnnxModel(ctx, jitnn_graph, run_inputs, [o.name for o in graph.output],
                      constant_outputs, output_dtypes, cv.jitnn_ops, opset,
                      load_time_inputs=input_names - set(run_inputs), input_dtypes=input_dtypes)
