@@ -219,7 +219,11 @@ def check(kind, steps, batch, size, hidden, **options):
     assert sorted(got) == sorted(names)
     for name in names:
         assert got[name].shape == want[name].shape, (name, got[name].shape, want[name].shape)
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=2e-6, err_msg=name)
+        # float32 against float64 over a recurrence: 1e-5 of the largest magnitude
+        # (without FMA, numba's generic target, two directions of 129 sum to 3e-6 off)
+        scale = max(1.0, float(np.abs(want[name]).max(initial=0.0)))
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5 * scale,
+                                   err_msg=name)
     return converted
 
 
