@@ -102,7 +102,9 @@ def _engines(run: Run, name: str, path: str, feed: dict) -> tuple[dict, dict]:
     """``({engine: call}, row)``: the calls to time, and what loading them told."""
     import jitnn
     import jitnn.onnx
-    row: dict = {"model": name, "family": FAMILY.get(name, ""), "threads": run.threads}
+    # (a LIBRARY:NAME model's family: its library)
+    row: dict = {"model": name, "family": FAMILY.get(name, name.partition(":")[0] if ":" in name
+                                                    else ""), "threads": run.threads}
     ctx = jitnn.Context(num_threads=run.threads)
     prepared = jitnn.onnx.prepare(path, ctx, input_shapes={k: v.shape for k, v in feed.items()})
     graph = prepared.graph
