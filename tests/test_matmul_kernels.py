@@ -592,10 +592,14 @@ def test_micro_kernels_use_packed_fma():
                      False)
     block = np.ones(kc * blocking._DIRECT_W, np.float32)
     direct = _fresh_asm(matmul_tiles._small_tile, np.ones((7, kc), np.float32), False, 0, 7, 0, kc,
-                        block, out, 0, mm.NR, False)
+                        block, out, 0, mm.NR, False, mm.MR)
+    half = matmul_tiles._HALF_MR
+    direct_half = _fresh_asm(matmul_tiles._small_tile, np.ones((7, kc), np.float32), False, 0,
+                             7, 0, kc, block, out, 0, mm.NR, False, half)
     row = _fresh_asm(matmul_tiles._row_kernel, np.ones(kc, np.float32),
                      np.ones(4 * kc * mm.NR, np.float32), kc, kc, 4 * mm.NR, 0, 4, out[:1], 0)
     for name, asm, want in (("packed", asm, tiles), ("direct", direct, tiles),
+                            ("direct, half a tile", direct_half, half * mm.NR // mm.VEC),
                             ("one-row", row, 4 * mm.NR // mm.VEC)):
         loops = _fma_loops(asm)
         hot = [loop for loop in loops if loop[0] >= want]
@@ -644,3 +648,20 @@ def test_stack_intrinsics():
     assert jit(cache=False)(body)(x, counter) == (0, 5)
     assert counter[0] == 6
     assert x[1, 1] == 14.0 and x[1, 2] == 6.0
+
+
+def test_the_direct_path_is_right_for_every_row_count():
+    """Every tile height the direct path runs (full tiles, half a tile for the
+    last few rows, and the rows past M it drops): 1 to 3 MR + 1 rows, a few
+    column counts, A as given and transposed, against float64."""
+    rng = np.random.default_rng(77)
+    for m in range(1, 3 * mm.MR + 2):
+        for n in (1, 17, mm.NR + 3):
+            a = rng.standard_normal((m, 19)).astype(np.float32)
+            b = rng.standard_normal((19, n)).astype(np.float32)
+            for a_t in (False, True):
+                operand = np.ascontiguousarray(a.T) if a_t else a
+                out = np.empty((m, n), np.float32)
+                mm.gemm(operand, b, out, a_transpose=a_t)
+                np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5,
+                                           atol=1e-5, err_msg=f"{m} x 19 x {n}")

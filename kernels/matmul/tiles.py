@@ -10,6 +10,7 @@ path's block of B on the stack: ``block[p * _DIRECT_W + c] = B[k0 + p, j0 + c]``
 """
 
 import numba
+from numba import literally
 import numpy as np
 
 from .._config import jit
@@ -403,34 +404,40 @@ def _row_kernel(a_row, packed, K, kc_max, n_pad, jp, count, out, j0):
 
 # --- the direct path ------------------------------------------------------------
 
+#: the rows of the direct path's tile for a product's last few rows
+_HALF_MR = max(1, MR // 2)
+
 @jit()
-def _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0, n, accumulate):
-    """One ``MR x NR`` tile of the direct path, reading A in place:
-    ``out[i0:i0+MR, j0:j0+n] (+)= A[i0:i0+MR, k0:k0+kc] @ B-rows``.
+def _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0, n, accumulate, rows):
+    """One ``rows x NR`` tile of the direct path (``rows``: ``MR``, or
+    ``_HALF_MR`` for a last tile of few rows), reading A in place:
+    ``out[i0:i0+rows, j0:j0+n] (+)= A[i0:i0+rows, k0:k0+kc] @ B-rows``.
 
     ``bview[p * _DIRECT_W + j]`` is ``B[k0 + p, j0 + j]`` (a zero-based view
     into the row block of :func:`_direct_columns`). Tile rows past ``M`` read
     row ``M - 1`` instead (their results are dropped), so the loops keep
-    constant trip counts and the accumulator stays in registers.
+    constant trip counts (``rows`` is a compile-time constant) and the
+    accumulator stays in registers.
     """
+    literally(rows)
     acc = numba.carray(stack_empty(_TILE, np.float32), (MR, NR))
-    for i in range(MR):
+    for i in range(rows):
         for j in range(NR):
             acc[i, j] = _ZERO
     if a_t:
         for p in range(kc):
             a_col = _span(a, k0 + p, 0, M)
-            for i in range(MR):
+            for i in range(rows):
                 a_ip = a_col[min(i0 + i, M - 1)]
                 for j in range(NR):
                     acc[i, j] += a_ip * bview[p * _DIRECT_W + j]
     else:
         for p in range(kc):
-            for i in range(MR):
+            for i in range(rows):
                 a_ip = a[min(i0 + i, M - 1), k0 + p]
                 for j in range(NR):
                     acc[i, j] += a_ip * bview[p * _DIRECT_W + j]
-    for i in range(MR):
+    for i in range(rows):
         if i0 + i < M:
             row = _span(out, i0 + i, j0, n)
             if n == NR:
@@ -504,8 +511,13 @@ def _tile_columns(a, a_t, b, b_t, out, jp_begin, jp_end):
             for q in range(0, width, NR):
                 bview = _span1(block, q, _DIRECT_BLOCK - q)
                 for i0 in range(0, M, MR):
-                    _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0 + q,
-                                min(NR, width - q), k0 > 0)
+                    # a last tile of few rows (16 rows: 14 + 2) runs half a tile
+                    if M - i0 <= _HALF_MR:
+                        _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0 + q,
+                                    min(NR, width - q), k0 > 0, _HALF_MR)
+                    else:
+                        _small_tile(a, a_t, i0, M, k0, kc, bview, out, j0 + q,
+                                    min(NR, width - q), k0 > 0, MR)
 
 
 @jit()
