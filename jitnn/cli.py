@@ -146,8 +146,9 @@ def _add_bench_parser(commands) -> None:
                         help=f"comma list of peers to compare with (default {','.join(PEERS)}); "
                              "those not installed are skipped")
     parser.add_argument("--models", metavar="A,B",
-                        help="zoo suite: a comma list of the zoo's models (default: all), or any "
-                             "timm:NAME / torchvision:NAME classifier at 224 px")
+                        help="zoo suite: a comma list of the zoo's models (default: all), any "
+                             "timm:NAME / torchvision:NAME classifier at 224 px, or beyond "
+                             "(25 such families the zoo lacks)")
     parser.add_argument("--memory", action="store_true",
                         help="zoo suite: also peak memory per model (a process per engine)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: runs in seconds")

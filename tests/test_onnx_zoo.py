@@ -84,6 +84,12 @@ def test_any_timm_or_torchvision_classifier_is_named_by_its_library():
     with pytest.raises(ValueError, match="small"):
         zoo.build("timm:hgnetv2_b0", small=True)
     assert zoo.fingerprint("timm:hgnetv2_b0") != zoo.fingerprint("timm:hgnetv2_b1")
+    assert len(zoo.BEYOND) == 25 and all(zoo.bench_model(name) for name in zoo.BEYOND)
+    from jitnn.bench import zoo_bench
+    from jitnn.bench.harness import Run
+    run = Run.__new__(Run)
+    run.options, run.quick = {"models": ["bert", "beyond"]}, False
+    assert zoo_bench._models(run) == ["bert", *zoo.BEYOND]
 
 
 @pytest.mark.parametrize("name", SMALL)

@@ -484,6 +484,17 @@ BENCH_MODELS: dict[str, Callable[[], Built]] = {
 BY_LIBRARY = {"timm": _timm_model, "torchvision": _torchvision}
 
 
+#: ``jitnn bench zoo --models beyond``: 25 timm and torchvision families the zoo
+#: lacks (RESULTS.md, "Models beyond the zoo")
+BEYOND = ("timm:hgnetv2_b0", "timm:mobileone_s0", "timm:ghostnet_100", "timm:repvgg_a0",
+          "timm:fastvit_t8", "timm:levit_128s", "timm:mobilevit_s", "timm:efficientvit_b0",
+          "timm:deit_small_patch16_224", "timm:poolformer_s12", "timm:pvt_v2_b0",
+          "timm:edgenext_x_small", "timm:dla34", "timm:cspdarknet53", "timm:res2net50_26w_4s",
+          "timm:dpn68", "timm:rexnet_100", "timm:lcnet_050", "timm:mobilenetv4_conv_small",
+          "timm:inception_v3", "torchvision:resnet18", "torchvision:wide_resnet50_2",
+          "torchvision:densenet169", "timm:convnextv2_atto", "timm:regnetz_b16")
+
+
 def bench_model(name: str) -> Callable[[], Built] | None:
     """The full-size builder of ``name``: one of :data:`BENCH_MODELS`, or a
     ``LIBRARY:NAME`` of :data:`BY_LIBRARY`; None if it is neither."""
@@ -590,6 +601,6 @@ def run_torch(built: Built, feed: dict[str, np.ndarray]) -> np.ndarray:
     return out.numpy()
 
 
-__all__ = ["BENCH_MODELS", "BY_LIBRARY", "MODELS", "TEXT", "Built", "bench_model", "build", "cache_dir", "calibrate_batch_norms", "export",
+__all__ = ["BENCH_MODELS", "BEYOND", "BY_LIBRARY", "MODELS", "TEXT", "Built", "bench_model", "build", "cache_dir", "calibrate_batch_norms", "export",
            "fingerprint", "import_torchvision", "inputs", "randomize", "run_torch",
            "token_inputs"]

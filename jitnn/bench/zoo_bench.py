@@ -60,6 +60,9 @@ def _models(run: Run) -> list[str]:
     from . import zoo
     chosen = run.options.get("models")
     every = list(zoo.MODELS) + list(zoo.BENCH_MODELS)
+    if chosen and "beyond" in chosen:
+        i = chosen.index("beyond")
+        chosen = chosen[:i] + list(zoo.BEYOND) + chosen[i + 1:]
     if chosen:
         unknown = [m for m in chosen if m not in zoo.MODELS and zoo.bench_model(m) is None]
         if unknown:
