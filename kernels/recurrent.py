@@ -55,24 +55,30 @@ def _tanh(v, clip):
     return activate(min(max(v, -clip), clip), TANH, _ZERO, _ZERO)
 
 
+@jit()
+def _offsets(first_row, entry_rows, d, b, G, D, product_gates, H):
+    """Flat offsets of direction ``d`` of entry ``b``: its row of ``x`` (``G``
+    gates of ``H``, ``D`` directions to a row), its row of a product of
+    ``product_gates`` gates, its row of the ``(B, D * H)`` state."""
+    dd, h = np.uint64(d), np.uint64(H)
+    xrow = np.uint64(first_row[d] + b * entry_rows) * (np.uint64(D) * G) + dd * G
+    prow = np.uint64(b) * np.uint64(D) * product_gates + dd * product_gates
+    srow = np.uint64(b) * np.uint64(D) * h + dd * h
+    return xrow, prow, srow
+
+
 @jit(standalone=True)
 def lstm_step(xf, first_row, entry_rows, product, state, peepholes, out, D, B, H, has_state,
               clip, input_forget):
     """One LSTM step (see the module docstring): ``out`` from ``x``'s rows,
     the ``product`` and the previous ``state``."""
     G = np.uint64(4 * H)
-    width = np.uint64(D) * G
-    hw = np.uint64(D * H)
-    half = np.uint64(B) * hw                     # where c starts in a state
+    half = np.uint64(B * D * H)                  # where c starts in a state
     h = np.uint64(H)
     for d in range(D):
-        dd = np.uint64(d)
         for b in range(B):
-            bb = np.uint64(b)
-            xrow = np.uint64(first_row[d] + b * entry_rows) * width + dd * G
-            prow = bb * width + dd * G
-            srow = bb * hw + dd * h
-            prow_p = dd * np.uint64(3 * H)
+            xrow, prow, srow = _offsets(first_row, entry_rows, d, b, G, D, G, H)
+            prow_p = np.uint64(d) * np.uint64(3 * H)
             for j in range(H):
                 jj = np.uint64(j)
                 i_pre = xf[xrow + jj]
@@ -100,17 +106,10 @@ def lstm_step(xf, first_row, entry_rows, product, state, peepholes, out, D, B, H
 def gru_reset(xf, first_row, entry_rows, product, state, out, D, B, H, clip):
     """``r * h`` of a GRU step (``linear_before_reset = 0``), into ``out``."""
     G = np.uint64(3 * H)
-    width = np.uint64(D) * G
-    pw = np.uint64(D * 2 * H)
-    hw = np.uint64(D * H)
     h = np.uint64(H)
     for d in range(D):
-        dd = np.uint64(d)
         for b in range(B):
-            bb = np.uint64(b)
-            xrow = np.uint64(first_row[d] + b * entry_rows) * width + dd * G
-            prow = bb * pw + dd * (h + h)
-            srow = bb * hw + dd * h
+            xrow, prow, srow = _offsets(first_row, entry_rows, d, b, G, D, h + h, H)
             for j in range(H):
                 jj = np.uint64(j)
                 r = _sigmoid(xf[xrow + h + jj] + product[prow + h + jj], clip)
@@ -122,18 +121,12 @@ def gru_step(xf, first_row, entry_rows, product, reset_product, recurrent_bias, 
              B, H, has_state, clip, linear_before_reset):
     """One GRU step (see the module docstring): ``out`` (the new ``h``)."""
     G = np.uint64(3 * H)
-    width = np.uint64(D) * G
     pg = G if linear_before_reset else np.uint64(2 * H)    # the product's gates
-    pw = np.uint64(D) * pg
-    hw = np.uint64(D * H)
     h = np.uint64(H)
     for d in range(D):
         dd = np.uint64(d)
         for b in range(B):
-            bb = np.uint64(b)
-            xrow = np.uint64(first_row[d] + b * entry_rows) * width + dd * G
-            prow = bb * pw + dd * pg
-            srow = bb * hw + dd * h
+            xrow, prow, srow = _offsets(first_row, entry_rows, d, b, G, D, pg, H)
             for j in range(H):
                 jj = np.uint64(j)
                 z_pre = xf[xrow + jj]

@@ -618,7 +618,8 @@ def test_a_conv_of_a_pooled_1x1_map_runs_as_a_product(kernel, pads, batch, c, o)
     matmul with the bias and activation in its epilogue (no conv2d step) when
     the filter has a million weights or more (a small one, as in a
     squeeze-and-excitation block, stays a conv); the numbers ONNX Runtime's."""
-    ort = pytest.importorskip("onnxruntime")
+    ort = pytest.importorskip("onnxruntime", reason="compared with ONNX Runtime, a peer of the "
+                              "bench extra (pip install -e \".[bench]\")")
     rng = np.random.default_rng(12)
     w = numpy_helper.from_array((rng.standard_normal((o, c, kernel, kernel)) * 0.3)
                                 .astype(np.float32), "w")
