@@ -11,3 +11,4 @@ from . import attention  # noqa: F401 - fused scaled dot-product attention
 from . import rotary  # noqa: F401 - rotary position embedding (Llama's RoPE)
 from . import gated  # noqa: F401 - the gated MLP's silu(gate) * up (SwiGLU)
 from . import recurrent  # noqa: F401 - an LSTM or GRU step after its recurrent product
+from . import group_norm  # noqa: F401 - group normalization (GroupNorm)
