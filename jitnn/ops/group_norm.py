@@ -51,7 +51,8 @@ def group_normalization_reference(x, groups: int, scale=None, bias=None, *,
 
 
 def _padded(value: Value | None, default: float, channels: int, padded: int) -> np.ndarray:
-    """float32 ``(padded,)``: ``value``'s ``channels`` values (``default`` for None), zeros after."""
+    """float32 ``(padded,)``: ``value``'s ``channels`` values (``default``
+    for None), zeros after."""
     out = np.zeros(padded, np.float32)
     out[:channels] = default if value is None else plain_buffer(value).reshape(-1)
     return out
