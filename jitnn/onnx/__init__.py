@@ -32,7 +32,7 @@ from ._common import (Const, Converter, LoadTimeValueError, UnsupportedError, ji
                       onnx_dtype, outer_reads, refused_dtype)
 from . import _convert, _convert_einsum, _convert_math, _convert_resize, _patterns, _proto
 from . import (_control_flow, _convert_3d, _convert_col2im, _convert_depth_space,
-               _convert_grid_sample, _convert_recurrent, _convert_topk)
+               _convert_grid_sample, _convert_recurrent, _convert_topk, _group_norm)
 from ._fold import FOLD, SHAPE_ONLY
 from ._validate import check_input_count, ordered_nodes
 
@@ -40,7 +40,7 @@ from ._validate import check_input_count, ordered_nodes
 OPS = {**_convert.OPS, **_convert_math.OPS, **_convert_resize.OPS, **_convert_einsum.OPS,
        **_convert_recurrent.OPS, **_convert_3d.OPS, **_convert_grid_sample.OPS,
        **_convert_topk.OPS, **_convert_col2im.OPS, **_convert_depth_space.OPS,
-       **_control_flow.OPS}
+       **_control_flow.OPS, **_group_norm.OPS}
 #: the handlers that take the number of outputs the node asks for
 MULTI_OUTPUT = (_convert.MULTI_OUTPUT | _convert_math.MULTI_OUTPUT
                 | _convert_recurrent.MULTI_OUTPUT | _convert_topk.MULTI_OUTPUT)

@@ -73,7 +73,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last, _gated_mlp, _packed_heads, _qkv_patterns
+from . import _channels_last, _gated_mlp, _group_norm, _packed_heads, _qkv_patterns
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -653,6 +653,8 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
     for index in by_type.get("Concat", []):
         if index not in g.taken:
             take(_match_rotary(g, index))
+    for index in by_type.get("InstanceNormalization", []):
+        take(_group_norm.match(g, index))
     return found
 
 
