@@ -118,6 +118,23 @@ def test_group_norm_in_a_replayed_graph_is_a_bound_call(threads):
     assert kinds.count(("group_norm", True)) == 2, kinds
 
 
+def test_group_norm_scale_and_bias_from_graph_inputs():
+    """scale and bias as graph inputs, new values at each run: blocked and plain."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x, s, t = b.input("x", (2, 18, 5, 7)), b.input("s", (18,)), b.input("b", (18,))
+    w = random((18, 18, 1, 1), 61)
+    graph = b.build({"y": b.group_normalization(b.conv2d(x, b.constant(w)), 3, s, t),
+                     "p": b.group_normalization(x, 6, s, t)})
+    out = {"y": np.zeros((2, 18, 5, 7), np.float32), "p": np.zeros((2, 18, 5, 7), np.float32)}
+    for seed in (62, 63, 64):
+        data, scale, bias = random((2, 18, 5, 7), seed), *_affine(18, seed + 10)
+        ctx.compute(graph, {"x": data, "s": scale, "b": bias}, out)
+        want = reference("group_normalization")(reference("conv2d")(data, w), 3, scale, bias)
+        assert_close(out["y"], want, tol=1e-5)
+        assert_close(out["p"], reference("group_normalization")(data, 6, scale, bias), tol=2e-6)
+
+
 def test_group_norm_of_constant_and_large_mean():
     """A constant group is normalized to 0 (variance 0, epsilon keeps it
     finite); a mean 1000 times the spread keeps float32 accuracy."""

@@ -71,6 +71,7 @@ def _affine(attrs: dict, derived: list | None = None) -> tuple[np.ndarray, np.nd
         if value is None:
             found.append(_padded(None, default, channels, padded))
             continue
+        plain_buffer(value)               # (computed outside the derive's lock: see _derive)
         form = value._derive(key, lambda v=value, d=default: _padded(v, d, channels, padded))
         if derived is not None:
             derived.append((value, key, form))
