@@ -665,3 +665,26 @@ def test_the_direct_path_is_right_for_every_row_count():
                 mm.gemm(operand, b, out, a_transpose=a_t)
                 np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5,
                                            atol=1e-5, err_msg=f"{m} x 19 x {n}")
+
+
+def test_the_direct_path_over_two_k_blocks_and_wide_rows_of_b():
+    """Products the direct path runs in two K-blocks (its last tile adding
+    to the first block's sums), with B's rows copied a whole panel at a time
+    (reading on into the next row) except at the end of B, batched, A and B
+    as given and transposed, against float64."""
+    rng = np.random.default_rng(78)
+    K = blocking.SMALL_K + 5
+    for m in (1, 2, mm.MR - 1, mm.MR + 2, 2 * mm.MR):
+        for n in (3, 17, mm.NR, 4 * mm.NR + 5):
+            a = rng.standard_normal((3, m, K)).astype(np.float32)
+            b = rng.standard_normal((3, K, n)).astype(np.float32)
+            want = a.astype(np.float64) @ b
+            for a_t in (False, True):
+                for b_t in (False, True):
+                    a_op = np.ascontiguousarray(a.transpose(0, 2, 1)) if a_t else a
+                    b_op = np.ascontiguousarray(b.transpose(0, 2, 1)) if b_t else b
+                    out = np.empty((3, m, n), np.float32)
+                    mm.batched_matmul(a_op, b_op, out, a_transpose=a_t, b_transpose=b_t,
+                                      threads=1)
+                    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4,
+                                               err_msg=f"{m} x {K} x {n} a_t={a_t} b_t={b_t}")
