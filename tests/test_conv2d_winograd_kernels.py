@@ -168,57 +168,6 @@ def test_winograd_filter_transform_in_slices_of_output_blocks(monkeypatch):
     np.testing.assert_allclose(sliced, u, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("C, O, cb", [(3, 5, 8), (17, 9, 8), (16, 64, 8), (7, 9, 4), (9, 17, 16)])
-def test_winograd_filter_untransformed_is_the_direct_packing(monkeypatch, C, O, cb):
-    # the direct packing made again from the transform (Winograd's winners
-    # keep only the transform): equal up to float32 rounding, padding lanes
-    # zero, in slices of output blocks as in one go
-    w = random((O, C, 3, 3), 3)
-    packed = K.pack_conv2d_filter(w, C, 1, cb)
-    direct = packed.weights.copy()
-    OB, CB = direct.shape[:2]
-    u = winograd.transform_filter(direct, K.aligned_empty((36, OB, CB, cb, cb)))
-    back = winograd.untransform_filter(u, K.aligned_empty(direct.shape))
-    np.testing.assert_allclose(back, direct, rtol=0, atol=4e-7 * np.abs(w).max())
-    assert not back[direct == 0].any()
-    monkeypatch.setattr(winograd, "_TRANSFORM_FLOATS", 36 * CB * cb * cb)   # 1 block
-    np.testing.assert_array_equal(
-        winograd.untransform_filter(u, K.aligned_empty(direct.shape)), back)
-
-
-def test_a_filter_winograd_runs_keeps_its_transform_only():
-    """After a Winograd launch the direct packing is let go (the op layer
-    calls keep_winograd_only); a direct launch for another input makes it
-    again from the transform and computes the direct sum of the original."""
-    C, O, H = 9, 17, 11
-    w, b = random((O, C, 3, 3), 1), random((O,), 2)
-    packed = K.pack_conv2d_filter(w, C, 1, 8)
-    original = packed.weights.copy()
-    x = random((2, C, H, H), 3)
-    out = K.aligned_empty((2, 3, H, H, 8))
-    K.conv2d_forward(to_blocked(x, 8), packed, out, padding=(1, 1, 1, 1), bias=b,
-                     algorithm="winograd")
-    packed.keep_winograd_only(to_blocked(x, 8).shape)
-    assert set(packed.forms) == {"winograd"}
-    K.conv2d_forward(to_blocked(x, 8), packed, out, padding=(1, 1, 1, 1), bias=b,
-                     algorithm="winograd")
-    assert set(packed.forms) == {"winograd"}          # the kept launch reads no packing
-    x2 = random((1, C, 7, 5), 4)
-    out2 = K.aligned_empty((1, 3, 7, 5, 8))
-    K.conv2d_forward(to_blocked(x2, 8), packed, out2, padding=(1, 1, 1, 1), bias=b,
-                     algorithm="direct")
-    assert set(packed.forms) == {"winograd", "direct"}
-    np.testing.assert_allclose(packed.weights, original, rtol=0, atol=1e-6)
-    want = to_blocked(reference("conv2d")(x2, w, b, padding=1).astype(np.float32), 8)
-    np.testing.assert_allclose(out2, want, rtol=1e-5, atol=1e-5)
-    # Winograd losing for a shape keeps the direct packing it needs
-    packed.keep_winograd_only(to_blocked(x, 8).shape)   # a direct launch still reads it
-    assert "direct" in packed.forms
-    packed.drop_winograd(to_blocked(x, 8).shape)
-    assert set(packed.forms) == {"direct"}
-    np.testing.assert_allclose(packed.weights, original, rtol=0, atol=1e-6)
-
-
 @pytest.mark.parametrize("cb", [1, 4, 8, 16, 32])
 def test_winograd_buffer_rows_and_positions_are_an_odd_number_of_lines_apart(cb):
     """Strides in v and m: never less than the data, always an odd number of

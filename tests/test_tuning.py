@@ -318,17 +318,3 @@ def test_candidates_are_direct_and_winograd_where_winograd_applies():
                    dict(groups=2), dict(path="1x1", kernel=(1, 1)),
                    dict(in_channels=2048, out_channels=2048, out_h=224, out_w=224)):
         assert candidates(**dict(base, **change)) == (), change
-
-
-def test_a_winograd_conv_keeps_the_transform_only_and_its_filter_reads_back():
-    ctx = jitnn.Context(num_threads=1, conv_algorithm="winograd")
-    x, w = random((1, C, HW, HW), 0), random((C, C, 3, 3), 1, 0.2)
-    wt = ctx.tensor(w)
-    y = jitnn.conv2d(ctx.tensor(x), wt, padding=1)
-    assert_close(y.numpy(), registry.reference("conv2d")(x, w, padding=1), rtol=1e-4,
-                 atol=1e-4)
-    packed = [form for form in wt._v._derived.values()
-              if isinstance(form, conv_kernels.PackedConv2dFilter)]
-    assert len(packed) == 1 and set(packed[0].forms) == {"winograd"}
-    # a reader of the filter gets it back from the transform
-    assert_close(wt.numpy(), w, rtol=0, atol=1e-6)

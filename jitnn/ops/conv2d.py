@@ -361,13 +361,11 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
         if decision is not None:
             algorithm = decision.choice
         if (formula if decision is None else decision.choice) != "winograd":
-            packed.drop_winograd(source.shape)
+            _drop_winograd(packed, source.shape)
     launch = conv_kernels.conv2d_launch(
         source, packed, dest, a["strides"], a["dilations"], a["padding"], bias_array is None,
         a["residual"] is None, code, p0, p1, num_threads=ctx.num_threads,
         algorithm=algorithm)
-    if launch.path == "winograd":
-        packed.keep_winograd_only(source.shape)
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
                        weakref.ref(launch), blocked, plain_result, _bn_refs(a["bn"]),
@@ -397,6 +395,17 @@ def _candidate_runs(ctx, a: dict, source: np.ndarray, packed, blocked: tuple,
             conv_kernels.run_conv2d_launch(planned[0], source, scratch, bias, None)
         return run
     return {algorithm: run_of(algorithm) for algorithm in candidates}
+
+
+def _drop_winograd(packed, x_shape: tuple) -> None:
+    """After Winograd lost for input ``x_shape``: its launches for that shape,
+    and the transformed filter (4x the direct one's bytes) unless a launch for
+    another shape still runs Winograd."""
+    for key in [k for k, launch in packed.launches.items()
+                if launch.path == "winograd" and k[0] == x_shape]:
+        del packed.launches[key]
+    if not any(launch.path == "winograd" for launch in packed.launches.values()):
+        packed.transformed.pop("winograd", None)
 
 
 def _destination(blocked: tuple, plain_result: bool, out: np.ndarray | None) -> np.ndarray:

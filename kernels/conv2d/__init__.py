@@ -165,51 +165,13 @@ class PackedConv2dFilter:
     out_channels: int
     groups: int
     kernel: tuple[int, int]
+    weights: np.ndarray
     ib_begin: np.ndarray
     ib_end: np.ndarray
     #: :func:`conv2d_forward`'s launch plans for this filter, by shapes and options
     launches: dict = field(default_factory=dict, compare=False, repr=False)
-    #: the filter's forms: ``"direct"``, the packing of ``path`` (made with the
-    #: filter), and ``"winograd"``, its transform (made by the first launch that
-    #: runs Winograd); :attr:`weights` reads the first
-    forms: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def weights(self) -> np.ndarray:
-        """The filter in the layout of ``path``. Let go while Winograd alone
-        runs it (:meth:`keep_winograd_only`), and then made again from the
-        transform (:func:`.winograd.untransform_filter`) by the next reader."""
-        direct = self.forms.get("direct")
-        if direct is None:
-            OB, CB, cb = self.out_blocks, -(-self.in_channels // self.block), self.block
-            direct = winograd.untransform_filter(self.forms["winograd"],
-                                                 aligned_empty((OB, CB, 3, 3, cb, cb)))
-            direct = self.forms.setdefault("direct", direct)
-        return direct
-
-    def keep_winograd_only(self, x_shape: tuple) -> None:
-        """After Winograd won for input ``x_shape``: drop the other launches
-        for that shape, and the direct packing (a quarter of the transform's
-        bytes: SqueezeNet's 2.2 MB) unless a launch for another shape still
-        reads it."""
-        if "winograd" not in self.forms:
-            return
-        for key in [k for k, launch in self.launches.items()
-                    if launch.path != "winograd" and k[0] == x_shape]:
-            del self.launches[key]
-        if all(launch.path == "winograd" for launch in self.launches.values()):
-            self.forms.pop("direct", None)
-
-    def drop_winograd(self, x_shape: tuple) -> None:
-        """After Winograd lost for input ``x_shape``: its launches for that
-        shape, and the transform (4x the direct packing's bytes) unless a
-        launch for another shape still runs Winograd."""
-        for key in [k for k, launch in self.launches.items()
-                    if launch.path == "winograd" and k[0] == x_shape]:
-            del self.launches[key]
-        if not any(launch.path == "winograd" for launch in self.launches.values()):
-            self.weights                  # made again first, if it was let go
-            self.forms.pop("winograd", None)
+    #: the Winograd transform of the weights, made by the first launch that needs it
+    transformed: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def out_blocks(self) -> int:
@@ -267,7 +229,7 @@ def pack_conv2d_filter(w_oihw, in_channels: int, groups: int, block: int,
         packed = aligned_empty((ob, int(np.max(end - begin)), kh, kw, block, block))
         pack_filter(w, groups, packed)
     return PackedConv2dFilter(path, block, in_channels, out_channels, groups, (kh, kw),
-                              begin, end, forms={"direct": packed})
+                              packed, begin, end)
 
 
 # --- running a convolution ------------------------------------------------------

@@ -359,10 +359,9 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
     OB = packed.out_blocks
     _check_buffer("out", out, (N, OB, OH, OW, cb))
     epilogue = _epilogue_args(activation, param0, param1)
+    wf = packed.weights.reshape(-1)
 
-    def launch(driver, tail, pad_copy=None, weights=None, path=packed.path, scratch=0):
-        if weights is None:              # (a Winograd launch does not read the packing)
-            weights = packed.weights.reshape(-1)
+    def launch(driver, tail, pad_copy=None, weights=wf, path=packed.path, scratch=0):
         return _Conv2dLaunch(driver, weights, tail, pad_copy, OB * cb, O,
                              np.zeros(OB * cb, np.float32), x.shape, out.shape, path,
                              scratch)
@@ -377,11 +376,11 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         geom = winograd.WinogradGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, pt=pt,
                                          pl=pl, O=O, TH=tile_rows, TW=tile_cols,
                                          T_pad=padded_tiles, G=chunk)
-        u = packed.forms.get("winograd")
+        u = packed.transformed.get("winograd")
         if u is None:
             u = winograd.transform_filter(packed.weights,
                                           aligned_empty((winograd.POSITIONS, OB, CB, cb, cb)))
-            u = packed.forms.setdefault("winograd", u)
+            u = packed.transformed.setdefault("winograd", u)
         return launch(winograd.winograd_driver(cb, P, B),
                       (tuple(geom), k_blocks(CB, cb, B), has_res) + epilogue,
                       weights=u.reshape(-1), path="winograd",

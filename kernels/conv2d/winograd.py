@@ -148,29 +148,6 @@ def transform_filter(packed_direct: np.ndarray, out: np.ndarray) -> np.ndarray:
 #: float64 values of the transformed filter that :func:`transform_filter` makes at once
 _TRANSFORM_FLOATS = 2**19
 
-#: a left inverse of G (``G_INVERSE @ G = I``): rows 0 and 5 of ``G g Gt`` are ``g/4``
-#: and ``g`` of its first and last taps, and row 2 minus row 1 is a third of
-#: the middle one's
-G_INVERSE = np.array([[4, 0, 0, 0, 0, 0], [0, -3, 3, 0, 0, 0], [0, 0, 0, 0, 0, 1]], np.float64)
-
-
-def untransform_filter(u: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """The direct path's packed 3x3 filter ``(OB, CB, 3, 3, cb, cb)`` back
-    from its transform ``u: (36, OB, CB, cb, cb)``, into ``out``: ``g =
-    G_INVERSE u G_INVERSEt`` in float64. Equal to the filter :func:`transform_filter` was given
-    up to the transform's float32 rounding (about one float32 ulp of the
-    taps' sums: a direct convolution run on it differs from one on the
-    original by rounding only)."""
-    _, OB, CB, ci, co = u.shape
-    view = u.reshape(6, 6, OB, CB, ci, co)
-    step = max(1, _TRANSFORM_FLOATS // (36 * CB * ci * co))
-    for ob in range(0, OB, step):
-        part = view[:, :, ob:ob + step].astype(np.float64)
-        g = np.einsum("kr,rc...->kc...", G_INVERSE, part)    # (kh, c, ob, ib, i, o)
-        g = np.einsum("lc,kc...->kl...", G_INVERSE, g)       # (kh, kw, ob, ib, i, o)
-        out[ob:ob + step] = g.transpose(2, 3, 0, 1, 4, 5)
-    return out
-
 
 def tile_counts(out_h: int, out_w: int) -> tuple[int, int]:
     """``(tile rows, tile columns)`` covering an ``out_h x out_w`` output."""
