@@ -147,3 +147,36 @@ def test_a_broadcast_add_of_a_computed_operand_is_bound_and_right():
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     bindings = _op_bindings(graph)
     assert all(bindings["add"]) and all(bindings["div"]), bindings
+
+
+def test_slices_and_a_plain_pad_write_into_the_plans_buffers_and_are_bound():
+    """A linear attention's pieces (EfficientViT): the values padded with a
+    column of ones (a plain constant pad), a window across rows (copied into
+    the plan's buffer), a window that is one range (a view) and products of
+    them. Every step bound after the first run, right at every run."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    q = b.relu(b.input("q", (1, 3, 9, 7)))
+    v = b.relu(b.input("v", (1, 3, 9, 7)))
+    padded = b.pad(v, [0, 0, 0, 0], [0, 0, 0, 1], value=1.0)            # (1, 3, 9, 8)
+    kv = b.matmul(b.transpose(q, (0, 1, 3, 2)), padded)                 # (1, 3, 7, 8)
+    out = b.matmul(q, kv)                                               # (1, 3, 9, 8)
+    numerator = b.slice(out, [0, 0, 0, 0], [1, 3, 9, 7])                # across rows: a copy
+    denominator = b.slice(out, [0, 0, 0, 7], [1, 3, 9, 1])
+    head = b.slice(out, [0, 1, 0, 0], [1, 1, 9, 8])                     # one range: a view
+    graph = b.build({"y": b.div(numerator, b.add(denominator, b.constant(
+        np.full(1, 1e-3, np.float32)))), "head": b.relu(head)})
+    for seed in range(3):
+        qs, vs = random((1, 3, 9, 7), 30 + seed), random((1, 3, 9, 7), 40 + seed)
+        y, head_out = np.empty((1, 3, 9, 7), np.float32), np.empty((1, 1, 9, 8), np.float32)
+        ctx.compute(graph, {"q": qs, "v": vs}, {"y": y, "head": head_out})
+        q64, v64 = np.maximum(qs, 0).astype(np.float64), np.maximum(vs, 0).astype(np.float64)
+        padded64 = np.concatenate([v64, np.ones((1, 3, 9, 1))], axis=3)
+        o = q64 @ (q64.transpose(0, 1, 3, 2) @ padded64)
+        np.testing.assert_allclose(y, o[..., :7] / (o[..., 7:] + 1e-3), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(head_out, np.maximum(o[:, 1:2], 0), rtol=1e-5, atol=1e-6)
+    bindings = _op_bindings(graph)
+    for label in ("pad", "matmul", "div", "relu"):    # the relu of the view too
+        assert all(bindings[label]), (label, bindings)
+    # the two copied windows are bound; the view is no kernel call
+    assert [bool(binding) for binding in bindings["slice"]].count(True) == 2, bindings

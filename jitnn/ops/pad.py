@@ -32,7 +32,7 @@ from ..limits import check_max, check_shape, is_int, is_number
 from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, FLOAT32, Tensor
 from ._common import (ANY_DTYPE, as_tensor, channel_axis, context_of, is_blocked,
-                      plain_result, value_of)
+                      plain_into_op, value_of)
 
 #: WebNN's padding modes, and numpy's name of each
 MODES = {"constant": "constant", "edge": "edge", "reflection": "reflect"}
@@ -130,16 +130,23 @@ def pad(x, beginning_padding: Sequence[int], ending_padding: Sequence[int], *,
         if begin[0] == end[0] == begin[c_axis] == end[c_axis] == 0:
             return _pad_blocked(ctx, x, shape, begin, end, mode, fill)
     widths = tuple(zip(begin, end))
-    if x.ndim == 0:
-        def compute(data: np.ndarray) -> np.ndarray:
-            return data.copy()
-    elif mode == "constant":
-        def compute(data: np.ndarray) -> np.ndarray:
-            return np.pad(data, widths, mode="constant", constant_values=fill)
+    # into the plan's buffer: a bound call in a replay (EfficientViT pads its
+    # attention's values with a column of ones)
+    if mode == "constant" or x.ndim == 0:
+        def into(data: np.ndarray, out: np.ndarray) -> None:
+            out[tuple(slice(b, b + n) for b, n in zip(begin, data.shape))] = data
+            # the border, slab by slab (the corners are written more than once)
+            for axis, (b, e) in enumerate(widths):
+                if b:
+                    out[(slice(None),) * axis + (slice(0, b),)] = fill
+                if e:
+                    out[(slice(None),) * axis + (slice(out.shape[axis] - e, None),)] = fill
     else:
-        def compute(data: np.ndarray) -> np.ndarray:
-            return np.pad(data, widths, mode=MODES[mode])
-    return plain_result(ctx, shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
+        def into(data: np.ndarray, out: np.ndarray) -> None:
+            np.copyto(out, np.pad(data, widths, mode=MODES[mode]))
+    into.__name__ = into.__qualname__ = f"pad_{mode}_into"
+    return plain_into_op(ctx, op, (x,), shape, into, dtype=x.dtype,
+                         axes=x._axes if x.ndim == 4 else "nchw")
 
 
 def _pad_blocked(ctx, x: Tensor, shape: tuple[int, ...], begin: tuple[int, ...],

@@ -20,7 +20,8 @@ Every data type. Plain results: a blocked input is read back to plain first
 from __future__ import annotations
 
 import builtins
-from typing import Sequence
+import functools
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,8 +29,9 @@ from ..errors import JitnnTypeError, JitnnValueError
 from ..limits import MAX_DIM, is_int
 from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, Tensor
-from ._common import ANY_DTYPE, as_tensor, context_of, plain_result
+from ._common import ANY_DTYPE, as_tensor, context_of, plain_into_op, plain_result
 from ._movement import axes_arg, exact, int_list
+from .shape import _ViewAs
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -80,7 +82,33 @@ def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - Web
                 f"1 <= stride <= {MAX_DIM})")
     index = tuple(builtins.slice(b, b + n, s) for b, n, s in zip(starts, sizes, steps))
     shape = tuple(-(-n // s) for n, s in zip(sizes, steps))
-    return plain_result(ctx, shape, lambda data: data[index], x, op)
+    if x.ndim and all(s == 1 for s in steps) and _one_range(x.shape, shape):
+        # a view, the same object at every run while x's array is (a replay
+        # binds the steps reading it)
+        return plain_result(ctx, shape, _ViewAs(shape, index), x, op)
+    # copied into the plan's buffer, a bound call in a replay (EfficientViT's
+    # attention slices 20 windows a run: each new array unbound its readers)
+    return plain_into_op(ctx, op, (x,), shape, _window_into(tuple(starts), tuple(sizes),
+                                                            tuple(steps)), dtype=x.dtype)
+
+
+def _one_range(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Whether a window of stride 1 is one contiguous range of the input:
+    every axis before the last one it cuts has size 1 in it."""
+    cut = [axis for axis, (o, d) in enumerate(zip(out_shape, in_shape)) if o != d]
+    return all(o == 1 for o in out_shape[:cut[-1]]) if cut else True
+
+
+@functools.cache
+def _window_into(starts: tuple[int, ...], sizes: tuple[int, ...],
+                 steps: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``into(x, out)``: ``out = x[window]`` (:func:`slice`'s window)."""
+    index = tuple(builtins.slice(b, b + n, s) for b, n, s in zip(starts, sizes, steps))
+
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x[index])
+    into.__name__ = into.__qualname__ = "slice_into"
+    return into
 
 
 def reverse(x, axes: Sequence[int] | None = None) -> Tensor:
