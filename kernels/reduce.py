@@ -18,29 +18,35 @@ rounding remains for sums up to millions of terms); max and min are exact and
 carry NaN (numpy's ``maximum``). log-sum-exp takes the max first, so large
 inputs do not overflow: ``max + log(sum(exp(x - max)))``.
 
-How it is fast. Every accumulation is a loop over ``R`` rows of ``lanes``
-contiguous floats, adding into ``lanes`` float64 accumulators: the lane loop
-has no dependency between iterations, so LLVM's loop vectorizer turns it into
-AVX2 code without reassociating any sum (jitnn compiles without ``reassoc``).
-A narrow ``inner`` (1: a contiguous row, e.g. a plain NCHW tensor over H and
-W; ``cb``: a blocked tensor) is read as rows of 64 contiguous lanes, 64 // inner
-pixels each, whose partial results and the tail are combined at the end;
-such rows (every op but log-sum-exp) run a lean body of their own,
-:func:`_narrow_tasks`, with max and min accumulated in float32 (exact),
-on rows as wide as the run allows (:func:`narrow_lanes`).
-Parallel over the ``outer`` rows (and over chunks of ``inner`` when it is
-wide), in contiguous ranges, one per thread; small inputs run serially.
+How it is fast. A plain row (``inner`` 1: a plain NCHW tensor over H and W)
+or a channel block (``inner`` = cb of 4, 8 or 16: a blocked tensor over H and
+W), every op but log-sum-exp, runs :func:`lane_rows`: the row's contiguous
+floats as vectors of 8 (or cb) lanes into four accumulator vectors kept in
+registers (a stack tile), one compile per width and family of ops (adds; max
+and min; the others). Other narrow ``inner`` widths run
+:func:`_narrow_tasks`, rows of up to 64 contiguous lanes (:func:`narrow_lanes`)
+whose accumulators are arrays; wide ones and log-sum-exp run
+:func:`_reduce_tasks`, a loop over ``R`` rows of ``lanes`` contiguous floats
+into ``lanes`` float64 accumulators (the lane loop has no dependency between
+iterations, so LLVM's loop vectorizer takes it without reassociating any sum:
+jitnn compiles without ``reassoc``). Parallel over the ``outer`` rows (and
+over chunks of ``inner`` when it is wide), in contiguous ranges, one per
+thread; small inputs run serially. :func:`reduce_call` returns the kernel
+call, so a replayed plan skips the checks.
 """
 
 from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from numba import prange
 
-from ._config import jit, numba_threads
+from ._config import jit, numba_threads, parallel_kernel
+from ._linking import kernel_factory
 from .epilogue import nan_maximum, nan_minimum
+from .stack import stack_empty
 
 #: op codes (the ``op`` argument), WebNN's reductions in jitnn's names
 SUM, MEAN, L1, L2, SUM_SQUARE, LOG_SUM, LOG_SUM_EXP, MAX, MIN, PRODUCT = range(10)
@@ -343,6 +349,168 @@ def _narrow_parallel(xf, outf, R, inner, op, lanes, tasks, groups):
         _narrow_tasks(xf, outf, R, inner, op, lanes, first, last)
 
 
+# --- register-accumulated rows --------------------------------------------------
+
+#: ``inner`` widths with kernels of their own (:func:`lane_rows`): a plain row
+#: (1) and the channel blocks
+LANE_INNERS = (1, 4, 8, 16)
+#: :func:`lane_rows`' families of ops: adds (sum, mean), max and min, the
+#: others (L1, L2, sum of squares, log-sum, product)
+ADDS, EXTREMES, OTHERS = range(3)
+#: independent accumulator vectors per row (hide the add's latency)
+_CHAINS = 4
+#: the largest accumulator tile, ``_CHAINS * lanes`` (a stack tile's size
+#: must be a constant)
+_TILE = _CHAINS * 16
+
+
+def lane_family(code: int) -> int:
+    """The :func:`lane_rows` family of op ``code`` (not log-sum-exp)."""
+    if code in (SUM, MEAN):
+        return ADDS
+    return EXTREMES if code in (MAX, MIN) else OTHERS
+
+
+@kernel_factory
+def lane_rows(inner: int, family: int):
+    """The kernel of ``(outer, R, inner)`` for ``inner`` one of
+    :data:`LANE_INNERS` and the ops of ``family`` (both constants of the
+    kernel: one compile per pair, at its first use): rows ``o`` in ``groups``
+    contiguous ranges of the ``tasks`` rows, in parallel (a
+    :func:`parallel_kernel`: serial on one thread).
+
+    A row's ``R * inner`` contiguous floats are read as vectors of ``L =
+    max(inner, 8)`` lanes (lane ``l`` holds element ``l % inner``) into
+    ``_CHAINS`` accumulator vectors, a stack tile indexed only by
+    constant-trip loops, so that they stay in registers (the heap
+    accumulators of :func:`_narrow_tasks` went through memory at every row:
+    a 49-float plain row took ~20 ns). The last whole vectors go into the
+    first chain, then the tail's pixels (fewer than ``L`` floats); the
+    chains are combined, and for ``inner < L`` the lanes of each element
+    are combined from a heap copy (folding them in the tile made LLVM's SLP
+    vectorizer split the whole tile into shuffled 4-float pieces: 3x slower).
+    Sums accumulate in float64; max and min in float32 (exact), min as the
+    max of ``-x`` (one loop, no branch on the op in it), NaN carried as
+    numpy's ``maximum``. The others branch on the op per element (slower);
+    log-sum is one of them (its ``log`` call in the row loop cost the adds
+    their vectors)."""
+    L = max(inner, 8)
+    T = _CHAINS
+    dtype = np.float32 if family == EXTREMES else np.float64
+
+    def lane_rows(xf, outf, R, op, tasks, groups):
+        kind = _kind_of(op)
+        width = R * inner
+        vectors = width // L
+        runs = vectors // T
+        tail_pixels = (width - vectors * L) // inner
+        sign = np.float32(-1.0 if op == MIN else 1.0)
+        init = -np.inf if family == EXTREMES else _initial(kind)
+        for g in prange(groups):
+            first = np.int64(g) * tasks // groups
+            last = (np.int64(g) + 1) * tasks // groups
+            acc = numba.carray(stack_empty(_TILE, dtype), (T, L))
+            spill = np.empty(L, dtype)
+            for o in range(first, last):
+                base = o * width
+                for t in range(T):
+                    for l in range(L):
+                        acc[t, l] = init
+                if family == ADDS:
+                    for r in range(runs):
+                        p = base + r * (T * L)
+                        for t in range(T):
+                            for l in range(L):
+                                acc[t, l] += np.float64(xf[np.uint64(p + t * L + l)])
+                    for k in range(runs * T, vectors):          # the last whole vectors
+                        p = base + k * L
+                        for l in range(L):
+                            acc[0, l] += np.float64(xf[np.uint64(p + l)])
+                    p = base + vectors * L
+                    for q in range(tail_pixels):                # the tail's pixels
+                        for l in range(inner):
+                            acc[0, l] += np.float64(xf[np.uint64(p + q * inner + l)])
+                    for t in range(1, T):
+                        for l in range(L):
+                            acc[0, l] += acc[t, l]
+                elif family == EXTREMES:
+                    for r in range(runs):
+                        p = base + r * (T * L)
+                        for t in range(T):
+                            for l in range(L):
+                                v, e = sign * xf[np.uint64(p + t * L + l)], acc[t, l]
+                                acc[t, l] = v if (v > e) | (v != v) else e
+                    for k in range(runs * T, vectors):
+                        p = base + k * L
+                        for l in range(L):
+                            v, e = sign * xf[np.uint64(p + l)], acc[0, l]
+                            acc[0, l] = v if (v > e) | (v != v) else e
+                    p = base + vectors * L
+                    for q in range(tail_pixels):
+                        for l in range(inner):
+                            v, e = sign * xf[np.uint64(p + q * inner + l)], acc[0, l]
+                            acc[0, l] = v if (v > e) | (v != v) else e
+                    for t in range(1, T):
+                        for l in range(L):
+                            v, e = acc[t, l], acc[0, l]
+                            acc[0, l] = v if (v > e) | (v != v) else e
+                else:
+                    for r in range(runs):
+                        p = base + r * (T * L)
+                        for t in range(T):
+                            for l in range(L):
+                                acc[t, l] = _step(kind, acc[t, l],
+                                                  np.float64(xf[np.uint64(p + t * L + l)]))
+                    for k in range(runs * T, vectors):
+                        p = base + k * L
+                        for l in range(L):
+                            acc[0, l] = _step(kind, acc[0, l], np.float64(xf[np.uint64(p + l)]))
+                    p = base + vectors * L
+                    for q in range(tail_pixels):
+                        for l in range(inner):
+                            acc[0, l] = _step(kind, acc[0, l],
+                                              np.float64(xf[np.uint64(p + q * inner + l)]))
+                    for t in range(1, T):
+                        for l in range(L):
+                            acc[0, l] = _combine(kind, acc[0, l], acc[t, l])
+                for l in range(L):
+                    spill[l] = acc[0, l]
+                for c in range(inner):                          # each element's lanes
+                    value = spill[c]
+                    for j in range(1, L // inner):
+                        v = spill[j * inner + c]
+                        if family == ADDS:
+                            value += v
+                        elif family == EXTREMES:
+                            value = v if (v > value) | (v != v) else value
+                        else:
+                            value = _combine(kind, value, v)
+                    if family == EXTREMES:
+                        outf[np.uint64(o * inner + c)] = sign * value
+                    elif family == ADDS:            # (not _finish: its calls cost the
+                        # row loop its vectors, 64 -> 112 us for 256 x 3136 on 1 thread)
+                        outf[np.uint64(o * inner + c)] = np.float32(
+                            value / R if op == MEAN else value)
+                    else:
+                        outf[np.uint64(o * inner + c)] = np.float32(
+                            _finish(op, np.float64(value), R, 0.0))
+
+    lane_rows.__name__ = lane_rows.__qualname__ = f"lane_rows_{inner}_{family}"
+    return parallel_kernel(lane_rows)
+
+
+@jit()
+def _step(kind, a, v):
+    """``a`` with ``v`` accumulated (the kinds accumulated in float64)."""
+    if kind == _ABS:
+        return a + abs(v)
+    if kind == _SQUARE:
+        return a + v * v
+    if kind == _PRODUCT:
+        return a * v
+    return a + v
+
+
 # --- checked wrappers ------------------------------------------------------------
 
 def _check(x, what="x", ndim=3, dtype=np.float32):
@@ -383,10 +551,14 @@ def narrow_lanes(R: int, inner: int, code: int) -> int:
     return lanes
 
 
-def reduce(x, out, op):
-    """``out[o, i]`` = reduction ``op`` (a name of :data:`OPS` or its code)
-    of ``x[o, :, i]``. ``x: (outer, R, inner)``, ``out: (outer, inner)``,
-    both float32. Returns ``out``."""
+def _no_op(*args) -> None:
+    """The call of an empty reduction (nothing to write)."""
+
+
+def reduce_call(x, out, op):
+    """:func:`reduce`'s checks, then its kernel call as ``(kernel, args)``
+    (``kernel(*args)`` writes ``out``): a replayed plan keeps the pair and
+    calls the kernel itself, without these checks (~3 us a call)."""
     code = OPS[op] if isinstance(op, str) else int(op)
     if not 0 <= code < len(OPS):
         raise ValueError(f"reduce: unknown op {op!r}")
@@ -399,20 +571,30 @@ def reduce(x, out, op):
     if np.may_share_memory(x, out):
         raise ValueError("reduce: out must not overlap x")
     if out.size == 0:
-        return out
+        return _no_op, ()
     xf, outf = x.reshape(-1), out.reshape(-1)
+    if inner in LANE_INNERS and code != LOG_SUM_EXP:
+        kernel = lane_rows(inner, lane_family(code))
+        groups = _groups(outer, x.size)
+        # (one group: the serial compile, no parallel region)
+        return kernel.on_threads(groups), (xf, outf, R, code, outer, groups)
     if is_narrow(inner, code):
         groups = _groups(outer, x.size)
         lanes = narrow_lanes(R, inner, code)
         if groups == 1:
-            _narrow_tasks(xf, outf, R, inner, code, lanes, 0, outer)
-        else:
-            _narrow_parallel(xf, outf, R, inner, code, lanes, outer, groups)
-        return out
+            return _narrow_tasks, (xf, outf, R, inner, code, lanes, 0, outer)
+        return _narrow_parallel, (xf, outf, R, inner, code, lanes, outer, groups)
     tasks = outer * ((inner + _LANE_CHUNK - 1) // _LANE_CHUNK)
     groups = _groups(tasks, x.size)
     if groups == 1:
-        _reduce_tasks(xf, outf, R, inner, code, _ROW_LANES, 0, tasks)
-    else:
-        _reduce_parallel(xf, outf, R, inner, code, _ROW_LANES, tasks, groups)
+        return _reduce_tasks, (xf, outf, R, inner, code, _ROW_LANES, 0, tasks)
+    return _reduce_parallel, (xf, outf, R, inner, code, _ROW_LANES, tasks, groups)
+
+
+def reduce(x, out, op):
+    """``out[o, i]`` = reduction ``op`` (a name of :data:`OPS` or its code)
+    of ``x[o, :, i]``. ``x: (outer, R, inner)``, ``out: (outer, inner)``,
+    both float32. Returns ``out``."""
+    kernel, args = reduce_call(x, out, op)
+    kernel(*args)
     return out

@@ -234,29 +234,64 @@ def test_network_shape_global_mean(block):
         assert_close(got.numpy(), want, rtol=count * EPS32 / 64, atol=1e-7)
 
 
+def _serial_run(data, out, op):
+    """What :func:`reduce_kernels.reduce` computes, in one task on one thread."""
+    outer, R, inner = data.shape
+    code = reduce_kernels.OPS[op]
+    xf, outf = data.reshape(-1), out.reshape(-1)
+    if inner in reduce_kernels.LANE_INNERS and op != "log_sum_exp":
+        kernel = reduce_kernels.lane_rows(inner, reduce_kernels.lane_family(code))
+        kernel.serial(xf, outf, R, code, outer, 1)
+    elif reduce_kernels.is_narrow(inner, code):
+        lanes = reduce_kernels.narrow_lanes(R, inner, code)
+        reduce_kernels._narrow_tasks(xf, outf, R, inner, code, lanes, 0, outer)
+    else:
+        reduce_kernels._reduce_tasks(xf, outf, R, inner, code, reduce_kernels._ROW_LANES, 0,
+                                     outer * -(-inner // reduce_kernels._LANE_CHUNK))
+
+
 @pytest.mark.parametrize("op", ["sum", "max", "log_sum_exp", "l1"])
 def test_kernel_serial_and_parallel_runs_agree(op, threads):
     """Each output comes from one task, so the threads' split changes no bit."""
     x = _data(op, (4, 96, 130), 12)
     for view in ((4, 96, 130), (4 * 96, 130, 1), (1, 4 * 96 * 130, 1), (4, 1, 96 * 130),
-                 (1, 4, 96 * 130)):
+                 (1, 4, 96 * 130), (4 * 130, 12, 8)):
         data = x.reshape(view)
         out = np.empty((view[0], view[2]), np.float32)
         reduce_kernels.reduce(data, out, op)
         single = np.empty_like(out)
-        code = reduce_kernels.OPS[op]
-        if reduce_kernels.is_narrow(view[2], code):
-            lanes = reduce_kernels.narrow_lanes(view[1], view[2], code)
-            reduce_kernels._narrow_tasks(data.reshape(-1), single.reshape(-1), view[1],
-                                         view[2], code, lanes, 0, view[0])
-        else:
-            reduce_kernels._reduce_tasks(data.reshape(-1), single.reshape(-1), view[1],
-                                         view[2], code, reduce_kernels._ROW_LANES, 0,
-                                         view[0] * -(-view[2] // reduce_kernels._LANE_CHUNK))
+        _serial_run(data, single, op)
         np.testing.assert_array_equal(out, single)
         want = _want(op, data, axes=[1])
         _check(op, out, want)
 
+
+@pytest.mark.parametrize("inner", reduce_kernels.LANE_INNERS)
+@pytest.mark.parametrize("op", [o for o in OPS if o != "log_sum_exp"])
+def test_lane_rows_against_reference(op, inner):
+    """The register-tile kernels (a plain row, blocks of 4, 8, 16): floats per
+    row below, at and past one vector, the four chains and their multiples
+    (the last whole vectors and the tail's pixels in the first chain), a NaN
+    or an infinity in a chain, the last vectors or the tail for max and min."""
+    code = reduce_kernels.OPS[op]
+    lanes = max(inner, 8)
+    per = lanes // inner                               # pixels per vector
+    counts = {1, 2, 3, 7, 9, 17, 49, 130}
+    for vectors in (1, 4, 5, 8, 11):
+        counts |= {vectors * per - 1, vectors * per, vectors * per + 1}
+    for R in sorted(c for c in counts if c > 0):
+        data = _data(op, (3, R, inner), R)
+        out = np.full((3, inner), np.nan, np.float32)
+        reduce_kernels.reduce(data, out, op)
+        _check(op, out, _want(op, data, axes=[1]))
+        if op in ("max", "min"):
+            for where in (R - 1, R // 2, 0):
+                marked = data.copy()
+                marked[1, where, inner - 1] = np.nan
+                marked[2, where, 0] = np.inf if op == "max" else -np.inf
+                reduce_kernels.reduce(marked, out, op)
+                np.testing.assert_array_equal(
+                    out, _want(op, marked, axes=[1]).astype(np.float32))
 
 
 @pytest.mark.parametrize("inner", [1, 2, 4, 8, 16])
@@ -421,6 +456,36 @@ def test_replayed_spatial_reduction_of_blocked_data_is_bound(op, keep, block):
     kinds = [(c_.node.kind, bool(bound), bool(c_.step.buffer)) for c_, bound in
              zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
     assert ("reduce_blocked", True, True) in kinds, kinds
+
+
+@pytest.mark.parametrize("op, axes, keep", [("mean", [2, 3], True), ("max", [2, 3], False),
+                                            ("min", [1], True), ("sum", [1, 3], False),
+                                            ("l2", [0, 2, 3], True)])
+def test_replayed_reduction_of_plain_data(op, axes, keep, threads):
+    """A graph's plain input reduced (adjacent axes: read in place; others:
+    transposed first), computed again on new inputs: the references' numbers
+    at every run, and a plain input read in place runs as a bound call."""
+    ctx = jitnn.Context(num_threads=threads)
+    shape = (3, 9, 7, 5)
+    b = jitnn.GraphBuilder(ctx)
+    y = getattr(b, f"reduce_{op}")(b.input("x", shape), axes=axes, keep_dimensions=keep)
+    graph = b.build({"y": y})
+    out = np.empty(y.shape, np.float32)
+    for seed in range(3):
+        x = _data(op, shape, 90 + seed)
+        ctx.compute(graph, {"x": x}, {"y": out})
+        _check(op, out, _want(op, x, axes=axes, keep_dimensions=keep))
+    (program,) = graph._programs
+    kinds = [(c_.node.kind, bool(bound)) for c_, bound in
+             zip(program.steps, program.bindings.steps) if c_.step.kind == "op"]
+    in_place = reduction_view(shape, axes)
+    assert kinds == [("reduce_plain", in_place)], kinds
+
+
+def reduction_view(shape, axes):
+    """Whether the plain reduction reads ``shape`` in place over ``axes``."""
+    from jitnn.ops.reduction import run_view
+    return run_view(shape, tuple(a % len(shape) for a in axes))[0] is None
 
 
 # --- top_k_indices -----------------------------------------------------------------------

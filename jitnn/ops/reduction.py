@@ -44,8 +44,8 @@ from ..kernels.buffers import aligned_empty
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value
 from ._common import (ANY_DTYPE, FLOAT_ONLY, Binding, as_tensor, axis_index, channel_axis,
-                      context_of, is_blocked, pending, plain_into_op, plain_layout, plain_op,
-                      value_of)
+                      context_of, is_blocked, pending, plain_buffer, plain_into_op, plain_layout,
+                      plain_op, value_of)
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -279,6 +279,13 @@ def bind_reduce_blocked(ctx: "Context", node: Node, result: np.ndarray) -> Bindi
     x = a["x"]
     if x._data is None:
         return None
+    if not a["plain"] and not a["rezero"]:
+        # the compiled kernel itself, not the checking wrapper around it (a
+        # 2048 x 7 x 7 mean: ~3 us of checks and reshapes against ~9 us)
+        view = a["view"]
+        kernel, args = reduce_kernels.reduce_call(x._data.reshape(view),
+                                                  result.reshape(view[0], view[2]), a["code"])
+        return Binding(kernel, args, ((x, x._data),), (), result, ctx.num_threads)
     blocked, out = _reduce_buffers(a, result)
     return Binding(_reduce_blocked_into, (a, x._data, blocked, out), ((x, x._data),), (),
                    result, ctx.num_threads)
@@ -310,17 +317,51 @@ def _reduce(op: str, x, axes, keep_dimensions) -> Tensor:
         if spatial is not None:
             return _blocked_reduce(ctx, op, name, x, axes, keep, out_shape, *spatial)
     perm, view = run_view(x.shape, axes)
-    code = reduce_kernels.OPS[op]
-
-    def compute(data: np.ndarray) -> np.ndarray:
-        if perm is not None:
-            data = np.ascontiguousarray(data.transpose(perm))
-        out = aligned_empty((view[0], view[2]))
-        ctx.launcher.launch(reduce_kernels.reduce, data.reshape(view), out, code)
-        return out.reshape(out_shape)
-
     axes_tag = x._axes if x.ndim == 4 and len(out_shape) == 4 else "nchw"
-    return plain_op(ctx, name, (x,), out_shape, compute, axes=axes_tag)
+    xv = value_of(x)
+    attrs = {"x": xv, "code": reduce_kernels.OPS[op], "view": view, "perm": perm,
+             "out_shape": out_shape}
+    # writes into the plan's buffer, and a replayed plan runs the kernel on
+    # the same arrays without the op (a plain 2048 x 7 x 7 mean: 65 -> ~30 us)
+    node = Node(name, (xv,), kind="reduce_plain", attrs=attrs, run=run_reduce_plain)
+    return pending(ctx, out_shape, plain_layout(len(out_shape), axes_tag), node, axes=axes_tag)
+
+
+def run_reduce_plain(ctx: "Context", node: Node, value: Value,
+                     out: np.ndarray | None) -> np.ndarray:
+    """A reduction of plain data (a blocked input read back first), into
+    ``out`` if given."""
+    a = node.attrs
+    data = plain_buffer(a["x"])
+    if a["perm"] is not None:
+        data = np.ascontiguousarray(data.transpose(a["perm"]))
+    if out is None or out.shape != value.shape or not out.flags.c_contiguous \
+            or np.may_share_memory(out, data):
+        out = aligned_empty(value.shape)
+    view = a["view"]
+    ctx.launcher.launch(reduce_kernels.reduce, data.reshape(view),
+                        out.reshape(view[0], view[2]), a["code"])
+    return out
+
+
+def bind_reduce_plain(ctx: "Context", node: Node, result: np.ndarray) -> Binding | None:
+    """The kernel call :func:`run_reduce_plain` just made, bound to its
+    arrays; None when the input was transposed or read through a copy."""
+    a = node.attrs
+    x = a["x"]
+    data = x._data
+    if a["perm"] is not None or not isinstance(data, np.ndarray) \
+            or layouts.block_of(x._layout) is not None or x._remake is not None:
+        return None
+    view = a["view"]
+    kernel, args = reduce_kernels.reduce_call(data.reshape(view),
+                                              result.reshape(view[0], view[2]), a["code"])
+    return Binding(kernel, args, ((x, data),), (), result, ctx.num_threads)
+
+
+run_reduce_plain.bind = bind_reduce_plain
+
+register_kind(NodeKind("reduce_plain", writes_into_buffer=True))
 
 
 def _make_reduction(op: str):
