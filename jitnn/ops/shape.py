@@ -199,8 +199,17 @@ def transpose(x, permutation: Sequence[int] | None = None) -> Tensor:
         # two groups of axes swapped (tokens <-> channels, heads): the tiled
         # kernel, into the plan's buffer (a replay binds it)
         return plain_into_op(ctx, op, (x,), shape, _swap_into(dims), dtype=x.dtype)
-    return plain_result(ctx, shape, lambda data: np.ascontiguousarray(data.transpose(perm)),
-                        x, op)
+    # any other permutation: numpy's strided copy, into the plan's buffer too
+    return plain_into_op(ctx, op, (x,), shape, _permute_into(perm), dtype=x.dtype)
+
+
+@functools.cache
+def _permute_into(perm: tuple[int, ...]):
+    """``into(x, out)``: ``out = x.transpose(perm)``."""
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, x.transpose(perm))
+    into.__name__ = into.__qualname__ = "transpose_into"
+    return into
 
 
 @functools.cache
@@ -266,10 +275,17 @@ def concat(inputs: Sequence, axis: int) -> Tensor:
     axes = lead._axes if lead is not None and rank == 4 else \
         (items[0]._axes if rank == 4 else "nchw")
 
-    def produce_plain() -> np.ndarray:
-        return np.concatenate([plain_buffer(v) for v in sources], axis=axis)
-    return Tensor(ctx, shape, plain_layout(rank, axes), producer=produce_plain, axes=axes,
-                  inputs=tuple(items), op=op, dtype=dtype)
+    # into the plan's buffer: a replay binds it
+    return plain_into_op(ctx, op, items, shape, _concat_into(axis), dtype=dtype, axes=axes)
+
+
+@functools.cache
+def _concat_into(axis: int):
+    """``into(*parts, out)``: the parts joined along ``axis`` into ``out``."""
+    def into(*arrays: np.ndarray) -> None:
+        np.concatenate(arrays[:-1], axis=axis, out=arrays[-1])
+    into.__name__ = into.__qualname__ = "concat_into"
+    return into
 
 
 def run_concat_channels(ctx: "Context", node: Node, value: Value,
