@@ -180,3 +180,25 @@ def test_slices_and_a_plain_pad_write_into_the_plans_buffers_and_are_bound():
         assert all(bindings[label]), (label, bindings)
     # the two copied windows are bound; the view is no kernel call
     assert [bool(binding) for binding in bindings["slice"]].count(True) == 2, bindings
+
+
+def test_a_general_transpose_and_a_plain_concat_are_bound_and_right():
+    """A permutation the tiled kernel does not take (numpy's strided copy)
+    and a concat of plain tensors along a later axis write into the plan's
+    buffers: bound after the first run, right at every run."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.relu(b.input("x", (2, 3, 5, 7)))
+    moved = b.transpose(x, (2, 0, 3, 1))                                # (5, 2, 7, 3)
+    joined = b.concat([moved, b.relu(moved)], 3)                        # (5, 2, 7, 6)
+    graph = b.build({"y": b.relu(b.add(joined, b.constant(random((7, 6), 5))))})
+    for seed in range(3):
+        xs = random((2, 3, 5, 7), 50 + seed)
+        y = np.empty((5, 2, 7, 6), np.float32)
+        ctx.compute(graph, {"x": xs}, {"y": y})
+        m = np.maximum(xs, 0).astype(np.float64).transpose(2, 0, 3, 1)
+        want = np.maximum(np.concatenate([m, m], axis=3) + random((7, 6), 5), 0)
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+    bindings = _op_bindings(graph)
+    for label in ("transpose", "concat", "add"):
+        assert all(bindings[label]), (label, bindings)
