@@ -385,10 +385,11 @@ def lane_rows(inner: int, family: int):
     constant-trip loops, so that they stay in registers (the heap
     accumulators of :func:`_narrow_tasks` went through memory at every row:
     a 49-float plain row took ~20 ns). The last whole vectors go into the
-    first chain, then the tail's pixels (fewer than ``L`` floats); the
-    chains are combined, and for ``inner < L`` the lanes of each element
-    are combined from a heap copy (folding them in the tile made LLVM's SLP
-    vectorizer split the whole tile into shuffled 4-float pieces: 3x slower).
+    first chain; the chains are combined into a heap copy, which takes the
+    tail's pixels (fewer than ``L`` floats), and for ``inner < L`` the lanes
+    of each element are combined there (folding them in the tile made
+    LLVM's SLP vectorizer split the whole tile into shuffled 4-float pieces:
+    3x slower).
     Sums accumulate in float64; max and min in float32 (exact), min as the
     max of ``-x`` (one loop, no branch on the op in it), NaN carried as
     numpy's ``maximum``. The others branch on the op per element (slower);
@@ -426,10 +427,6 @@ def lane_rows(inner: int, family: int):
                         p = base + k * L
                         for l in range(L):
                             acc[0, l] += np.float64(xf[np.uint64(p + l)])
-                    p = base + vectors * L
-                    for q in range(tail_pixels):                # the tail's pixels
-                        for l in range(inner):
-                            acc[0, l] += np.float64(xf[np.uint64(p + q * inner + l)])
                     for t in range(1, T):
                         for l in range(L):
                             acc[0, l] += acc[t, l]
@@ -444,11 +441,6 @@ def lane_rows(inner: int, family: int):
                         p = base + k * L
                         for l in range(L):
                             v, e = sign * xf[np.uint64(p + l)], acc[0, l]
-                            acc[0, l] = v if (v > e) | (v != v) else e
-                    p = base + vectors * L
-                    for q in range(tail_pixels):
-                        for l in range(inner):
-                            v, e = sign * xf[np.uint64(p + q * inner + l)], acc[0, l]
                             acc[0, l] = v if (v > e) | (v != v) else e
                     for t in range(1, T):
                         for l in range(L):
@@ -465,16 +457,25 @@ def lane_rows(inner: int, family: int):
                         p = base + k * L
                         for l in range(L):
                             acc[0, l] = _step(kind, acc[0, l], np.float64(xf[np.uint64(p + l)]))
-                    p = base + vectors * L
-                    for q in range(tail_pixels):
-                        for l in range(inner):
-                            acc[0, l] = _step(kind, acc[0, l],
-                                              np.float64(xf[np.uint64(p + q * inner + l)]))
                     for t in range(1, T):
                         for l in range(L):
                             acc[0, l] = _combine(kind, acc[0, l], acc[t, l])
                 for l in range(L):
                     spill[l] = acc[0, l]
+                # the tail's pixels (fewer than L floats) into the copy: in the
+                # tile, a loop of a runtime count over its first lanes made
+                # LLVM split the tile's vectors (plain max rows 30 % slower)
+                p = base + vectors * L
+                for q in range(tail_pixels):
+                    for l in range(inner):
+                        v = xf[np.uint64(p + q * inner + l)]
+                        if family == ADDS:
+                            spill[l] += np.float64(v)
+                        elif family == EXTREMES:
+                            v, e = sign * v, spill[l]
+                            spill[l] = v if (v > e) | (v != v) else e
+                        else:
+                            spill[l] = _step(kind, spill[l], np.float64(v))
                 for c in range(inner):                          # each element's lanes
                     value = spill[c]
                     for j in range(1, L // inner):
