@@ -50,6 +50,10 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
 * **gated MLP** (Llama's ``silu(gate_proj(x)) * up_proj(x)``): one GEMM on
   the two weights side by side and ``swiglu``; matched in
   :mod:`._gated_mlp`, before the MatMuls become linears.
+* **convs on token tensors** (PVT-v2, SegFormer): ``Transpose(0, 2, 1)``,
+  ``Reshape(N, C, H, W)``, ``Conv``, ``Reshape(N, C', L')``, ``Transpose(0,
+  2, 1)``: one ``conv2d`` with ``input_layout="nhwc"`` on the tokens; matched
+  in :mod:`._token_convs`.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -73,7 +77,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import _channels_last, _gated_mlp, _group_norm, _packed_heads, _qkv_patterns
+from . import (_channels_last, _gated_mlp, _group_norm, _packed_heads, _qkv_patterns,
+               _token_convs)
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -636,6 +641,9 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
             if pattern is not None and not pattern.nodes & g.taken and \
                     not any(pattern.nodes & p.nodes for p in gelus.values()):
                 gelus[pattern.data["x"]] = pattern
+    # convs on token tensors (PVT-v2, SegFormer): channels-last in and out, no transposes
+    for index in by_type.get("Conv", []):
+        take(_token_convs.match(g, index))
     # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
     _channels_last.match(g, by_type.get("Transpose", []), gelus, take, _gelu_constants)
     for index in by_type.get("Sigmoid", []):
@@ -726,6 +734,8 @@ def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
             perm = next((list(a.ints) for a in node.attribute if a.name == "perm"),
                         list(range(len(shapes[0])))[::-1])
             return tuple(shapes[0][p] for p in perm)
+        if node.op_type == "Conv":
+            return _token_convs.conv_output_shape(node, shapes, values)
         if node.op_type == "MatMul":
             a, b = shapes
             if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
