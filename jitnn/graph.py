@@ -352,8 +352,7 @@ class Graph:
     def _check_inputs(self, ctx: "Context", inputs: Mapping[str, Any], op: str) -> dict:
         """The inputs as Tensors: a Tensor as it is, anything else copied (as
         ``jitnn.tensor`` does), after :meth:`_input_items`'s checks."""
-        return {name: item if isinstance(item, Tensor) else
-                Tensor._holding(ctx, item)
+        return {name: item if isinstance(item, Tensor) else Tensor._input_holding(ctx, item)
                 for name, item in self._input_items(ctx, inputs, op).items()}
 
     def _input_items(self, ctx: "Context", inputs: Mapping[str, Any], op: str,

@@ -17,9 +17,10 @@ parameters; for a binary op, how it takes its other operand; for a batch
 normalization, which statistics it has, epsilon and its activation; for
 matmul and gemm, their scalars, transposes, activation and sizes; for a node
 no pass rewrites, as an opaque one, what the passes see of it) and the places of its inputs. Per computed value: its shape,
-layout, axes and which blocked copies it already has (``insert_reorders``
-reuses them). And the context's policy, block, thread count and convolution
-algorithm. Two DAGs with equal keys get identical plans from the passes, so
+layout, axes, which blocked copies it already has (``insert_reorders``
+reuses them) and whether it is a graph's input (a constant may fold into a
+conv, a graph input may not). And
+the context's policy, block, thread count and convolution algorithm. Two DAGs with equal keys get identical plans from the passes, so
 the stored plan (a template of places, holding no Value, array or closure)
 is that plan.
 
@@ -139,7 +140,7 @@ def plan_key(ctx: "Context", order: list[Value], kept: set, roots: list[Value]
     computed = tuple([
         (v._shape, v._layout, v._axes,
          tuple([k for k in v._derived if type(k) is tuple and k and k[0] == "blocked"])
-         if v._derived else ())
+         if v._derived else (), v._graph_input)
         for v in signer.values[signer.pending_count:]])
     pending = tuple(pending)
     key = (ctx.policy, ctx.block, ctx.num_threads, ctx.conv_algorithm, pending, root_places,

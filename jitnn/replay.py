@@ -216,8 +216,7 @@ def _run(ctx: "Context", graph: "Graph", items: Mapping[str, "Tensor | np.ndarra
          outputs: Mapping[str, np.ndarray], record: bool) -> Program | None:
     """The normal path: dispatch, one flush, read into ``outputs``; with
     ``record``, the program that replays this run (None if it may not)."""
-    tensors = {name: item if isinstance(item, Tensor) else
-               Tensor._holding(ctx, item)
+    tensors = {name: item if isinstance(item, Tensor) else Tensor._input_holding(ctx, item)
                for name, item in items.items()}
     # then the plan computes values of this call only (see the module docstring)
     record = record and not any(t.pending for t in graph._fixed_tensors())

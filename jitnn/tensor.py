@@ -247,7 +247,7 @@ class Value:
 
     __slots__ = ("_ctx", "_shape", "_axes", "_layout", "_data", "_node", "_lock",
                  "_derived", "_handle", "_consumers", "_plan", "_released", "_dtype",
-                 "_droppable", "_remake", "__weakref__")
+                 "_droppable", "_remake", "_graph_input", "__weakref__")
 
     def __init__(self, ctx: "Context", shape: tuple[int, ...], layout: str,
                  data: np.ndarray | None = None, node: Node | None = None,
@@ -282,6 +282,9 @@ class Value:
         # packed form for any later reader (_drop_plain)
         self._droppable = False
         self._remake: Callable[[], np.ndarray] | None = None
+        # A graph's input, fed anew at every call (a replayed program puts the
+        # next call's array in this same Value): no constant to fold into a filter
+        self._graph_input = False
         if node is not None:
             me = weakref.ref(self)
             for source in node.inputs:
@@ -447,6 +450,13 @@ class Tensor:
         """A plain Tensor whose buffer is ``array`` itself (no copy: the caller
         made it, or reads it only while a call runs)."""
         return cls(ctx, array.shape, layouts.plain_tag(array.ndim), data=array)
+
+    @classmethod
+    def _input_holding(cls, ctx: "Context", array: np.ndarray) -> "Tensor":
+        """:meth:`_holding` for a graph input's array, marked as one."""
+        tensor = cls._holding(ctx, array)
+        tensor._v._graph_input = True
+        return tensor
 
     # --- what it is -------------------------------------------------------------
 
