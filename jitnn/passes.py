@@ -6,7 +6,8 @@ Each leaves a line in ``plan.log`` (``jitnn.explain`` prints them):
    dependency order, one step per op; which values must be *kept* (the caller
    holds them, an op outside this flush reads them, or they are being read);
 2. :func:`fold_batch_norms` - an anchor (conv2d) folds the op after it into
-   its weights (a batch normalization into the filter and bias);
+   its weights (a batch normalization, then per-channel constants multiplied
+   or added: a layer scale, into the filter and bias);
 3. :func:`fuse_swish` - ``x * sigmoid(x)`` after an anchor becomes its
    SiLU epilogue;
 4. :func:`fuse_epilogues` - an anchor absorbs the ops after it into its
@@ -163,9 +164,21 @@ def _fuse_by_rule(plan: Plan, rule_of, repeat: bool = False) -> int:
 def fold_batch_norms(plan: Plan) -> Plan:
     """An anchor whose value only one op reads folds that op into its weights
     where its kind's ``fold`` rule allows (conv2d -> batch_normalization: the
-    normalization folded into the conv's filter and bias)."""
-    folded = _fuse_by_rule(plan, lambda kind: kind.fold)
-    plan.log.append(f"fold_batch_norms: {folded} folded into a conv2d")
+    normalization folded into the conv's filter and bias; then a mul, add or
+    sub of a per-channel constant, a layer scale: into them too)."""
+    folded_ops: dict[str, int] = {}
+
+    def counted(fold):
+        def rule(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
+            made = fold(node, consumer, v, result)
+            if made is not None:
+                folded_ops[consumer.op] = folded_ops.get(consumer.op, 0) + 1
+            return made
+        return rule
+    folded = _fuse_by_rule(plan, lambda kind: None if kind.fold is None else counted(kind.fold))
+    which = ", ".join(f"{n} {op}" for op, n in sorted(folded_ops.items()))
+    plan.log.append(f"fold_batch_norms: {folded} folded into a conv2d"
+                    + (f" ({which})" if which else ""))
     return plan
 
 

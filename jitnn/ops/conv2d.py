@@ -5,7 +5,8 @@ call, before anything runs; the result is a pending Tensor in the blocked
 layout (plain under the ``"plain"`` policy), computed when read. A conv fed
 by a blocked tensor reads it as it is, so a chain of convs converts layout
 once on the way in and once on the way out. The scheduler may fold a following
-batch normalization into the filter and bias, and fuse a residual add and an
+batch normalization into the filter and bias, and a per-channel constant
+multiplied or added after it (a layer scale), and fuse a residual add and an
 activation into the kernel's epilogue (see jitnn/scheduler.py). A filter
 Tensor is packed once per block size (and folded normalization) and reused by
 every later call (pass the same Tensor).
@@ -32,7 +33,7 @@ from ..tensor import Node, Tensor, Value
 from ._common import (Binding, as_tensor, blocked_buffer, context_of, frozen_options, int_pair,
                       padding4, parse_activation, pending, plain_buffer, value_of)
 from . import squeeze_excite
-from .eltwise import batch_norm_scale_shift
+from .eltwise import batch_norm_scale_shift, operand_sig, resolve_operand
 
 
 def conv2d_output_size(size: int, kernel: int, stride: int, dilation: int,
@@ -178,6 +179,9 @@ def _conv2d_signature(ctx, x: Tensor, w: Tensor, bias_t: Tensor | None, strides,
         "first_layer": first_layer, "block": block, "axes": input_layout,
         # what scheduler passes may add: epilogue and folded normalization
         "activation": (code, p0, p1), "residual": None, "bn": None,
+        # per-channel constants folded after the normalization: ("mul", "add"
+        # or "sub", the eltwise operand description), in order
+        "affine": (),
         "blocked_inputs": (),
     }
     out_shape = (n, o, oh, ow) if input_layout == "nchw" else (n, oh, ow, o)
@@ -218,6 +222,9 @@ class _Conv2dMemo(NamedTuple):
     #: algorithm's line, as chosen when this launch was planned
     layouts: tuple = ()
     notes: tuple = ()
+    #: the folded per-channel constants: weak references to their Values (a
+    #: number as it is), see _affine_refs
+    affine: tuple = ()
 
 
 def _bn_refs(bn: tuple | None) -> tuple | None:
@@ -238,10 +245,27 @@ def _same_bn(refs: tuple | None, bn: tuple | None) -> bool:
     return True
 
 
+def _affine_refs(affine: tuple) -> tuple:
+    """What a memo keeps of the folded per-channel constants (see _Conv2dMemo)."""
+    return tuple((op, weakref.ref(operand[1]) if isinstance(operand[1], Value) else operand[1])
+                 for op, operand in affine)
+
+
+def _same_affine(refs: tuple, affine: tuple) -> bool:
+    if len(refs) != len(affine):
+        return False
+    for (op, ref), (op_now, operand) in zip(refs, affine):
+        now = operand[1]
+        if op != op_now or (ref() is not now if isinstance(now, Value) else ref != now):
+            return False
+    return True
+
+
 def _bias_home(a: dict) -> Value | None:
     """The Value a conv's padded bias is derived on: the filter's when a
-    batch normalization is folded into it, else the bias's own."""
-    return a["w"] if a["bn"] is not None else a["bias"]
+    batch normalization or a per-channel constant is folded into it, else
+    the bias's own."""
+    return a["w"] if a["bn"] is not None or a["affine"] else a["bias"]
 
 
 def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndarray:
@@ -257,7 +281,8 @@ def run_conv2d(ctx, node: Node, value: Value, out: np.ndarray | None) -> np.ndar
     memo = node.memo
     launch = bias = None
     if memo is not None and memo.threads == ctx.num_threads and \
-            memo.x_shape == source.shape and _same_bn(memo.bn, a["bn"]):
+            memo.x_shape == source.shape and _same_bn(memo.bn, a["bn"]) and \
+            _same_affine(memo.affine, a["affine"]):
         packed = memo.packed()
         launch = memo.launch()
         bias = None if memo.bias is None else memo.bias()
@@ -313,7 +338,16 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
         return None
     derived = [(a["w"], memo.filter_key, packed)]
     if memo.bias is not None:
-        derived.append((a["bias"], memo.bias_key, bias))
+        derived.append((_bias_home(a), memo.bias_key, bias))
+    for _, operand in a["affine"]:
+        # a folded constant's vector: a Value remade at every run (a graph
+        # input's) has none at the next, and is never bound (executor.Bindings)
+        if isinstance(operand[1], Value):
+            key = _affine_key(operand, a["out_channels"])
+            vector = operand[1]._derived.get(key)
+            if vector is None:
+                return None
+            derived.append((operand[1], key, vector))
     return Binding(bound[0], bound[1], tuple(reads), tuple(derived), result, memo.threads)
 
 
@@ -327,23 +361,27 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     and the array to write."""
     a = node.attrs
     block = a["block"]
-    bn_scale = bn_shift = None
-    if a["bn"] is not None:
-        bn_scale, bn_shift = batch_norm_scale_shift(a["bn"])
-    packed, filter_key = _packed_filter(ctx, a, bn_scale)
     o = a["out_channels"]
+    scale, shift = _folded_scale_shift(a)
+    packed, filter_key = _packed_filter(
+        ctx, a, None if scale is None else scale.astype(np.float32))
     o_phys = layouts.padded_channels(o, block)
     bias_array = bias_key = None
-    if a["bias"] is not None and bn_shift is None:
+    if a["bias"] is not None and shift is None and scale is None:
         # padded to whole blocks once per bias tensor (a model runs it again)
         bias_key = ("conv2d_bias", o_phys)
         bias_values = plain_buffer(a["bias"])
         bias_array = a["bias"]._derive(bias_key, lambda: _padded_bias(bias_values, o, o_phys))
-    elif bn_shift is not None:
-        folded_bias = np.zeros(o_phys, np.float32)
+    elif shift is not None or a["bias"] is not None:
+        # bias * scale + shift, rounded once (a bias-free conv scaled only needs none)
+        folded = np.zeros(o, np.float64)
         if a["bias"] is not None:
-            folded_bias[:o] = a["bias"]._materialize()
-        folded_bias[:o] = folded_bias[:o] * bn_scale + bn_shift
+            folded += a["bias"]._materialize()
+        if scale is not None:
+            folded *= scale
+        if shift is not None:
+            folded += shift
+        folded_bias = _padded_bias(folded.astype(np.float32), o, o_phys)
         # kept on the filter by its numbers (bounded), for the memo to find
         bias_key = ("conv2d_bn_bias", folded_bias.tobytes())
         bias_array = _derive_fold(a["w"], bias_key, lambda: folded_bias)
@@ -369,9 +407,46 @@ def _plan_run(ctx, node: Node, value: Value, source: np.ndarray, out: np.ndarray
     memo = _Conv2dMemo(ctx.num_threads, source.shape, filter_key, weakref.ref(packed),
                        bias_key, None if bias_key is None else weakref.ref(bias_array),
                        weakref.ref(launch), blocked, plain_result, _bn_refs(a["bn"]),
-                       _kernel_layouts(node, value), tuple(_explain(node, value)))
+                       _kernel_layouts(node, value), tuple(_explain(node, value)),
+                       _affine_refs(a["affine"]))
     node.memo = memo
     return memo, launch, bias_array, dest
+
+
+def _affine_key(operand: tuple, channels: int) -> tuple:
+    """The key of a folded constant's per-channel vector among its Value's derived forms."""
+    return ("conv2d_affine",) + operand_sig(operand) + (channels,)
+
+
+def _affine_vector(operand: tuple, channels: int) -> np.ndarray:
+    """A folded constant (a number, a size-1 Value or a per-channel one) as
+    ``channels`` float64 values; a Value's is kept among its derived forms
+    (a bound call checks it is still there: the same Value, not remade)."""
+    if operand[0] == "number":
+        return np.full(channels, float(operand[1]))
+    y = operand[1]
+    values = resolve_operand(None, operand)     # a number, or (C,) float32 values
+    return y._derive(_affine_key(operand, channels),
+                     lambda: np.broadcast_to(np.asarray(values, np.float64), (channels,)).copy())
+
+
+def _folded_scale_shift(a: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The per-output-channel ``(scale, shift)`` (float64, None for 1 and 0)
+    that the folded batch normalization and constants apply after the conv:
+    ``(conv + bias) * scale + shift`` is what the node computes."""
+    scale = shift = None
+    if a["bn"] is not None:
+        bn_scale, bn_shift = batch_norm_scale_shift(a["bn"])
+        scale, shift = bn_scale.astype(np.float64), bn_shift.astype(np.float64)
+    for op, operand in a["affine"]:
+        vector = _affine_vector(operand, a["out_channels"])
+        if op == "mul":
+            scale = vector if scale is None else scale * vector
+            shift = None if shift is None else shift * vector
+        else:
+            vector = vector if op == "add" else -vector
+            shift = vector if shift is None else shift + vector
+    return scale, shift
 
 
 def _candidate_runs(ctx, a: dict, source: np.ndarray, packed, blocked: tuple,
@@ -442,8 +517,8 @@ def _derive_fold(w: Value, key: tuple, make):
 
 def _packed_filter(ctx, a: dict, bn_scale: np.ndarray | None):
     """The filter in the kernel's layout, packed once per filter tensor and
-    configuration (and per folded batch normalization's scale), and its key
-    among the filter's derived forms."""
+    configuration (and per folded scale: a batch normalization's and the
+    constants', ``bn_scale``), and its key among the filter's derived forms."""
     w = a["w"]
     key = ("conv2d_filter", a["block"], a["filter_layout"], a["groups"], a["in_channels"],
            a["first_layer"])
@@ -604,13 +679,56 @@ def _plain_conv(node: Node) -> bool:
     return a["bn"] is None and a["residual"] is None and a["activation"][0] == epilogue.NONE
 
 
+def _channel_constant(step: tuple, v: Value, result: Value) -> tuple | None:
+    """``(op, operand)`` when eltwise ``step`` multiplies ``v`` by, adds to it
+    or subtracts from it a constant of one value per channel (a number, a
+    size-1 tensor, or one varying along the channel axis only: ``(C, 1, 1)``,
+    ``(1, C, 1, 1)``), finite (and a scale nonzero: ``conv * -0.0`` keeps the
+    sign of each zero it makes, a filter times it would not); else None.
+    Constant: computed before this plan (a graph's constant, a tensor made
+    from host data), neither a value this plan computes nor a graph's input
+    (fed anew at every call)."""
+    kind, op, other, reverse, operand = step if len(step) == 5 else (None,) * 5
+    if kind != "binary" or op not in ("mul", "add", "sub") or (op == "sub" and reverse) \
+            or result._shape != v._shape or other is v:
+        return None
+    if operand[0] == "number":
+        usable = np.isfinite(operand[1]) and (op != "mul" or operand[1] != 0)
+        return (op, operand) if usable else None
+    if operand[0] not in ("scalar", "lanes") or (operand[0] == "lanes" and operand[2][0] != 1):
+        return None                            # per (n, c), or along another axis
+    y = operand[1]
+    if y._data is None or y._graph_input:
+        return None
+    values = plain_buffer(y)
+    if not np.isfinite(values).all() or (op == "mul" and not values.all()):
+        return None
+    return op, operand
+
+
 def _fold(node: Node, consumer: Node, v: Value, result: Value) -> Node | None:
     """conv2d -> batch_normalization (per channel, inference) as one conv2d with
-    the normalization folded into its filter and bias."""
-    if not _plain_conv(node) or consumer.kind != "eltwise" or consumer.inputs[0] is not v \
-            or len(consumer.attrs["steps"]) != 1 or consumer.attrs["steps"][0][0] != "affine":
+    the normalization folded into its filter and bias; then a per-channel
+    constant multiplied or added (a layer scale: ``gamma * conv(x)``), folded
+    into them too (``w[o] * s[o]``, ``bias[o] * s[o] + t[o]``), so that a
+    residual add after it fuses into the conv's epilogue."""
+    a = node.attrs
+    if consumer.kind != "eltwise" or consumer.inputs[0] is not v \
+            or len(consumer.attrs["steps"]) != 1:
         return None
-    bn = consumer.attrs["steps"][0][1]         # (mean, variance, scale, bias, epsilon)
+    step = consumer.attrs["steps"][0]
+    if step[0] != "affine":
+        constant = _channel_constant(step, v, result)
+        if constant is None or a["residual"] is not None \
+                or a["activation"][0] != epilogue.NONE:
+            return None
+        extra = (constant[1][1],) if constant[1][0] != "number" else ()
+        return node.replace(inputs=node.inputs + extra,
+                            attrs={**a, "affine": a["affine"] + (constant,)},
+                            fused=node.fused + (consumer.op,))
+    if not _plain_conv(node) or a["affine"]:
+        return None
+    bn = step[1]                               # (mean, variance, scale, bias, epsilon)
     if any(t is not None and t._data is None for t in bn[:4]):
         return None                            # statistics not computed yet
     extra = tuple(t for t in bn[:4] if t is not None)
@@ -664,5 +782,5 @@ register_kind(NodeKind("conv2d", role="anchor", writes_into_buffer=True,
 register_op(OpDef(
     "conv2d", conv2d, conv2d_reference, webnn="conv2d", onnx=("Conv",), kinds=("conv2d",),
     layouts="reads plain (first layer, C < block) or blocked, writes blocked",
-    fusion="anchor: folds a following batch normalization, absorbs a residual add and an "
-           "activation into its epilogue"))
+    fusion="anchor: folds a following batch normalization and per-channel constant mul/add "
+           "(a layer scale), absorbs a residual add and an activation into its epilogue"))

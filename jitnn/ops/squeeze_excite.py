@@ -39,13 +39,13 @@ if TYPE_CHECKING:
 
 
 def _pointwise_on_one_pixel(node: Node | None, value: Value | None) -> bool:
-    """A plain 1x1 conv2d (no residual, folded normalization, groups or
-    padding) on blocked NCHW data, making a 1x1 plane."""
+    """A plain 1x1 conv2d (no residual, folded normalization or constant,
+    groups or padding) on blocked NCHW data, making a 1x1 plane."""
     if node is None or node.kind != "conv2d":
         return False
     a = node.attrs
     w_shape = layouts.filter_oihw_shape(a["w"]._shape, a["filter_layout"])
-    return (a["residual"] is None and a["bn"] is None and a["groups"] == 1
+    return (a["residual"] is None and a["bn"] is None and not a["affine"] and a["groups"] == 1
             and not a["first_layer"] and a["axes"] == "nchw" and not any(a["padding"])
             and tuple(w_shape[2:]) == (1, 1) and value._shape[2:] == (1, 1))
 
