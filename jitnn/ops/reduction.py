@@ -24,6 +24,12 @@ Lowering (float32): the Numba kernel of kernels/reduce.py, on an
   read in place; other axis sets are transposed first (a numpy copy) so that
   the reduced axes come last.
 
+Both write into the plan's buffer, and a replayed plan runs the kernel
+itself on the same arrays (a bound call, without the op's Python or the
+kernel's checks); a blocked input's plain ``(N, C)`` result or re-zeroed
+padding lanes bind the wrapper that does that work, and a transposed
+input runs the op again at each run.
+
 Integer inputs run as numpy on plain data. arg_min / arg_max (any data type,
 first index on ties: ONNX's ``select_last_index=0``) and cumulative_sum
 (float32 summed in float64, or the integer type) are plain numpy ops too.
