@@ -179,6 +179,27 @@ def test_patch_embed_between_channels_last_tensors():
     assert layouts == ["nhwc"] and "transpose" not in labels, (labels, layouts)
 
 
+@pytest.mark.parametrize("into,out", [("nhwc", "tokens"), ("tokens", "nhwc")])
+def test_either_form_on_either_side(into, out):
+    """Hugging Face's SegFormer embeds a stage's patches from ``(N, H, W, C)``
+    (``permute(0, 3, 1, 2)``) into tokens (``flatten(2).transpose(1, 2)``);
+    the other way round is matched too."""
+    n, c, h, w, o = 2, 9, 7, 5, 7
+    net = Net(11)
+    shape = (n, h, w, c) if into == "nhwc" else (n, h * w, c)
+    feed = {"x": random(shape, 11)}
+    x = net.input("x", shape)
+    image = net("Transpose", x, perm=[0, 3, 1, 2]) if into == "nhwc" else \
+        net("Reshape", net("Transpose", x, perm=[0, 2, 1]), _ints(net, [n, c, h, w]))
+    y = net("Conv", image, net.const(net.rng.standard_normal((o, c, 3, 3)) / 9),
+            net.const(0.1 * net.rng.standard_normal(o)), kernel_shape=[3, 3], strides=[2, 2],
+            pads=[1, 1, 1, 1])
+    y = net("Transpose", net("Reshape", y, _ints(net, [n, o, -1])), perm=[0, 2, 1]) \
+        if out == "tokens" else net("Transpose", y, perm=[0, 2, 3, 1])
+    labels, layouts = check(net.model([_norm(net, y, o)]), feed)
+    assert layouts == ["nhwc"] and "transpose" not in labels, (labels, layouts)
+
+
 def test_two_token_convs_in_a_row():
     """The result of one matched conv is the tokens of the next."""
     n, c, h, w = 1, 17, 8, 6
