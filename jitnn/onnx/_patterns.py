@@ -735,7 +735,7 @@ def _infer_shape(node, values: dict, held: dict) -> tuple[int, ...] | None:
                         list(range(len(shapes[0])))[::-1])
             return tuple(shapes[0][p] for p in perm)
         if node.op_type == "Conv":
-            return _token_convs.conv_output_shape(node, shapes, values)
+            return _token_convs.conv_output_shape(node, shapes)
         if node.op_type == "MatMul":
             a, b = shapes
             if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:

@@ -108,7 +108,7 @@ def match(g: _Graph, conv: int) -> Pattern | None:
                    lambda cv, values: _convert(cv, values, g, plan))
 
 
-def conv_output_shape(node, shapes: list, values: dict) -> tuple[int, ...] | None:
+def conv_output_shape(node, shapes: list) -> tuple[int, ...] | None:
     """The output shape of a 2-D ``Conv`` node from its inputs' shapes and a
     constant filter (what the ``Shape`` of a held-back conv reads), or None."""
     x, w = shapes[0], shapes[1]
@@ -195,7 +195,7 @@ def _convert(cv, values: dict, g: _Graph, plan: dict) -> Operand | None:
     if bias is not None and (not isinstance(bias, (Const, Operand)) or
                              tuple(bias.shape) != (o,)):
         return None
-    shape = conv_output_shape(node, [(n, c, h, w), filt.array.shape], values)
+    shape = conv_output_shape(node, [(n, c, h, w), filt.array.shape])
     if shape is None or 0 in shape:
         return None
     strides = [int(s) for s in g.attr(plan["conv"], "strides", [1, 1])]
