@@ -539,8 +539,9 @@ def _groups(tasks: int, elements: int) -> int:
 
 
 def is_narrow(inner: int, code: int) -> bool:
-    """Whether :func:`reduce` runs ``(outer, R, inner)`` with
-    :func:`_narrow_tasks` (a narrow ``inner``, any op but log-sum-exp)."""
+    """Whether ``(outer, R, inner)`` is narrow (any op but log-sum-exp, an
+    ``inner`` that divides 64): :func:`reduce` runs it with :func:`lane_rows`
+    for an ``inner`` of :data:`LANE_INNERS`, else with :func:`_narrow_tasks`."""
     return inner <= _ROW_LANES and _ROW_LANES % inner == 0 and code != LOG_SUM_EXP
 
 

@@ -297,9 +297,10 @@ def test_lane_rows_against_reference(op, inner):
 @pytest.mark.parametrize("inner", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("op", [o for o in OPS if o != "log_sum_exp"])
 def test_narrow_rows_against_reference(op, inner):
-    """The narrow path (rows of 16-128 lanes, several pixels each, the tail
-    in the first lanes): pixel counts below, at and past a row and the point
-    where the width doubles, a NaN in the rows or the tail for max and min."""
+    """The narrow paths (:func:`lane_rows` for inner 1, 4, 8, 16; rows of
+    16-128 lanes of ``_narrow_tasks`` for 2): pixel counts below, at and past
+    a row and the point where the width doubles, a NaN in the rows or the
+    tail for max and min."""
     code = reduce_kernels.OPS[op]
     assert reduce_kernels.is_narrow(inner, code)
     counts = {1, 3, 7, 9, 17, 49, 130, 1031}
