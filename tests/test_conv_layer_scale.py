@@ -92,6 +92,18 @@ def test_scale_shapes_and_a_shift_fold(shape):
         (1,) * (4 - len(shape)) + shape)) + beta_np + x_np)
 
 
+def test_a_channels_last_conv_folds_a_scale_on_its_last_axis():
+    ctx = jitnn.Context()
+    x_np = random((2, 7, 9, 17), 15)                     # NHWC, 17 channels
+    w_np = random((17, 17, 3, 3), 16, 0.3)
+    s_np = random((17,), 17)
+    x, s = ctx.tensor(x_np), ctx.tensor(s_np)
+    y = jitnn.mul(jitnn.conv2d(x, w_np, padding=1, input_layout="nhwc"), s)
+    text = jitnn.explain(y)
+    assert _folds(text) == 1 and "conv2d + mul" in text, text
+    _close(y.numpy(), conv2d_reference(x_np, w_np, padding=1, input_layout="nhwc") * s_np)
+
+
 def test_batch_norm_then_scale_and_shift_fold_together():
     """conv -> batch_normalization -> (x - t) * s: all three in the filter and
     bias, composed in float64, then the residual and ReLU in the epilogue."""
