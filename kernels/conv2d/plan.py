@@ -428,7 +428,12 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
                       (tuple(geom), chunk, kcb, gsets, threads, has_res) + epilogue)
     pad_copy = None
     geom = direct_geometry(N, C, H, W, cb, plain, OB, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, O)
-    P, B = direct_tile_shape(cb, plain, OB)
+    # (four blocks a tile without groups only, a grouped filter's windows of
+    # two blocks would run one-block tiles, below; and while four blocks'
+    # weights stay below the tap-by-tap size, whose passes want more groups)
+    four = packed.groups == 1 and \
+        packed.weights.nbytes // max(1, OB // 4) <= _TAP_PASS_GROUP_BYTES
+    P, B = direct_tile_shape(cb, plain, OB if four else 0)
     # (a plain input's tile walks every tap's weights: no regions)
     regions, share = tap_regions(geom) if not plain else (None, 1.0)
     by_regions = share <= _TAP_REGION_SHARE and \
