@@ -26,7 +26,7 @@ from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
 from .kernels.buffers import aligned_empty
 from .errors import JitnnExecutionError
-from .ops._common import Binding, blocked_buffer
+from .ops._common import Binding, blocked_buffer, plain_buffer
 from .plan import Plan, Step, physical_shape
 from .registry import kind_of
 from .tensor import Node, Value
@@ -144,8 +144,10 @@ def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
         nonlocal fused
         t0 = time.perf_counter()
         ctx.launcher.tracing(step.inner_reorders)
-        if step.kind == "reorder":
-            blocked_buffer(ctx, step.value, step.reorder_block, step.value._axes)
+        if step.kind == "reorder" and not step.reorder_block:
+            plain_buffer(step.value)
+        elif step.kind == "reorder":
+            blocked_buffer(ctx, step.value, step.reorder_block, step.reorder_axes)
             # the reorder's own count is in inner_reorders; show it as the step
             step.inner_reorders.clear()
         else:
@@ -241,6 +243,23 @@ class Bindings:
         if own:
             self.stable[id(data)] = data
 
+    def kept_reorder(self, index: int) -> np.ndarray | None:
+        """The array reorder step ``index`` wrote last run (None at first):
+        it writes there again, so the blocked copy a kernel reads is the same
+        array at every run, and the steps reading it can be bound."""
+        kept = self.kept[index]
+        return kept if kept is not None and kept is not False else None
+
+    def keep_reorder(self, index: int, value: Value, made: np.ndarray) -> None:
+        """After reorder step ``index`` made ``made`` for ``value`` (its own
+        array, not the value's buffer): keep it, stable, for the next runs."""
+        own = made.flags.c_contiguous and not np.may_share_memory(made, value._data)
+        self.kept[index] = made if own else False
+        if own:
+            self.stable[id(made)] = made
+            # (the views ops make of it are stable too: keep_view)
+            self.owners[id(_owner(made))] = _owner(made)
+
     def keep_view(self, index: int, data: object) -> None:
         """Step ``index``'s result when it is a view of a seed's memory (a
         reshape of a plan's buffer, the same object at every run while its
@@ -289,7 +308,9 @@ class Bindings:
                 stable.get(id(array)) is array or id(value) in inputs
                 or id(value) not in dynamic
                 for value, array in binding.reads) and not any(
-                id(value) in dynamic for value, _, _ in binding.derived):
+                # (a computed value's blocked copy made by a kept reorder is stable)
+                id(value) in dynamic and stable.get(id(form)) is not form
+                for value, _, form in binding.derived):
             binding.kernel = compiled_entry(binding.kernel, binding.args, binding.threads)
             if any(id(value) in inputs for value, _ in binding.reads):
                 # a graph input's array is the caller's, new at any run
@@ -417,7 +438,11 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             v = captured.value
             if step.kind == "reorder":
                 ctx.launcher.tracing(reorders)
-                blocked_buffer(ctx, v, step.reorder_block, v._axes)
+                kept = None if bindings is None else bindings.kept_reorder(index)
+                made = blocked_buffer(ctx, v, step.reorder_block, step.reorder_axes, kept) \
+                    if step.reorder_block else plain_buffer(v, kept)
+                if bindings is not None and kept is None:
+                    bindings.keep_reorder(index, v, made)
                 reorders.clear()
             else:
                 node = captured.node

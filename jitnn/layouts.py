@@ -75,6 +75,20 @@ def blocked_shape(nchw_shape: tuple[int, ...], block: int) -> tuple[int, ...]:
     return (n, padded_channels(c, block) // block, h, w, block)
 
 
+def same_order_as_plain(shape: tuple[int, ...], axes: str, block: int) -> bool:
+    """Whether a 4-D tensor of logical ``shape`` (``axes`` "nchw" or "nhwc")
+    has the same memory order blocked by ``block`` as plain, so that its
+    blocked buffer is its plain array (no padding lanes, no interleaving):
+    ``(N, C, 1, 1)`` with C a multiple of the block, block 1 of NCHW, one
+    block of NHWC."""
+    n, c, h, w = shape if axes == "nchw" else (shape[0], shape[3], shape[1], shape[2])
+    blocks = -(-c // block)
+    return (n * c * h * w == 1
+            or (h * w == 1 and c == blocks * block)
+            or (axes == "nchw" and block == 1)
+            or (axes == "nhwc" and blocks == 1 and block == c))
+
+
 def filter_oihw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     """A filter's shape in oihw order, from its shape in ``layout``."""
     if layout not in _FILTER_TO_OIHW:

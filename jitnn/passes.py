@@ -297,10 +297,11 @@ def fuse_eltwise_chains(plan: Plan) -> Plan:
 
 
 def insert_reorders(plan: Plan) -> Plan:
-    """One reorder step for each plain value a blocked kernel reads (shared)."""
+    """One reorder step for each plain value a blocked kernel reads, and one
+    back to plain for each blocked value an op reads plain (each shared)."""
     new_steps: list[Step] = []
     done: set = set()
-    count = 0
+    count = back = 0
     for step in plan.steps:
         if step.kind == "op":
             for source, block, axes in step.node.attrs.get("blocked_inputs", ()):
@@ -309,20 +310,49 @@ def insert_reorders(plan: Plan) -> Plan:
                     continue
                 done.add(key)
                 tag = layouts.blocked_tag(block)
+                # (a plain 4-D value's order is the axes the kernel reads it in)
+                origin = axes if layouts.block_of(source._layout) is None else source._layout
                 new_steps.append(Step(
-                    "reorder", source, f"reorder {source._layout} -> {tag}",
+                    "reorder", source, f"reorder {origin} -> {tag}",
                     layouts_in=(source._layout,), layout_out=tag,
                     bytes_in=physical_bytes(source),
                     bytes_out=4 * int(np.prod(layouts.blocked_shape(
                         source._shape if axes == "nchw" else
                         (source._shape[0], source._shape[3], source._shape[1],
                          source._shape[2]), block))),
-                    reorder_block=block))
+                    reorder_block=block, reorder_axes=axes))
                 count += 1
+            if step.node.kind == "plain_into" or step.node.attrs.get("reads_plain"):
+                for source in step.node.inputs:
+                    if _read_back(source) and (id(source), 0, "plain") not in done \
+                            and ("plain",) not in source._derived:
+                        done.add((id(source), 0, "plain"))
+                        new_steps.append(_readback_step(source))
+                        back += 1
         new_steps.append(step)
     plan.steps = new_steps
-    plan.log.append(f"insert_reorders: {count} reorder(s) into blocked layouts")
+    plan.log.append(f"insert_reorders: {count} reorder(s) into blocked layouts, {back} back "
+                    f"to plain")
     return plan
+
+
+def _read_back(v: Value) -> bool:
+    """Whether an op reading ``v``'s plain values makes a copy: ``v`` is
+    blocked, in an order other than plain's."""
+    block = layouts.block_of(v._layout)
+    return block is not None and not layouts.same_order_as_plain(v._shape, v._axes, block)
+
+
+def _readback_step(source: Value) -> Step:
+    """The step reading blocked ``source`` back to plain for the ops that
+    read it so (``reorder_block`` 0): a replay writes it into the same array
+    at every run, so those ops, and the views they make, can be bound."""
+    plain = source._axes if len(source._shape) == 4 else layouts.plain_tag(len(source._shape))
+    return Step("reorder", source, f"reorder {source._layout} -> {plain}",
+                layouts_in=(source._layout,), layout_out=plain,
+                bytes_in=physical_bytes(source),
+                bytes_out=source._dtype.itemsize * int(np.prod(source._shape)),
+                reorder_block=0, reorder_axes=source._axes)
 
 
 def plan_buffers(plan: Plan) -> Plan:

@@ -37,6 +37,7 @@ class Step:
     buffer_place: tuple = ()
     frees: tuple = ()              # values whose buffers are dead after this step
     reorder_block: int = 0         # reorder steps: the target block
+    reorder_axes: str = "nchw"     # ... and the logical axes the reading kernel takes
     removed: bool = False          # fused into another step by a pass
     seconds: float | None = None   # measured after the run
     inner_reorders: list = dataclasses.field(default_factory=list)  # (label, bytes, s)

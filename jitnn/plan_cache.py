@@ -85,6 +85,7 @@ class _StepTemplate:
     buffer: str
     frees: tuple
     reorder_block: int
+    reorder_axes: str
     buffer_place: tuple
     #: the node's ``memo`` from its last run (weak references only: see
     #: ops/conv2d.py), handed to the next plan's node, which checks it
@@ -217,7 +218,7 @@ def _template(plan: "Plan", place: dict) -> PlanTemplate:
             step.kind, place[id(step.value)], step.label, template, step.layouts_in,
             step.layout_out, step.flops, step.bytes_in, step.bytes_out, step.kept,
             step.buffer, tuple(place[id(v)] for v in step.frees), step.reorder_block,
-            step.buffer_place))
+            step.reorder_axes, step.buffer_place))
     kept = tuple(sorted(place[k] for k in plan.kept))      # plan.kept holds ids
     log = [f"plan_cache: reused the plan of an earlier flush whose pending DAG had this "
            f"shape ({plan.recorded_ops} op(s)); the passes below ran for it, none now"
@@ -254,7 +255,8 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                           layout_out=t.layout_out, flops=t.flops, bytes_in=t.bytes_in,
                           bytes_out=t.bytes_out, kept=t.kept, buffer=t.buffer,
                           frees=tuple([values[i] for i in t.frees]) if t.frees else (),
-                          reorder_block=t.reorder_block, buffer_place=t.buffer_place))
+                          reorder_block=t.reorder_block, reorder_axes=t.reorder_axes,
+                          buffer_place=t.buffer_place))
     return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept},
                 list(template.log),
                 recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,

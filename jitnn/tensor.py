@@ -651,14 +651,16 @@ def reorder(t: Tensor | np.ndarray, layout: str, *, axes: str | None = None) -> 
     return Tensor(ctx, t.shape, layout, data=to_blocked(ctx, plain, axes, block), axes=axes)
 
 
-def to_blocked(ctx: "Context", plain: np.ndarray, axes: str, block: int | None = None
-               ) -> np.ndarray:
+def to_blocked(ctx: "Context", plain: np.ndarray, axes: str, block: int | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
     """Reorder a plain 4-D array (logical ``axes`` "nchw" or "nhwc") to
-    ``nChw{block}c`` (the context's block by default), counted as a reorder."""
+    ``nChw{block}c`` (the context's block by default), counted as a reorder;
+    into ``out`` when given (of that blocked shape, C-contiguous)."""
     block = ctx.block if block is None else block
     nchw = plain.shape if axes == "nchw" else \
         (plain.shape[0], plain.shape[3], plain.shape[1], plain.shape[2])
-    out = aligned_empty(layouts.blocked_shape(nchw, block))
+    if out is None:
+        out = aligned_empty(layouts.blocked_shape(nchw, block))
     kernel = layout_kernels.nchw_to_blocked if axes == "nchw" \
         else layout_kernels.nhwc_to_blocked
     return ctx.launcher.reorder(kernel, np.ascontiguousarray(plain), out)

@@ -238,24 +238,19 @@ def is_blocked(t: Tensor) -> bool:
 def _plain_view_of_blocked(t: Tensor, data: np.ndarray) -> np.ndarray | None:
     """The blocked buffer as the plain array when their memory orders coincide
     (no padding lanes and no interleaving), else None."""
-    _, blocks, h, w, cb = data.shape
-    channels = t.shape[channel_axis(t._axes)]
-    same = (t.size == 1
-            or (h * w == 1 and channels == blocks * cb)                 # (N, C) either way
-            or (t._axes == "nchw" and cb == 1)                          # nChw1c is nchw
-            or (t._axes == "nhwc" and blocks == 1 and cb == channels))  # one block is nhwc
-    if not same:
+    if not layouts.same_order_as_plain(t.shape, t._axes, data.shape[4]):
         return None
     return data.reshape(-1)[:t.size].reshape(t.shape)
 
 
-def plain_buffer(t: Tensor) -> np.ndarray:
+def plain_buffer(t: Tensor, out: np.ndarray | None = None) -> np.ndarray:
     """``t``'s values as a C-contiguous array of its logical shape (read-only use).
 
     A plain tensor gives its own buffer. A blocked one gives a view of its
     buffer when the two orders coincide (``(N, C, 1, 1)`` with C a multiple of
     the block, block 1, ...), else a copy made by one reorder (counted in
-    ``ctx.stats``), made once per tensor and cached.
+    ``ctx.stats``), made once per tensor and cached; into ``out`` when given
+    (a replay's readback step: the same array at every run).
     """
     data = t._materialize()
     if not is_blocked(t):
@@ -263,15 +258,24 @@ def plain_buffer(t: Tensor) -> np.ndarray:
     view = _plain_view_of_blocked(t, data)
     if view is not None:
         return view
-    return t._derive(("plain",), lambda: t._read_into(None, None))
+    return t._derive(("plain",), lambda: t._read_into(out, None))
 
 
-def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray:
+def reads_plain(node) -> bool:
+    """Whether ``node`` reads its inputs' plain values (:func:`plain_buffer`):
+    a blocked input is read back first (passes.insert_reorders plans that as
+    a step of its own)."""
+    return node.kind == "plain_into" or node.attrs.get("reads_plain", False)
+
+
+def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """``t`` (4-D) as an ``nChw{block}c`` buffer with logical axes ``axes``.
 
     ``t``'s own buffer when it is laid out so already; otherwise a reorder
     (counted in ``ctx.stats``; a tensor blocked another way is read back to
-    plain first), made once per (tensor, block, axes) and cached.
+    plain first), made once per (tensor, block, axes) and cached; into
+    ``out`` when given (a replay's reorder step: the same array at every run).
     """
     if layouts.block_of(t.layout) == block and t._axes == axes:
         return t._materialize()
@@ -280,7 +284,7 @@ def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str) -> np.ndarray
     if cached is not None:
         return cached
     plain = plain_buffer(t)          # outside t's lock: it may derive too
-    return t._derive(key, lambda: to_blocked(ctx, plain, axes, block))
+    return t._derive(key, lambda: to_blocked(ctx, plain, axes, block, out))
 
 
 def plain_layout(ndim: int, axes: str = "nchw") -> str:
@@ -322,8 +326,12 @@ def plain_op(ctx: Context, op: str, inputs: Sequence[Tensor], shape: tuple[int, 
         # (the array compute returned when it has the shape: a view it keeps
         # the same at every run stays the same object)
         return result if result.shape == shape else result.reshape(shape)
-    return Tensor(ctx, shape, plain_layout(len(shape), axes), producer=produce, axes=axes,
-                  inputs=tuple(inputs), op=op, dtype=dtype)
+    result = Tensor(ctx, shape, plain_layout(len(shape), axes), producer=produce, axes=axes,
+                    inputs=tuple(inputs), op=op, dtype=dtype)
+    node = result._v._node
+    if node is not None:                 # (None: the eager policy ran it already)
+        node.attrs["reads_plain"] = True
+    return result
 
 
 def plain_into_op(ctx: Context, op: str, inputs: Sequence[Tensor], shape: tuple[int, ...],
@@ -370,16 +378,29 @@ def run_plain_into(ctx: Context, node: Node, value: Value, out: np.ndarray | Non
 def bind_plain_into(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
     """The call :func:`run_plain_into` just made, bound to its arrays (a
     replayed program runs it as one call: jitnn/executor.py); None when an
-    input was read through a copy (a blocked one read back, a dropped
-    constant made again)."""
-    arrays = []
+    input was read through a copy other than a blocked one's plain copy (a
+    dropped constant made again). A blocked input's plain copy is a derived
+    form, the same array at every run when a replay's readback step makes it
+    (Bindings.kept_reorder)."""
+    arrays, reads, derived = [], [], []
     for v in node.inputs:
         data = v._data
-        if not isinstance(data, np.ndarray) or layouts.block_of(v._layout) is not None \
-                or v._remake is not None:
+        if not isinstance(data, np.ndarray) or v._remake is not None:
             return None
+        if layouts.block_of(v._layout) is not None:
+            form = v._derived.get(("plain",))
+            if form is None:
+                form = plain_buffer(v)      # a view of the buffer: read in place
+                if not np.may_share_memory(form, data):
+                    return None
+                reads.append((v, data))
+            else:
+                derived.append((v, ("plain",), form))
+            arrays.append(form)
+            continue
         arrays.append(data)
-    return Binding(node.attrs["into"], (*arrays, result), tuple(zip(node.inputs, arrays)), (),
+        reads.append((v, data))
+    return Binding(node.attrs["into"], (*arrays, result), tuple(reads), tuple(derived),
                    result, ctx.num_threads)
 
 

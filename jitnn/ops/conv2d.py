@@ -318,7 +318,8 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
         return None
     launch, packed = memo.launch(), memo.packed()
     bias = None if memo.bias is None else memo.bias()
-    reads = []
+    reads, derived, arrays = [], [], {}
+    blocked_key = ("blocked", a["block"], a["axes"])
     for role, value in (("x", a["x"]), ("residual", a["residual"])):
         if value is None:
             continue
@@ -327,16 +328,27 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
         # reordered to blocked at each run, so it cannot be bound.)
         read_in_place = (role == "x" and a["first_layer"]) or (
             layouts.block_of(value.layout) == a["block"] and value._axes == a["axes"])
-        if value._data is None or not read_in_place:
+        if value._data is None:
             return None
-        reads.append((value, value._data))
+        if read_in_place:
+            reads.append((value, value._data))
+            arrays[role] = value._data
+            continue
+        # a plain value's blocked copy: a replay's reorder step writes it into
+        # the same array at every run (Bindings.kept_reorder), which the
+        # binding's check of derived forms confirms
+        form = value._derived.get(blocked_key)
+        if form is None or (role == "residual" and value is a["x"]):
+            return None
+        derived.append((value, blocked_key, form))
+        arrays[role] = form
     if launch is None or packed is None or (memo.bias is not None and bias is None):
         return None
-    residual = None if a["residual"] is None else a["residual"]._data
-    bound = conv_kernels.bind_conv2d_launch(launch, a["x"]._data, result, bias, residual)
+    bound = conv_kernels.bind_conv2d_launch(launch, arrays["x"], result, bias,
+                                            arrays.get("residual"))
     if bound is None:
         return None
-    derived = [(a["w"], memo.filter_key, packed)]
+    derived.append((a["w"], memo.filter_key, packed))
     if memo.bias is not None:
         derived.append((_bias_home(a), memo.bias_key, bias))
     for _, operand in a["affine"]:
