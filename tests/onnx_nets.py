@@ -5,13 +5,20 @@ builders live here).
 * :class:`Net`: float32 initializers and typed inputs, as a model holds them;
 * :class:`ReferenceNet`: float64 initializers, so that one graph gives both
   the float32 model jitnn runs and a float64 one for the reference
-  (:meth:`ReferenceNet.model`'s ``dtype``).
+  (:meth:`ReferenceNet.model`'s ``dtype``);
+* :func:`check`: a model run by jitnn against onnx's reference evaluator in
+  float64.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+import jitnn
+import jitnn.onnx
 
 
 class _Nodes:
@@ -73,3 +80,41 @@ class ReferenceNet(_Nodes):
                                 for n, s, t in self.inputs],
             [helper.make_tensor_value_info(o, elem, None) for o in outputs], inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+# --- running one against a float64 reference -----------------------------------
+
+def float64_model(model):
+    """A copy of ``model`` computing in float64."""
+    import onnx
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for i, tensor in enumerate(copy.graph.initializer):
+        array = numpy_helper.to_array(tensor)
+        if array.dtype == np.float32:
+            copy.graph.initializer[i].CopyFrom(
+                numpy_helper.from_array(array.astype(np.float64), tensor.name))
+    for info in copy.graph.input:
+        info.type.tensor_type.elem_type = TensorProto.DOUBLE
+    return copy
+
+
+def check(model, feed: dict, tol: float = 2e-5) -> tuple[list[str], list[str]]:
+    """jitnn against onnx's reference evaluator in float64: (the plan's step
+    labels, the input layout of each conv2d the model converted to)."""
+    from onnx.reference import ReferenceEvaluator
+    converted = jitnn.onnx.prepare(model, jitnn.Context(num_threads=1),
+                                   input_shapes={k: v.shape for k, v in feed.items()})
+    plan = jitnn.explain(next(iter(converted.dispatch(feed).values())))
+    got = converted.run(feed)
+    want = ReferenceEvaluator(float64_model(model)).run(
+        None, {k: v.astype(np.float64) for k, v in feed.items()})
+    for name, value in zip([o.name for o in model.graph.output], want):
+        assert got[name].shape == value.shape, name
+        err = float(np.abs(got[name] - value).max()) / max(float(np.abs(value).max()), 1e-30)
+        assert err < tol, f"{name}: max error {err:.2e} of the largest magnitude"
+    labels = [m.group(1) for m in re.finditer(r"^\s+\d+\s+(.+?)\s+\S+ -> \S+", plan,
+                                              re.MULTILINE)]
+    layouts = [r.kwargs.get("input_layout", "nchw") for r in converted.graph._ops
+               if r.op == "conv2d"]
+    return labels, layouts

@@ -54,6 +54,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
   ``Reshape(N, C, H, W)``, ``Conv``, ``Reshape(N, C', L')``, ``Transpose(0,
   2, 1)``: one ``conv2d`` with ``input_layout="nhwc"`` on the tokens; matched
   in :mod:`._token_convs`.
+* **re-parameterizable branches** (RepVGG, MobileOne, FastViT): a tree of
+  ``Add`` over convs of one input, its batch normalization, itself and
+  constants: one ``conv2d`` of the summed filters; matched in :mod:`._reparam`.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -78,7 +81,7 @@ import numpy as np
 
 from ..graph import Operand
 from . import (_channels_last, _gated_mlp, _group_norm, _packed_heads, _qkv_patterns,
-               _token_convs)
+               _reparam, _token_convs)
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -644,6 +647,10 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
     # convs on token tensors (PVT-v2, SegFormer): channels-last in and out, no transposes
     for index in by_type.get("Conv", []):
         take(_token_convs.match(g, index))
+    # re-parameterizable branches (RepVGG, MobileOne): each tree of adds from its last
+    for index in reversed(by_type.get("Add", [])):
+        if index not in g.taken:
+            take(_reparam.match(g, index))
     # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
     _channels_last.match(g, by_type.get("Transpose", []), gelus, take, _gelu_constants)
     for index in by_type.get("Sigmoid", []):
