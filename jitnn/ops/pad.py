@@ -132,18 +132,27 @@ def pad(x, beginning_padding: Sequence[int], ending_padding: Sequence[int], *,
     widths = tuple(zip(begin, end))
     # into the plan's buffer: a bound call in a replay (EfficientViT pads its
     # attention's values with a column of ones)
-    if mode == "constant" or x.ndim == 0:
-        def into(data: np.ndarray, out: np.ndarray) -> None:
-            out[tuple(slice(b, b + n) for b, n in zip(begin, data.shape))] = data
-            # the border, slab by slab (the corners are written more than once)
-            for axis, (b, e) in enumerate(widths):
-                if b:
-                    out[(slice(None),) * axis + (slice(0, b),)] = fill
-                if e:
-                    out[(slice(None),) * axis + (slice(out.shape[axis] - e, None),)] = fill
-    else:
-        def into(data: np.ndarray, out: np.ndarray) -> None:
-            np.copyto(out, np.pad(data, widths, mode=MODES[mode]))
+    def into(data: np.ndarray, out: np.ndarray) -> None:
+        out[tuple(slice(b, b + n) for b, n in zip(begin, data.shape))] = data
+        # the border, slab by slab, axis after axis as numpy's pad: a slab
+        # spans the other axes whole, so the corners come out right once the
+        # last axis is done
+        for axis, ((b, e), n) in enumerate(zip(widths, data.shape)):
+            def slab(start, stop, step=1):
+                return (slice(None),) * axis + (slice(start, stop, step),)
+            last = b + n - 1                       # the input's last element
+            if mode == "constant":
+                before, after = fill, fill
+            elif mode == "edge":
+                before, after = out[slab(b, b + 1)], out[slab(last, last + 1)]
+            else:                                  # reflection, about the end elements
+                before = out[slab(2 * b, b, -1)] if b else None
+                after = out[slab(last - 1, last - 1 - e if last - 1 - e >= 0 else None, -1)] \
+                    if e else None
+            if b:
+                out[slab(0, b)] = before
+            if e:
+                out[slab(last + 1, last + 1 + e)] = after
     into.__name__ = into.__qualname__ = f"pad_{mode}_into"
     return plain_into_op(ctx, op, (x,), shape, into, dtype=x.dtype,
                          axes=x._axes if x.ndim == 4 else "nchw")
