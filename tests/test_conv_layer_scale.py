@@ -52,7 +52,8 @@ CASES = [(3, 1, 3), (7, 7, 3), (9, 3, 3), (17, 1, 1), (17, 17, 5)]
 
 
 @pytest.mark.parametrize("c, groups, kernel", CASES)
-@pytest.mark.parametrize("with_bias", [True, False])
+# (without a bias: the same fold and kernels, in the slow run)
+@pytest.mark.parametrize("with_bias", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_scale_then_residual_is_one_launch(c, groups, kernel, with_bias):
     ctx = jitnn.Context()
     x_np, w_np, b_np = _conv_case(c, groups, kernel, c + groups)

@@ -154,9 +154,9 @@ def exported_group_norm(channels: int = 18, groups: int = 6, size=(7, 9), batch:
     return net.model([y], 17), feed, y, conv(r64, w2.astype(f32).astype(np.float64))
 
 
-@pytest.mark.parametrize("channels,groups,affine", [(18, 6, True), (18, 1, True),
-                                                    (7, 7, True), (64, 32, True),
-                                                    (9, 3, False)])
+@pytest.mark.parametrize("channels,groups,affine", [
+    (18, 6, True), pytest.param(18, 1, True, marks=pytest.mark.slow),
+    (7, 7, True), pytest.param(64, 32, True, marks=pytest.mark.slow), (9, 3, False)])
 def test_exported_group_norm_is_one_op_between_blocked_ops(channels, groups, affine):
     model, feed, y, want = exported_group_norm(channels, groups, affine=affine)
     got, labels, plan = _run(model, feed)

@@ -51,9 +51,12 @@ def _block(c: int, o: int, groups: int, stride: int, identity: bool, n: int, h: 
 
 
 @pytest.mark.parametrize("c, groups, stride, identity", [
-    (7, 1, 1, True), (9, 1, 1, True), (17, 1, 1, True),       # dense, with the identity
-    (9, 9, 1, True), (17, 17, 2, False),                       # depthwise
-    (16, 1, 2, False), (18, 3, 1, True)])                      # strided; grouped
+    (7, 1, 1, True), (9, 1, 1, True),                          # dense, with the identity
+    pytest.param(17, 1, 1, True, marks=pytest.mark.slow),
+    (9, 9, 1, True),                                           # depthwise
+    pytest.param(17, 17, 2, False, marks=pytest.mark.slow),
+    pytest.param(16, 1, 2, False, marks=pytest.mark.slow),     # strided
+    (18, 3, 1, True)])                                         # grouped
 def test_a_multi_branch_block_is_one_conv(c, groups, stride, identity):
     model, feed = _block(c, c, groups, stride, identity, 2, 9, 7)
     labels, layouts = check(model, feed)

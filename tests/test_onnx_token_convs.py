@@ -72,7 +72,9 @@ def _reduction(k: int) -> dict:
     return {"kernel_shape": [k, k], "strides": [k, k]}
 
 
-@pytest.mark.parametrize("n,c,h,w", [(1, 3, 5, 7), (2, 7, 9, 5), (1, 9, 11, 6), (2, 17, 6, 13)])
+@pytest.mark.parametrize("n,c,h,w", [(1, 3, 5, 7), pytest.param(2, 7, 9, 5, marks=pytest.mark.slow),
+                                     pytest.param(1, 9, 11, 6, marks=pytest.mark.slow),
+                                     (2, 17, 6, 13)])
 def test_depthwise_conv_on_tokens_runs_channels_last(n, c, h, w):
     net = Net(c)
     feed = {"x": random((n, h * w, c), c)}
@@ -81,7 +83,9 @@ def test_depthwise_conv_on_tokens_runs_channels_last(n, c, h, w):
     assert layouts == ["nhwc"] and "transpose" not in labels, (labels, layouts)
 
 
-@pytest.mark.parametrize("n,c,h,w,out", [(1, 3, 6, 8, 3), (2, 7, 9, 5, 7), (1, 17, 7, 11, 9)])
+@pytest.mark.parametrize("n,c,h,w,out", [pytest.param(1, 3, 6, 8, 3, marks=pytest.mark.slow),
+                                         (2, 7, 9, 5, 7),
+                                         pytest.param(1, 17, 7, 11, 9, marks=pytest.mark.slow)])
 def test_spatial_reduction_conv_then_norm(n, c, h, w, out):
     """Attention's k = stride = 2 conv (odd sizes drop their last row and
     column), then the LayerNorm of the reduced tokens."""
