@@ -322,7 +322,7 @@ def insert_reorders(plan: Plan) -> Plan:
                          source._shape[2]), block))),
                     reorder_block=block, reorder_axes=axes))
                 count += 1
-            if step.node.kind == "plain_into" or step.node.attrs.get("reads_plain"):
+            if _reads_plain(step.node):
                 for source in step.node.inputs:
                     if _read_back(source) and (id(source), 0, "plain") not in done \
                             and ("plain",) not in source._derived:
@@ -334,6 +334,12 @@ def insert_reorders(plan: Plan) -> Plan:
     plan.log.append(f"insert_reorders: {count} reorder(s) into blocked layouts, {back} back "
                     f"to plain")
     return plan
+
+
+def _reads_plain(node: Node) -> bool:
+    """Whether ``node`` reads its inputs' plain values (ops/_common.py's
+    ``plain_into_op`` and ``plain_op`` nodes): a blocked input is read back first."""
+    return node.kind == "plain_into" or node.attrs.get("reads_plain", False)
 
 
 def _read_back(v: Value) -> bool:

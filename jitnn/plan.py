@@ -36,7 +36,7 @@ class Step:
     #: slot's whole size (the step may be the first to make it); () otherwise
     buffer_place: tuple = ()
     frees: tuple = ()              # values whose buffers are dead after this step
-    reorder_block: int = 0         # reorder steps: the target block
+    reorder_block: int = 0         # reorder steps: the target block (0: back to plain)
     reorder_axes: str = "nchw"     # ... and the logical axes the reading kernel takes
     removed: bool = False          # fused into another step by a pass
     seconds: float | None = None   # measured after the run

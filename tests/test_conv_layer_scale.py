@@ -232,7 +232,7 @@ def test_onnx_conv_mul_add_converts_and_folds():
     """Conv -> Mul(constant (C, 1, 1)) -> Add(residual), and a Conv without
     bias -> Mul(scalar constant) -> Add(constant shift) -> Add(residual), built
     with onnx.helper: each one conv launch, against float64."""
-    pytest.importorskip("onnx")
+    pytest.importorskip("onnx", reason="the ONNX tests need onnx (pip install -e \".[test]\")")
     import jitnn.onnx
     from tests.onnx_nets import Net
     net = Net(31)

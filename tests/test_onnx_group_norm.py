@@ -33,7 +33,8 @@ def _run(model, feed: dict, threads: int = 1):
 
 
 def _ort(model, feed: dict) -> dict:
-    ort = pytest.importorskip("onnxruntime")
+    ort = pytest.importorskip("onnxruntime", reason="compared with ONNX Runtime, a peer in "
+                              "the bench extra (pip install -e \".[bench]\")")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options,

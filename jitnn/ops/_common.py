@@ -261,12 +261,6 @@ def plain_buffer(t: Tensor, out: np.ndarray | None = None) -> np.ndarray:
     return t._derive(("plain",), lambda: t._read_into(out, None))
 
 
-def reads_plain(node) -> bool:
-    """Whether ``node`` reads its inputs' plain values (:func:`plain_buffer`):
-    a blocked input is read back first (passes.insert_reorders plans that as
-    a step of its own)."""
-    return node.kind == "plain_into" or node.attrs.get("reads_plain", False)
-
 
 def blocked_buffer(ctx: Context, t: Tensor, block: int, axes: str,
                    out: np.ndarray | None = None) -> np.ndarray:
@@ -330,6 +324,7 @@ def plain_op(ctx: Context, op: str, inputs: Sequence[Tensor], shape: tuple[int, 
                     inputs=tuple(inputs), op=op, dtype=dtype)
     node = result._v._node
     if node is not None:                 # (None: the eager policy ran it already)
+        # its inputs are read plain: passes.insert_reorders plans the readback
         node.attrs["reads_plain"] = True
     return result
 
