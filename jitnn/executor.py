@@ -49,7 +49,8 @@ class CapturedStep:
 
 @dataclasses.dataclass
 class Capture:
-    """What :func:`execute` saw: the steps, and for each buffer slot the array
+    """What :func:`execute` saw: the steps, and for each buffer slot its array:
+    the arena's views (``Plan.arena``), or for a slot of its own the array
     its first writer made, when that writer is a kernel that writes into the
     buffer it is given (a run again hands it the same array: no allocation)."""
 
@@ -65,25 +66,32 @@ def _out_from_slot(slots: dict[str, np.ndarray], name: str, shape: tuple[int, ..
     buffer (``Step.buffer_place``): the view at its offset, the slot made
     whole if no step has made it yet."""
     array = slots.get(name)
+    offset = 0
     if place:
         offset, size = place
         if array is None:
             array = slots[name] = aligned_empty((size,), dtype)
-        count = math.prod(shape)
-        if array.dtype != dtype or array.size < offset + count or not array.flags.c_contiguous:
-            return None          # (the join then copies this input, as it would anyway)
-        return array.reshape(-1)[offset:offset + count].reshape(shape)
-    if array is None:
-        return None
+    if array is None or not array.flags.c_contiguous:
+        return None          # (a join then copies this input, as it would anyway)
     count = math.prod(shape)
-    if not array.flags.c_contiguous:
-        return None
     if array.dtype == dtype:
-        return array.reshape(-1)[:count].reshape(shape) if array.size >= count else None
-    nbytes = count * dtype.itemsize
-    if array.nbytes < nbytes:
+        if array.size < offset + count:
+            return None
+        return array.reshape(-1)[offset:offset + count].reshape(shape)
+    # (an arena slot's bytes, or a slot made for a value of another type)
+    item = dtype.itemsize
+    if array.nbytes < (offset + count) * item:
         return None
-    return array.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(shape)
+    return array.reshape(-1).view(np.uint8)[offset * item:(offset + count) * item] \
+        .view(dtype).reshape(shape)
+
+
+def arena_slots(plan: Plan) -> dict[str, np.ndarray]:
+    """The plan's arena slots (``Plan.arena``): byte views of one new array."""
+    if not plan.arena:
+        return {}
+    arena = aligned_empty((plan.arena_bytes,), np.uint8)
+    return {name: arena[offset:offset + size] for name, (offset, size) in plan.arena.items()}
 
 
 def _owner(array: np.ndarray) -> np.ndarray:
@@ -134,7 +142,9 @@ def _run_op(ctx: "Context", step, slots: dict[str, np.ndarray], plan: Plan) -> i
 def execute(ctx: "Context", plan: Plan, capture: Capture | None = None) -> None:
     """Run every step of ``plan``; values get their buffers, plan its times.
     With ``capture``, also record what :func:`replay` needs to run it again."""
-    slots: dict[str, np.ndarray] = {}
+    slots = arena_slots(plan)
+    if capture is not None:
+        capture.seeds.update(slots)        # the same arena at every run again
     start = time.perf_counter()
     previous = ctx.launcher.tracing(None)
     fused = 0

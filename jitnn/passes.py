@@ -363,13 +363,17 @@ def _readback_step(source: Value) -> Step:
 
 def plan_buffers(plan: Plan) -> Plan:
     """Buffers for the ops' outputs: kept values get their own; an intermediate
-    takes a dead intermediate's buffer: in place over a dying input of the
-    same size when the kernel may write over its input, else the smallest
-    free buffer it fits in (the start of it), else a new one. Fewer, reused
-    buffers keep a small network's activations and weights in the caches
-    (exact sizes only: MobileNetV2 made 25 buffers, 16.8 MiB). Also the
-    plan's peak memory: the most bytes alive at once among the buffers the
-    plan creates."""
+    gets a buffer slot, in place over a dying input of the same size when the
+    kernel may write over its input. The slots freed within the plan share
+    one arena (``Plan.arena``): each at a byte offset where no slot live at
+    the same time lies, placed largest first (TensorFlow Lite's greedy by
+    size), so a network's activations take little more than its largest
+    live set (a dead slot reused whole by smaller values, as before, left
+    SqueezeNet's 1.5 MiB concat beside its 3 MiB first activation). A slot
+    live to the plan's end (read by an op that may keep a view of it) is an
+    array of its own, so a view a caller keeps holds only that. Also the
+    plan's peak memory: the arena, those arrays, the kept values and the
+    reorder copies."""
     last_use: dict[int, int] = {}
     for i, step in enumerate(plan.steps):
         if step.kind == "op":
@@ -389,28 +393,24 @@ def plan_buffers(plan: Plan) -> Plan:
         if step.kind == "op" and not kind_of(step.node).writes_into_buffer:
             produced.difference_update(id(t) for t in step.node.inputs)
     members, joins = _placed_inputs(plan, last_use, produced)
-    free: dict[int, list[str]] = {}      # bytes -> free slot names
     slot_bytes: dict[str, int] = {}
+    #: per slot, the steps it is live over: first written to freed (or the end)
+    spans: dict[str, list[int]] = {}
     slot_of: dict[int, str] = {}
     retired: set[str] = set()
-    live = peak = 0
+    others = 0                           # bytes of the kept values and the reorder copies
+    end = len(plan.steps)
 
-    def new_slot(size: int) -> str:
-        """The smallest free buffer of ``size`` bytes or more, else a new one."""
-        nonlocal live
-        fits = [free_size for free_size, pool in free.items() if pool and free_size >= size]
-        if fits:
-            return free[min(fits)].pop()
+    def new_slot(size: int, at: int) -> str:
         name = f"b{len(slot_bytes)}"
         slot_bytes[name] = size
-        live += size
+        spans[name] = [at, end]
         return name
 
     join_slot: dict[int, str] = {}       # id(join value) -> its buffer
     for i, step in enumerate(plan.steps):
         if step.kind == "reorder":
-            live += step.bytes_out       # a reorder copy lives as long as its source's value
-            peak = max(peak, live)
+            others += step.bytes_out     # a reorder copy lives as long as its source's value
             continue
         v = step.value
         # (each once: a node may read one value twice, x * sigmoid(x), and a
@@ -430,7 +430,7 @@ def plan_buffers(plan: Plan) -> Plan:
             # a join's input is written where the join would copy it; the join's
             # buffer is taken at its first input (see _placed_inputs)
             if join not in join_slot:
-                join_slot[join] = new_slot(joins[join])
+                join_slot[join] = new_slot(joins[join], i)
             slot_of[id(v)] = step.buffer = join_slot[join]
             offset = members[id(v)][1] if id(v) in members else 0
             step.buffer_place = (offset, slot_bytes[step.buffer] // v.dtype.itemsize)
@@ -440,21 +440,52 @@ def plan_buffers(plan: Plan) -> Plan:
             if id(v) in plan.kept:
                 retired.add(reuse)        # the caller keeps it: never reused again
         elif id(v) in plan.kept:
-            live += size
+            others += size
         else:
-            slot_of[id(v)] = step.buffer = new_slot(size)
-        peak = max(peak, live)
+            slot_of[id(v)] = step.buffer = new_slot(size, i)
         for s in dying:
             slot = slot_of.get(id(s))
             if slot is not None and slot != slot_of.get(id(v)) and slot not in retired:
-                free.setdefault(slot_bytes[slot], []).append(slot)
-    plan.peak_bytes = peak
+                spans[slot][1] = i
+    freed = {name: span for name, span in spans.items() if span[1] < end}
+    plan.arena, plan.arena_bytes = arena_offsets(
+        {name: slot_bytes[name] for name in freed}, freed)
+    own = sum(size for name, size in slot_bytes.items() if name not in freed)
+    plan.peak_bytes = plan.arena_bytes + own + others
     plan.buffer_slots = len(slot_bytes)
-    plan.log.append(f"plan_buffers: {len(slot_bytes)} intermediate buffer(s), "
-                    f"peak {mib(peak)} (outputs, intermediates and reorder copies)"
+    plan.log.append(f"plan_buffers: {len(slot_bytes)} intermediate buffer(s), {len(freed)} "
+                    f"sharing an arena of {mib(plan.arena_bytes)} "
+                    f"({mib(sum(slot_bytes[name] for name in freed))} if each had its own); "
+                    f"peak {mib(plan.peak_bytes)} (outputs, intermediates and reorder copies)"
                     + (f"; {len(members)} value(s) written in place into {len(joins)} join(s)"
                        if joins else ""))
     return plan
+
+
+#: an arena slot starts on a cache line (a whole zmm register: kernels/buffers.py)
+ARENA_ALIGNMENT = 64
+
+
+def arena_offsets(sizes: dict[str, int], spans: dict[str, list[int]]
+                  ) -> tuple[dict[str, tuple[int, int]], int]:
+    """``({slot: (byte offset, bytes)}, arena bytes)``: each slot at the lowest
+    aligned offset that overlaps no slot placed before it whose span of steps
+    meets its own, the largest placed first (greedy by size; ties by first
+    step, so the order is deterministic)."""
+    placed: list[tuple[int, int, int, int]] = []     # (offset, end, first step, last step)
+    layout: dict[str, tuple[int, int]] = {}
+    for name in sorted(sizes, key=lambda n: (-sizes[n], spans[n][0], n)):
+        first, last = spans[name]
+        size = -(-sizes[name] // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+        offset = 0
+        for start, stop in sorted((start, stop) for start, stop, f, l in placed
+                                  if f <= last and first <= l):
+            if offset + size <= start:
+                break
+            offset = max(offset, stop)
+        placed.append((offset, offset + size, first, last))
+        layout[name] = (offset, sizes[name])
+    return layout, max((stop for _, stop, _, _ in placed), default=0)
 
 
 def _placed_inputs(plan: Plan, last_use: dict[int, int], produced: set[int]

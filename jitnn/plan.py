@@ -57,6 +57,10 @@ class Plan:
     fused_ops: int = 0
     peak_bytes: int = 0
     buffer_slots: int = 0
+    #: the buffer slots that share one array: ``{slot: (byte offset, bytes)}``
+    #: (passes.plan_buffers), and that array's size
+    arena: dict = dataclasses.field(default_factory=dict)
+    arena_bytes: int = 0
     seconds: float | None = None
     kernel_seconds: float | None = None    # of ``seconds``, in kernels (op kernels, reorders)
     read_lines: list[str] = dataclasses.field(default_factory=list)

@@ -101,6 +101,8 @@ class PlanTemplate:
     fused_ops: int
     peak_bytes: int
     buffer_slots: int
+    arena: dict
+    arena_bytes: int
 
 
 class _Signer:
@@ -224,7 +226,7 @@ def _template(plan: "Plan", place: dict) -> PlanTemplate:
            f"shape ({plan.recorded_ops} op(s)); the passes below ran for it, none now"
            ] + plan.log
     return PlanTemplate(steps, kept, log, plan.recorded_ops, plan.fused_ops,
-                        plan.peak_bytes, plan.buffer_slots)
+                        plan.peak_bytes, plan.buffer_slots, plan.arena, plan.arena_bytes)
 
 
 def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
@@ -261,6 +263,7 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                 list(template.log),
                 recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,
                 peak_bytes=template.peak_bytes, buffer_slots=template.buffer_slots,
+                arena=template.arena, arena_bytes=template.arena_bytes,
                 memo_homes=memo_homes, reused=True)
 
 

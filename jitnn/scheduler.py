@@ -106,8 +106,8 @@ def describe(plan: Plan, title: str) -> str:
                          + (f", {seconds * 1e3:.3f} ms" if seconds is not None else ""))
     lines += [f"  {line}" for line in plan.read_lines]
     lines.append(f"  peak memory {mib(plan.peak_bytes)}: the plan's kept outputs, "
-                 f"{plan.buffer_slots} reused intermediate buffer(s) and reorder copies "
-                 f"alive at once")
+                 f"{plan.buffer_slots} intermediate buffer(s) ({len(plan.arena)} sharing an "
+                 f"arena of {mib(plan.arena_bytes)}) and reorder copies")
     if ran:
         reorder_s = sum(s.seconds or 0.0 for s in reorders) + sum(
             r[2] or 0.0 for s in plan.steps for r in s.inner_reorders)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jitnn
+from jitnn import passes
 from jitnn.ops.conv2d import conv2d_reference
 from jitnn.ops.lrn import lrn_reference
 from jitnn.ops.normalization import batch_normalization_reference
@@ -227,17 +228,19 @@ def test_buffers_of_dead_intermediates_are_reused():
     for _ in range(6):
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
     text = jitnn.explain(h)
-    assert "2 intermediate buffer(s)" in text      # ping-pong, not 5 buffers
+    # 5 intermediates sharing an arena of two (ping-pong), each 16 x 8 x 8 floats
+    assert "5 intermediate buffer(s), 5 sharing an arena of 8.0 KiB" in text
     want = np.asarray(x, np.float64)
     for _ in range(6):
         want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
     _close(h.numpy(), want, atol=1e-3)
+    assert h._v._plan.arena_bytes == 2 * 16 * 8 * 8 * 4
 
 
-def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
-    """Channels 32 -> 8 -> 16 -> 8 -> 24: every intermediate after the first
-    two fits in a dead one's buffer (exact sizes only made three), at
-    the first run and when the graph is computed again on new inputs (a
+def test_intermediates_share_an_arena_the_size_of_their_largest_live_pair():
+    """Channels 32 -> 8 -> 16 -> 8 -> 24: the four intermediates share an
+    arena the size of the largest two alive at once (32 and 8 channels),
+    at the first run and when the graph is computed again on new inputs (a
     replay, with bound kernel calls)."""
     ctx = jitnn.Context()
     channels = (8, 32, 8, 16, 8, 24)
@@ -253,8 +256,10 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
     x_np = np.asarray(h)
     for w in weights:
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
-    assert "2 intermediate buffer(s)" in jitnn.explain(h)
+    pixels = 2 * 9 * 7 * 4
     _close(h.numpy(), reference(x_np), atol=1e-3)
+    # 32 channels alive with 8, then 8 with 16, then 16 with 8: 32 + 8 at most
+    assert h._v._plan.arena_bytes == (32 + 8) * pixels
 
     b = jitnn.GraphBuilder(ctx)
     t = b.input("x", (2, 8, 9, 7))
@@ -266,7 +271,7 @@ def test_a_smaller_intermediate_takes_the_start_of_a_larger_dead_buffer():
         out = {"y": np.full((2, 24, 9, 7), np.nan, np.float32)}
         ctx.compute(graph, {"x": x_np}, out)
         _close(out["y"], reference(x_np), atol=1e-3)
-    assert graph._programs[0].plan.buffer_slots == 2
+    assert graph._programs[0].plan.arena_bytes == (32 + 8) * pixels
 
 
 def test_in_place_elementwise_reuses_the_input_buffer():
@@ -773,3 +778,33 @@ def test_a_sum_merges_through_its_second_operand(op):
     np.testing.assert_allclose(outs["y"], want, rtol=1e-4, atol=1e-4)
     labels = [c_.step.label for c_ in graph._programs[0].steps]
     assert f"batch_normalization + {op} + relu" in labels, labels
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_arena_slots_alive_at_once_never_overlap(seed):
+    """passes.arena_offsets on random sizes and spans of steps: two slots
+    whose spans meet (a step in both) get disjoint aligned byte ranges, the
+    arena holds every slot and is at most their sum, and at least the bytes
+    alive at the busiest step."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(1, 40))
+    sizes, spans = {}, {}
+    for n in range(count):
+        first = int(rng.integers(0, 30))
+        sizes[f"b{n}"] = int(rng.integers(1, 5000)) * int(rng.choice([1, 4, 64]))
+        spans[f"b{n}"] = [first, first + int(rng.integers(0, 8))]
+    layout, arena = passes.arena_offsets(sizes, spans)
+    assert set(layout) == set(sizes)
+    for name, (offset, size) in layout.items():
+        assert offset % passes.ARENA_ALIGNMENT == 0 and size == sizes[name]
+        assert offset + size <= arena
+    names = sorted(sizes)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            (oa, sa), (ob, sb) = layout[a], layout[b]
+            meet = spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]
+            assert not meet or oa + sa <= ob or ob + sb <= oa, (a, b)
+    aligned = {n: -(-s // 64) * 64 for n, s in sizes.items()}
+    busiest = max(sum(aligned[n] for n in names if spans[n][0] <= step <= spans[n][1])
+                  for step in range(40))
+    assert busiest <= arena <= sum(aligned.values())
