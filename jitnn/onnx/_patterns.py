@@ -57,6 +57,9 @@ as chains of small ops; jitnn has one op, or one fused launch, for each:
 * **re-parameterizable branches** (RepVGG, MobileOne, FastViT): a tree of
   ``Add`` over convs of one input, its batch normalization, itself and
   constants: one ``conv2d`` of the summed filters; matched in :mod:`._reparam`.
+* **a linear layer's batch normalization** (LeViT's ``Linear`` + ``BatchNorm1d``:
+  ``MatMul``, ``Flatten``, ``BatchNormalization``, ``Reshape``): one linear
+  of the scaled weights; matched in :mod:`._linear_norm`.
 
 :func:`walk` drives the frontend's node loop: it matches the patterns on the
 graph's structure (op types, attributes, which values are known at load
@@ -80,8 +83,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..graph import Operand
-from . import (_channels_last, _gated_mlp, _group_norm, _packed_heads, _qkv_patterns,
-               _reparam, _token_convs)
+from . import (_channels_last, _gated_mlp, _group_norm, _linear_norm, _packed_heads,
+               _qkv_patterns, _reparam, _token_convs)
 from ._attention_convert import _attention, _float_tensor, _reshaped, _scalar
 from ._common import Const, UnsupportedError
 from ._norm_patterns import _match_layer_norm, _match_rms_norm
@@ -651,6 +654,9 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
     for index in reversed(by_type.get("Add", [])):
         if index not in g.taken:
             take(_reparam.match(g, index))
+    # a linear layer's batch normalization folded into it (LeViT), before the plain linears
+    for index in by_type.get("BatchNormalization", []):
+        take(_linear_norm.match(g, index))
     # per-pixel chains on a channels-last view (ConvNeXt), before their MatMuls are linears
     _channels_last.match(g, by_type.get("Transpose", []), gelus, take, _gelu_constants)
     for index in by_type.get("Sigmoid", []):
