@@ -133,7 +133,7 @@ def test_winograd_in_chunks_of_tile_rows(monkeypatch, rows_per_chunk, block):
     that hold rows of two images, a short last chunk)."""
     asked = []
 
-    def forced(N, CB, OB, TH, TW, cb, P):
+    def forced(N, CB, OB, TH, TW, cb, P, threads=2):
         asked.append((N, TH, TW))
         return rows_per_chunk, winograd.padded_tiles(rows_per_chunk * TW, P)
     monkeypatch.setattr(winograd, "chunk_rows", forced)
@@ -152,6 +152,14 @@ def test_winograd_chunks_hold_a_few_mb_or_twice_the_transformed_filter():
         TH, TW = winograd.tile_counts(size, size)
         G, T_pad = winograd.chunk_rows(N, C // 8, C // 8, TH, TW, 8, P)
         assert (G, T_pad) == (rows, winograd.padded_tiles(rows * TW, P)), (N, C, size)
+    # on one thread a small filter (C = 16: 36 x 2 x 2 x 8 x 8 floats, 36.9 KB) takes
+    # chunks of 8 times its size: 1 tile row of 224 x 224 (258 KB a row), not 14
+    TH, TW = winograd.tile_counts(224, 224)
+    assert winograd.chunk_rows(1, 2, 2, TH, TW, 8, P, threads=2)[0] == 14   # 4 chunks
+    assert winograd.chunk_rows(1, 2, 2, TH, TW, 8, P, threads=1)[0] == 1
+    # ... and a large one as on more threads
+    TH, TW = winograd.tile_counts(56, 56)
+    assert winograd.chunk_rows(1, 8, 8, TH, TW, 8, P, threads=1)[0] == 14
 
 
 def test_winograd_filter_transform_in_slices_of_output_blocks(monkeypatch):

@@ -276,10 +276,10 @@ def conv2d_launch(x, packed: PackedConv2dFilter, out, strides=(1, 1), dilations=
         key = (x.shape, out.shape, _as_key(strides), _as_key(dilations), _as_key(padding),
                bool(no_bias), bool(no_residual), int(activation), float(param0),
                float(param1), algorithm,
-               # only the 1x1 path's blocking and the depthwise bands depend
-               # on the thread count
+               # the 1x1 path's blocking, the depthwise bands and Winograd's
+               # chunks (a 3x3 filter's "direct" path) depend on the thread count
                (num_threads or numba.get_num_threads())
-               if packed.path in ("1x1", "depthwise") else 0)
+               if packed.path in ("1x1", "depthwise", "direct") else 0)
         launch = packed.launches.get(key)
     except (AttributeError, TypeError, ValueError):
         key = launch = None              # malformed: the full checks below say why

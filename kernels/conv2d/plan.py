@@ -372,7 +372,8 @@ def _plan_conv2d(x, packed, out, strides, dilations, padding, has_res: bool, act
         CB = _blocks(C, cb)
         P, B = conv1x1_tile_shape(cb, OB)
         tile_rows, tile_cols = winograd.tile_counts(OH, OW)
-        chunk, padded_tiles = winograd.chunk_rows(N, CB, OB, tile_rows, tile_cols, cb, P)
+        chunk, padded_tiles = winograd.chunk_rows(N, CB, OB, tile_rows, tile_cols, cb, P,
+                                                  numba.get_num_threads())
         geom = winograd.WinogradGeometry(N=N, CB=CB, H=H, W=W, OB=OB, OH=OH, OW=OW, pt=pt,
                                          pl=pl, O=O, TH=tile_rows, TW=tile_cols,
                                          T_pad=padded_tiles, G=chunk)
