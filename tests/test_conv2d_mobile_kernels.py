@@ -157,26 +157,36 @@ def test_depthwise_rows_ahead(block, case, threads):
     assert packed.path == "depthwise"
 
 
-# (n, c, o, h, w, kernel, stride, pad): the first layer (plain input) with
-# output blocks in fours at cb 8 (the 6 x 4 tile with 32 vector registers)
-# and not; C = 1, 3, 7, odd sizes, two images
+# (n, c, o, h, w, kernel, stride, pad): the first layer (plain input) at cb 8
+# with output blocks in fours (the 6 x 4 tile with 32 vector registers), 1, 3,
+# 5 or a multiple of 3 of them (a tile of those blocks), and 2 (6 x 2); C = 1,
+# 3, 7, odd sizes, two images
 FIRST_LAYER = [
     (1, 3, 32, 23, 21, 3, 2, 1),
     (2, 3, 64, 13, 17, 3, 1, 1),
     (1, 1, 32, 9, 11, 3, 2, 0),
     (1, 7, 96, 15, 15, 4, 4, 0),     # a patchify stem
-    (2, 3, 16, 11, 9, 3, 2, 1),      # 2 blocks: not in fours
+    (2, 3, 16, 11, 9, 3, 2, 1),      # 2 blocks
     (1, 3, 24, 10, 12, 3, 2, 1),     # 3 blocks
+    (2, 3, 7, 13, 11, 3, 2, 1),      # 1 block, not full
+    (1, 3, 40, 9, 17, 3, 1, 1),      # 5 blocks
+    (1, 3, 48, 11, 10, 3, 2, 1),     # 6 blocks: in threes
 ]
+
+
+def _first_layer_tile(blocks: int) -> tuple[int, int]:
+    if _config.VECTOR_REGISTERS < 32:
+        return 6, 2
+    if blocks % 4 == 0:
+        return 6, 4
+    return {1: (12, 1), 3: (8, 3), 5: (4, 5)}.get(blocks, (8, 3) if blocks % 3 == 0 else (6, 2))
 
 
 @pytest.mark.parametrize("case", FIRST_LAYER,
                          ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}k{c[5]}s{c[6]}")
 def test_first_layer_tile_in_fours(case):
     n, c, o, h, w, k, s, p = case
-    blocks = -(-o // 8)
-    fours = _config.VECTOR_REGISTERS >= 32 and blocks % 4 == 0
-    assert direct_tile_shape(8, True, blocks) == ((6, 4) if fours else (6, 2))
+    assert direct_tile_shape(8, True, -(-o // 8)) == _first_layer_tile(-(-o // 8))
     packed = run_case(n, c, o, h, w, (k, k), (s, s), padding=(p, p, p, p), block=8,
                       plain=True, seed=o + h)
     assert packed.path == "first_layer"
@@ -186,7 +196,7 @@ def test_first_layer_tile_in_fours(case):
 # layer's row tiles run in runs along each interior row, a task per row, the
 # last tile moved back over the row's end (interior widths 13, 17, 26, 35 and
 # 14: 2-5 tiles a row); C = 1-4, blocks 4/8/16, two images, post-store
-# activations; 3 output blocks in twos (not whole groups: one tile a call)
+# activations; 7 output blocks in twos (not whole groups: one tile a call)
 FIRST_LAYER_RUNS = [
     (2, 3, 32, 21, 29, 3, 2, 1, 8, (HARD_SWISH, 0.0, 0.0), False),
     # (each case compiles its own tiles, 8-11 s: the default run keeps two)
@@ -195,7 +205,7 @@ FIRST_LAYER_RUNS = [
     pytest.param((1, 4, 8, 9, 30, 5, 1, 2, 4, (SILU, 0.0, 0.0), False),
                  marks=pytest.mark.slow),
     (1, 1, 32, 8, 37, 3, 1, 1, 16, (RELU, 0.0, 0.0), True),
-    pytest.param((2, 3, 24, 10, 30, 3, 2, 1, 8, (CLAMP, 0.0, 6.0), False),
+    pytest.param((2, 3, 56, 10, 30, 3, 2, 1, 8, (CLAMP, 0.0, 6.0), False),
                  marks=pytest.mark.slow),
 ]
 

@@ -167,12 +167,28 @@ def direct_tile_shape(cb: int, plain: bool, out_blocks: int = 0) -> tuple[int, i
     thread, kernel alone: 341 -> 309 us). So does a blocked input's
     (3x3 stride-2 convs, 1 thread, in a one-conv model against ONNX
     Runtime's: 32 -> 32 channels at 112 x 112 84 -> 101 GFLOP/s, 64 -> 128
-    at 56 x 56 94 -> 103, 128 -> 256 at 28 x 28 99 -> 109; ORT 98-110)."""
+    at 56 x 56 94 -> 103, 128 -> 256 at 28 x 28 99 -> 109; ORT 98-110).
+
+    A plain input with 1, 3 or 5 output blocks, or a multiple of 3 (the
+    stems of LCNet, MobileNetV3, EfficientViT: 8, 16 or 24 channels): a tile
+    of all (or 3) blocks and 24 accumulators, where 6 x 2 left a block of
+    the last tile empty (3x3 stride 2 over 224 x 224, 1 thread, Zen 4,
+    kernel and readback: 3 -> 8 channels 395 -> 172 us, 3 -> 24 601 -> 290,
+    3 -> 40 813 -> 409)."""
     if plain and cb == 16:
         return 6, 1
-    if cb == 8 and VECTOR_REGISTERS >= 32 and out_blocks and out_blocks % 4 == 0:
-        return 6, 4
+    if cb == 8 and VECTOR_REGISTERS >= 32 and out_blocks:
+        if out_blocks % 4 == 0:
+            return 6, 4
+        if plain and out_blocks in _PLAIN_TILES:
+            return _PLAIN_TILES[out_blocks]
+        if plain and out_blocks % 3 == 0:
+            return 8, 3
     return conv_tile_shape(cb)
+
+
+#: a plain input's tile (pixels, blocks) for a few output blocks, 32 registers, cb 8
+_PLAIN_TILES = {1: (12, 1), 3: (8, 3), 5: (4, 5)}
 
 
 def row_tile_pixels(cb: int, B: int, width: int, least: int, most: int | None = None,
