@@ -111,7 +111,7 @@ def test_pvt_stage_shapes_with_targets_from_shape_ops(conv):
 
 def test_mlp_block_with_gelu_after_the_conv():
     """PVT-v2's MLP: fc1, the depthwise conv on its tokens, GELU (on the
-    tokens after the transpose back: it stays where it is), fc2, residual."""
+    tokens after the transpose back: the conv's epilogue), fc2, residual."""
     n, c, h, w, hidden = 2, 9, 7, 5, 17
     net = Net(2)
     feed = {"x": random((n, h * w, c), 2)}
@@ -126,6 +126,24 @@ def test_mlp_block_with_gelu_after_the_conv():
             net.const(0.1 * net.rng.standard_normal(c)))
     labels, layouts = check(net.model([net("Add", y, x)]), feed)
     assert layouts == ["nhwc"] and "transpose" not in labels, (labels, layouts)
+    assert not any(label.startswith(("gelu", "erf", "mul")) for label in labels), labels
+
+
+@pytest.mark.parametrize("op, opset", [("Gelu", 20), ("HardSwish", 17), ("Relu", 17)])
+def test_an_activation_after_the_chain_is_the_convs_epilogue(op, opset):
+    n, c, h, w = 2, 9, 5, 7
+    net = Net(11)
+    feed = {"x": random((n, h * w, c), 11)}
+    y = token_conv(net, net.input("x", (n, h * w, c)), n, c, h, w, c, _depthwise(c))
+    model = net.model([net(op, y)], opset=opset)
+    _, layouts = check(model, feed)
+    assert layouts == ["nhwc"]
+    converted = jitnn.onnx.prepare(model, jitnn.Context(num_threads=1),
+                                   input_shapes={"x": (n, h * w, c)})
+    ops = [r.op for r in converted.graph._ops]
+    (conv,) = [r for r in converted.graph._ops if r.op == "conv2d"]
+    name = {"Gelu": "gelu", "HardSwish": "hard_swish", "Relu": "relu"}[op]
+    assert conv.kwargs["activation"] == name and name not in ops, ops
 
 
 def test_patch_embed_between_channels_last_tensors():

@@ -649,7 +649,9 @@ def match(graph, order: list[int], values: dict) -> list[Pattern]:
                 gelus[pattern.data["x"]] = pattern
     # convs on token tensors (PVT-v2, SegFormer): channels-last in and out, no transposes
     for index in by_type.get("Conv", []):
-        take(_token_convs.match(g, index))
+        token_conv = take(_token_convs.match(g, index, gelus, _gelu_fits))
+        if token_conv is not None:
+            gelus = {x: p for x, p in gelus.items() if not p.nodes & token_conv.nodes}
     # re-parameterizable branches (RepVGG, MobileOne): each tree of adds from its last
     for index in reversed(by_type.get("Add", [])):
         if index not in g.taken:
@@ -819,6 +821,11 @@ def _split_shapes(node, values: dict, held: dict) -> list[tuple[int, ...]] | Non
 
 #: the tanh GELU's argument: its coefficients of x and x³
 _GELU_TANH_TERMS = {1: math.sqrt(2.0 / math.pi), 3: math.sqrt(2.0 / math.pi) * 0.044715}
+
+
+def _gelu_fits(values, gelu: Pattern) -> bool:
+    """:func:`_gelu_constants` of a matched GELU pattern."""
+    return _gelu_constants(values, gelu.data["consts"], gelu.data.get("terms"))
 
 
 def _gelu_constants(values, consts, terms=None) -> bool:
