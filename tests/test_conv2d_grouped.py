@@ -157,17 +157,18 @@ def test_seven_wide_grouped_outputs_run_row_tiles_on_block_16(case):
         assert launch.pad_copy is None
 
 
-# one case a block by default (each compiles row-tile drivers of its own;
-# block 4 is the portable check's, tests/portable_check.py), the rest slow
+# the host's block's cases by default, the others slow: each compiles
+# row-tile drivers of its own (block 4 is the portable check's,
+# tests/portable_check.py; block 16's grouped row tiles keep a default case in
+# test_seven_wide_grouped_outputs_run_row_tiles_on_block_16)
 @pytest.mark.parametrize("block, case", [
     pytest.param(block, case, id=str((block, case)),
-                 marks=pytest.mark.slow if block != jitnn.host_block() and (
-                     index or block == 4) else ())
+                 marks=pytest.mark.slow if block != jitnn.host_block() else ())
     for block, cases in [(4, [(1, 8, 8, 12, 12, 1, 2), (2, 12, 12, 9, 13, 2, 2),
                               (1, 16, 16, 14, 14, 1, 2)]),
                          (16, [(1, 32, 32, 12, 12, 1, 2), (2, 48, 48, 14, 14, 1, 3),
                                (1, 36, 36, 11, 9, 2, 4)])]
-    for index, case in enumerate(cases)])
+    for case in cases])
 def test_grouped_blocks_4_16(block, case):
     n, c, o, h, w, stride, groups = case
     run_grouped(n, c, o, h, w, stride, groups, block)
