@@ -22,7 +22,7 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 
 from . import compile_pool
-from .instrumentation import add_kernel_seconds, kernel_seconds
+from .instrumentation import add_kernel_seconds, kernel_seconds, use_threads
 from .kernels._config import ThreadCountKernel
 from .kernels.buffers import aligned_empty
 from .errors import JitnnExecutionError
@@ -231,6 +231,10 @@ class Bindings:
         #: per step with no buffer slot (its value is kept: a graph output), the
         #: array its kernel wrote at the run before, handed to it again
         self.kept: list = [None] * steps
+        #: the thread count of the last run when every step of it was a bound
+        #: call of a plain :class:`Binding` (or one fed a graph input): the next
+        #: runs take :func:`_replay_bound`'s short loop; 0 otherwise
+        self.all_bound = 0
 
     def kept_out(self, index: int, node: Node) -> np.ndarray | None:
         """The array step ``index`` (a kept value's, no slot) wrote last run,
@@ -433,6 +437,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     counts are the caller's (one count for the whole run). With
     ``bindings``, a step whose arrays are those of its last run is one bound
     kernel call (:class:`Bindings`)."""
+    if bindings is not None and bindings.all_bound == ctx.num_threads \
+            and _replay_bound(ctx, plan, steps, bindings):
+        return
     slots = dict(seeds)
     start = time.perf_counter()
     previous = ctx.launcher.tracing(None)
@@ -495,3 +502,44 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             add_kernel_seconds(bound_seconds)
     plan.seconds = time.perf_counter() - start
     plan.kernel_seconds = kernel_seconds() - in_kernels
+    if bindings is not None:
+        bindings.all_bound = ctx.num_threads if bound_calls == len(steps) and all(
+            type(b) is Binding or type(b) is InputFedBinding for b in bindings.steps) \
+            and not ctx.launcher.serialized else 0
+
+
+def _replay_bound(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
+                  bindings: Bindings) -> bool:
+    """:func:`replay` of a program whose last run was bound calls only
+    (``Bindings.all_bound``): each step calls its kernel on its arrays, with
+    none of the per-step checks, which hold by induction (every step writes
+    the same array as at that run, so every later step reads the same; the
+    graph inputs, the only arrays new at each run, are checked and put in
+    place first; a read-only constant's arrays are the binding's own). A few
+    microseconds a step fewer, a tenth of a small network's time on two
+    threads. False, before running anything, when an input's array is not of
+    its bound type (the caller runs the checked loop)."""
+    fed = [b for b in bindings.steps if type(b) is InputFedBinding]
+    for binding in fed:
+        if not binding.valid(ctx, binding.out):
+            for other in fed:
+                other.forget()
+            bindings.all_bound = 0
+            return False
+    start = time.perf_counter()
+    clock = time.perf_counter
+    use_threads(ctx.num_threads)
+    try:
+        for captured, binding in zip(steps, bindings.steps):
+            t0 = clock()
+            binding.kernel(*binding.args)
+            captured.step.seconds = clock() - t0
+            captured.value._data = binding.out
+    finally:
+        for binding in fed:
+            binding.forget()         # holds no caller's array between runs
+    plan.seconds = seconds = time.perf_counter() - start
+    plan.kernel_seconds = seconds
+    ctx.launcher.count(launches=len(steps), launch_s=seconds)
+    add_kernel_seconds(seconds)
+    return True

@@ -215,6 +215,11 @@ class Launcher:
             if compiled:
                 self.count(compile_s=compiled)
 
+    @property
+    def serialized(self) -> bool:
+        """Whether kernels run one at a time (numba's workqueue layer)."""
+        return self._serialize
+
     def run_bound(self, kernel, args: tuple, threads: int | None = None,
                   options: dict | None = None) -> None:
         """Call ``kernel(*args, **options)`` on ``threads`` (default: this

@@ -90,3 +90,37 @@ def test_an_input_of_another_type_runs_through_its_op():
     assert first.valid(ctx, first.out) and first.args[0].base is value._data
     first.forget()
     value._data = None
+
+
+@pytest.mark.parametrize("threads", thread_counts())
+def test_a_fully_bound_program_replays_in_the_short_loop(threads, monkeypatch):
+    """Once a run was bound calls only, the next runs call the kernels in a
+    loop without the per-step checks (executor._replay_bound): the answers
+    match float64 on new inputs, each step still has its time, the launches
+    are counted; an input array of another type (read-only: not what the
+    first conv was bound to) sends that run through the checked loop."""
+    from jitnn import executor
+    ctx = jitnn.Context(num_threads=threads)
+    shape = (2, 3, 11, 9)
+    graph, w1, w2 = _graph(ctx, shape, 9)
+    short = []
+    real = executor._replay_bound
+    monkeypatch.setattr(executor, "_replay_bound",
+                        lambda *args: short.append(real(*args)) or short[-1])
+    y = np.empty((2, 9, 6, 5), np.float32)
+    for run in range(5):
+        x = random(shape, 20 + run)
+        ctx.reset_stats()
+        ctx.compute(graph, {"x": x}, {"y": y})
+        np.testing.assert_allclose(y, _want(x, w1, w2), rtol=1e-4, atol=1e-4)
+    assert short == [True, True]                 # runs 4 and 5
+    (program,) = graph._programs
+    assert program.bindings.all_bound == threads
+    assert all(c.step.seconds is not None and c.step.seconds >= 0 for c in program.steps)
+    assert ctx.stats.launches == len(program.steps)
+    graph._programs.clear()
+    x = random(shape, 30)
+    x.flags.writeable = False
+    program.run(ctx, {"x": x}, {"y": y})         # (compute would copy it)
+    np.testing.assert_allclose(y, _want(x, w1, w2), rtol=1e-4, atol=1e-4)
+    assert short[-1] is False
