@@ -22,7 +22,7 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 
 from . import compile_pool
-from .instrumentation import add_kernel_seconds, kernel_seconds, use_threads
+from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
 from .kernels.buffers import aligned_empty
 from .errors import JitnnExecutionError
@@ -231,10 +231,13 @@ class Bindings:
         #: per step with no buffer slot (its value is kept: a graph output), the
         #: array its kernel wrote at the run before, handed to it again
         self.kept: list = [None] * steps
-        #: the thread count of the last run when every step of it was a bound
-        #: call of a plain :class:`Binding` (or one fed a graph input): the next
-        #: runs take :func:`_replay_bound`'s short loop; 0 otherwise
-        self.all_bound = 0
+        #: per step, whether its bound call needs no check at the next run
+        #: (:meth:`trust`), for the thread count ``trusted_threads``; ``anchors``:
+        #: the checked steps whose results trusted steps read
+        self.trusted: list[bool] = [False] * steps
+        self.trusted_threads = 0
+        self.anchors: frozenset[int] = frozenset()
+        self.ran_bound: list[bool] = []          # which steps ran bound at the last run
 
     def kept_out(self, index: int, node: Node) -> np.ndarray | None:
         """The array step ``index`` (a kept value's, no slot) wrote last run,
@@ -335,6 +338,37 @@ class Bindings:
         self.misses[index] += 1
         if binder is None or self.misses[index] >= 2:
             self.steps[index] = False
+
+    def trust(self, steps: Sequence[CapturedStep], ran_bound: list[bool], threads: int) -> None:
+        """After a run: which steps' bound calls the next runs make without
+        checking them. A step ran as a plain :class:`Binding` this run, and
+        each Value it reads is a constant, the result of such a step, or of
+        a bound step checked at every run (one fed a graph input: an anchor):
+        then at the next run it reads the same arrays again (those steps
+        write the same arrays, by induction from the first), and its check
+        would pass. :func:`replay` checks every step of the rest of a run in
+        which an anchor did not run bound. Steps reading a reorder's copy or
+        a step run through its op are checked as before. (Worked out again
+        only when the steps that ran bound or the thread count changed.)"""
+        if ran_bound == self.ran_bound and threads == self.trusted_threads:
+            return
+        self.ran_bound = ran_bound
+        made_by = {id(c.value): i for i, c in enumerate(steps) if c.step.kind == "op"}
+        dynamic = self.dynamic
+        trusted = [False] * len(steps)
+        anchors = set()
+        for index, binding in enumerate(self.steps):
+            if not ran_bound[index] or type(binding) is not Binding:
+                continue
+            producers = [made_by.get(id(value), -1) for value, _ in binding.reads
+                         if id(value) in dynamic]
+            if any(id(value) in dynamic for value, _, _ in binding.derived) or any(
+                    j < 0 or not (trusted[j] or ran_bound[j]) for j in producers):
+                continue
+            trusted[index] = True
+            anchors.update(j for j in producers if not trusted[j])
+        self.trusted, self.trusted_threads = trusted, threads
+        self.anchors = frozenset(anchors)
 
 
 class InputFedBinding:
@@ -437,19 +471,34 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     counts are the caller's (one count for the whole run). With
     ``bindings``, a step whose arrays are those of its last run is one bound
     kernel call (:class:`Bindings`)."""
-    if bindings is not None and bindings.all_bound == ctx.num_threads \
-            and _replay_bound(ctx, plan, steps, bindings):
-        return
     slots = dict(seeds)
     start = time.perf_counter()
     previous = ctx.launcher.tracing(None)
     bound_calls = 0
     bound_seconds = 0.0
     in_kernels = kernel_seconds()           # this thread's time in kernels so far
+    ran_bound = [False] * len(steps)
+    # a trusted step (Bindings.trust) is its kernel call alone: no checks, no
+    # tracing, a few microseconds a step fewer (a tenth of a small network's
+    # time on two threads)
+    trusted = bindings.trusted if bindings is not None and \
+        bindings.trusted_threads == ctx.num_threads and not ctx.launcher.serialized else None
+    run_bound = ctx.launcher.run_bound
+    clock = time.perf_counter
     try:
         for index, captured in enumerate(steps):
             step = captured.step
-            t0 = time.perf_counter()
+            t0 = clock()
+            if trusted is not None and trusted[index]:
+                binding = bindings.steps[index]
+                run_bound(binding.kernel, binding.args)
+                step.seconds = seconds = clock() - t0
+                bound_seconds += seconds
+                bound_calls += 1
+                ran_bound[index] = True
+                captured.value._data = binding.out
+                _release(captured.frees)
+                continue
             reorders = step.inner_reorders
             reorders.clear()
             v = captured.value
@@ -480,8 +529,11 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
                     if type(binding) is InputFedBinding:
                         binding.forget()         # holds no caller's array between runs
                     bound_calls += 1
+                    ran_bound[index] = True
                     data = binding.out
                 else:
+                    if trusted is not None and index in bindings.anchors:
+                        trusted = None         # steps trusting its array check it after all
                     ctx.launcher.tracing(reorders)
                     data = run_node(ctx, node, v, out)
                     if bindings is not None and not step.buffer:
@@ -503,43 +555,4 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     plan.seconds = time.perf_counter() - start
     plan.kernel_seconds = kernel_seconds() - in_kernels
     if bindings is not None:
-        bindings.all_bound = ctx.num_threads if bound_calls == len(steps) and all(
-            type(b) is Binding or type(b) is InputFedBinding for b in bindings.steps) \
-            and not ctx.launcher.serialized else 0
-
-
-def _replay_bound(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
-                  bindings: Bindings) -> bool:
-    """:func:`replay` of a program whose last run was bound calls only
-    (``Bindings.all_bound``): each step calls its kernel on its arrays, with
-    none of the per-step checks, which hold by induction (every step writes
-    the same array as at that run, so every later step reads the same; the
-    graph inputs, the only arrays new at each run, are checked and put in
-    place first; a read-only constant's arrays are the binding's own). A few
-    microseconds a step fewer, a tenth of a small network's time on two
-    threads. False, before running anything, when an input's array is not of
-    its bound type (the caller runs the checked loop)."""
-    fed = [b for b in bindings.steps if type(b) is InputFedBinding]
-    for binding in fed:
-        if not binding.valid(ctx, binding.out):
-            for other in fed:
-                other.forget()
-            bindings.all_bound = 0
-            return False
-    start = time.perf_counter()
-    clock = time.perf_counter
-    use_threads(ctx.num_threads)
-    try:
-        for captured, binding in zip(steps, bindings.steps):
-            t0 = clock()
-            binding.kernel(*binding.args)
-            captured.step.seconds = clock() - t0
-            captured.value._data = binding.out
-    finally:
-        for binding in fed:
-            binding.forget()         # holds no caller's array between runs
-    plan.seconds = seconds = time.perf_counter() - start
-    plan.kernel_seconds = seconds
-    ctx.launcher.count(launches=len(steps), launch_s=seconds)
-    add_kernel_seconds(seconds)
-    return True
+        bindings.trust(steps, ran_bound, 0 if ctx.launcher.serialized else ctx.num_threads)

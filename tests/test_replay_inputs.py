@@ -93,29 +93,27 @@ def test_an_input_of_another_type_runs_through_its_op():
 
 
 @pytest.mark.parametrize("threads", thread_counts())
-def test_a_fully_bound_program_replays_in_the_short_loop(threads, monkeypatch):
-    """Once a run was bound calls only, the next runs call the kernels in a
-    loop without the per-step checks (executor._replay_bound): the answers
-    match float64 on new inputs, each step still has its time, the launches
-    are counted; an input array of another type (read-only: not what the
-    first conv was bound to) sends that run through the checked loop."""
-    from jitnn import executor
+def test_bound_steps_after_a_bound_run_are_trusted(threads):
+    """After a run of bound calls, a step reading only constants and the
+    results of bound steps makes its call without the per-step checks
+    (``Bindings.trust``); the first conv, fed the caller's array, is checked
+    at every run (an anchor). The answers match float64 on new inputs, each
+    step has its time, the launches are counted; an input array of another
+    type (read-only: not the first conv's bound type) runs that conv through
+    its op, and the trusted step is checked in that run."""
     ctx = jitnn.Context(num_threads=threads)
     shape = (2, 3, 11, 9)
     graph, w1, w2 = _graph(ctx, shape, 9)
-    short = []
-    real = executor._replay_bound
-    monkeypatch.setattr(executor, "_replay_bound",
-                        lambda *args: short.append(real(*args)) or short[-1])
     y = np.empty((2, 9, 6, 5), np.float32)
     for run in range(5):
         x = random(shape, 20 + run)
         ctx.reset_stats()
         ctx.compute(graph, {"x": x}, {"y": y})
         np.testing.assert_allclose(y, _want(x, w1, w2), rtol=1e-4, atol=1e-4)
-    assert short == [True, True]                 # runs 4 and 5
     (program,) = graph._programs
-    assert program.bindings.all_bound == threads
+    bindings = program.bindings
+    assert bindings.trusted == [False, True] and bindings.anchors == {0}
+    assert bindings.trusted_threads == threads
     assert all(c.step.seconds is not None and c.step.seconds >= 0 for c in program.steps)
     assert ctx.stats.launches == len(program.steps)
     graph._programs.clear()
@@ -123,4 +121,4 @@ def test_a_fully_bound_program_replays_in_the_short_loop(threads, monkeypatch):
     x.flags.writeable = False
     program.run(ctx, {"x": x}, {"y": y})         # (compute would copy it)
     np.testing.assert_allclose(y, _want(x, w1, w2), rtol=1e-4, atol=1e-4)
-    assert short[-1] is False
+    assert bindings.trusted == [False, False]    # the first conv ran through its op
