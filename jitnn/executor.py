@@ -26,7 +26,7 @@ from .instrumentation import add_kernel_seconds, kernel_seconds
 from .kernels._config import ThreadCountKernel
 from .kernels.buffers import aligned_empty
 from .errors import JitnnExecutionError
-from .ops._common import Binding, blocked_buffer, plain_buffer
+from .ops._common import Binding, ViewBinding, blocked_buffer, plain_buffer
 from .plan import Plan, Step, physical_shape
 from .registry import kind_of
 from .tensor import Node, Value
@@ -358,7 +358,7 @@ class Bindings:
         trusted = [False] * len(steps)
         anchors = set()
         for index, binding in enumerate(self.steps):
-            if not ran_bound[index] or type(binding) is not Binding:
+            if not ran_bound[index] or type(binding) not in _TRUSTABLE:
                 continue
             producers = [made_by.get(id(value), -1) for value, _ in binding.reads
                          if id(value) in dynamic]
@@ -369,6 +369,10 @@ class Bindings:
             anchors.update(j for j in producers if not trusted[j])
         self.trusted, self.trusted_threads = trusted, threads
         self.anchors = frozenset(anchors)
+
+
+#: the bindings :meth:`Bindings.trust` may trust: their ``valid`` only checks
+_TRUSTABLE = (Binding, ViewBinding)
 
 
 class InputFedBinding:

@@ -178,8 +178,10 @@ def test_slices_and_a_plain_pad_write_into_the_plans_buffers_and_are_bound():
     bindings = _op_bindings(graph)
     for label in ("pad", "matmul", "div", "relu"):    # the relu of the view too
         assert all(bindings[label]), (label, bindings)
-    # the two copied windows are bound; the view is no kernel call
-    assert [bool(binding) for binding in bindings["slice"]].count(True) == 2, bindings
+    # the two copied windows are bound calls; the view is bound as a view (no call)
+    assert all(bindings["slice"]), bindings
+    assert sorted(type(binding).__name__ for binding in bindings["slice"]) == \
+        ["Binding", "Binding", "ViewBinding"], bindings
 
 
 def test_a_general_transpose_and_a_plain_concat_are_bound_and_right():
@@ -202,3 +204,28 @@ def test_a_general_transpose_and_a_plain_concat_are_bound_and_right():
     bindings = _op_bindings(graph)
     for label in ("transpose", "concat", "add"):
         assert all(bindings[label]), (label, bindings)
+
+
+def test_views_of_the_plans_buffers_are_bound_and_trusted():
+    """A reshape of a product (a view of the plan's buffer) is bound as a
+    view; from the run after a bound one, it and the product reading it are
+    trusted (each its call alone: executor.Bindings.trust), and the answers
+    stay right on new inputs."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (2, 7, 9))
+    w1, w2 = random((9, 12), 1, 0.3), random((3, 5), 2, 0.3)
+    h = b.relu(b.matmul(x, b.constant(w1)))                      # (2, 7, 12)
+    y = b.matmul(b.reshape(h, (2, 28, 3)), b.constant(w2))        # a view, then a product
+    graph = b.build({"y": y})
+    for seed in range(5):
+        xs = random((2, 7, 9), 10 + seed)
+        out = np.empty((2, 28, 5), np.float32)
+        ctx.compute(graph, {"x": xs}, {"y": out})
+        want = (np.maximum(xs.astype(np.float64) @ w1, 0).reshape(2, 28, 3)) @ w2
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    (program,) = graph._programs
+    labels = [c.step.label for c in program.steps]
+    reshape = labels.index("reshape")
+    assert type(program.bindings.steps[reshape]).__name__ == "ViewBinding"
+    assert program.bindings.trusted[reshape] and program.bindings.trusted[-1], labels

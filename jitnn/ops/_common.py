@@ -56,6 +56,36 @@ class Binding:
         return True
 
 
+class ViewBinding(Binding):
+    """A step that makes a view of its input (a reshape of a plan's buffer:
+    ops/shape.py): nothing to call, and its result is the same view object
+    while the input holds the same array. Valid then; it is given no buffer
+    (``out`` is not checked)."""
+
+    __slots__ = ()
+
+    def valid(self, ctx: Context, out: np.ndarray | None) -> bool:
+        for value, array in self.reads:
+            if value._data is not array:
+                return False
+        return True
+
+
+def _no_call() -> None:
+    """A view step's kernel: the view is already there."""
+
+
+def bind_view(ctx: Context, node: Node, result: np.ndarray) -> Binding | None:
+    """The view ``result`` of node's plain input, bound to the input's array
+    (a blocked input's view is of its readback copy: not bound)."""
+    (source,) = node.inputs
+    data = source._data
+    if is_blocked(source) or not isinstance(data, np.ndarray) \
+            or not isinstance(result, np.ndarray) or not np.shares_memory(result, data):
+        return None
+    return ViewBinding(_no_call, (), ((source, data),), (), result, ctx.num_threads)
+
+
 def context_of(op: str, *values: object) -> Context:
     """The context of the Tensor arguments (the default one if none is a Tensor)."""
     ctx = None

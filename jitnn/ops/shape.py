@@ -34,9 +34,9 @@ from ..kernels.buffers import aligned_empty
 from ..limits import check_shape, shape_arg
 from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import DTYPE_NAMES, FLOAT32, Node, Tensor, Value
-from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, blocked_buffer, channel_axis,
-                      context_of, is_blocked, pending, plain_buffer, plain_into_op, plain_layout,
-                      plain_result, value_of)
+from ._common import (ANY_DTYPE, Binding, as_tensor, axis_index, bind_view, blocked_buffer,
+                      channel_axis, context_of, is_blocked, pending, plain_buffer, plain_into_op,
+                      plain_layout, plain_result, value_of)
 from ._movement import exact, int_list, operand
 
 if TYPE_CHECKING:
@@ -132,7 +132,15 @@ def _reshaped(ctx: Context, op: str, x: Tensor, shape: tuple[int, ...]) -> Tenso
     """``x``'s values in row-major order as ``shape`` (the same count)."""
     if x.dtype != FLOAT32 and x.size * x.dtype.itemsize <= _COPIED_RESHAPE_BYTES:
         return plain_into_op(ctx, op, (x,), shape, _copy_reshaped, dtype=x.dtype)
-    return plain_result(ctx, shape, _ViewAs(shape), x, op)
+    return _bound_as_view(plain_result(ctx, shape, _ViewAs(shape), x, op))
+
+
+def _bound_as_view(result: Tensor) -> Tensor:
+    """``result``, a view of its input, bound as one in a replay (no call)."""
+    node = result._v._node
+    if node is not None:                 # (None: the eager policy ran it already)
+        node.run.bind = bind_view
+    return result
 
 
 class _ViewAs:
@@ -371,7 +379,7 @@ def split(x, splits, axis: int = 0) -> list[Tensor]:
         index = (builtins.slice(None),) * axis + (builtins.slice(start, start + part),)
         shape = x.shape[:axis] + (part,) + x.shape[axis + 1:]
         if contiguous:
-            parts.append(plain_result(ctx, shape, _ViewAs(shape, index), x, op))
+            parts.append(_bound_as_view(plain_result(ctx, shape, _ViewAs(shape, index), x, op)))
         else:
             # copied into the plan's buffer (a replay binds it, and the ops
             # reading it: LeViT's Q, K and V, split off one projection)

@@ -31,7 +31,7 @@ from ..registry import OpDef, register_op
 from ..tensor import DTYPE_NAMES, Tensor
 from ._common import ANY_DTYPE, as_tensor, context_of, plain_into_op, plain_result
 from ._movement import axes_arg, exact, int_list
-from .shape import _ViewAs
+from .shape import _bound_as_view, _ViewAs
 
 
 # --- the spec ----------------------------------------------------------------------
@@ -85,7 +85,7 @@ def slice(x, starts: Sequence[int], sizes: Sequence[int], *,  # noqa: A001 - Web
     if x.ndim and all(s == 1 for s in steps) and _one_range(x.shape, shape):
         # a view, the same object at every run while x's array is (a replay
         # binds the steps reading it)
-        return plain_result(ctx, shape, _ViewAs(shape, index), x, op)
+        return _bound_as_view(plain_result(ctx, shape, _ViewAs(shape, index), x, op))
     # copied into the plan's buffer, a bound call in a replay (EfficientViT's
     # attention slices 20 windows a run: each new array unbound its readers)
     return plain_into_op(ctx, op, (x,), shape, _window_into(tuple(starts), tuple(sizes),
