@@ -71,11 +71,13 @@ def test_claim_task_shares_then_steals(workers, tasks):
 
 
 # batch 1, and batches that do not divide among the threads, run in bands of
-# rows, one per thread; batches that do, image by image
+# rows, one per thread; batches that do, image by image. (Block 4, unless it
+# is the host's, in the slow run: its depthwise drivers are the case's own.)
 BANDS = [
     # (n, c, h, w, strides, block, residual)
     (1, 1, 9, 7, (1, 1), 8, True),
-    (1, 3, 23, 13, (2, 2), 4, False),
+    pytest.param((1, 3, 23, 13, (2, 2), 4, False), marks=pytest.mark.slow
+                 if jitnn.host_block() != 4 else ()),
     (1, 7, 31, 9, (1, 1), 16, True),
     (3, 9, 17, 15, (2, 2), 8, True),          # 3 images on 2 threads: bands
     (2, 17, 21, 11, (1, 1), 8, False),        # 2 images on 2 threads: an image each
