@@ -229,3 +229,32 @@ def test_views_of_the_plans_buffers_are_bound_and_trusted():
     reshape = labels.index("reshape")
     assert type(program.bindings.steps[reshape]).__name__ == "ViewBinding"
     assert program.bindings.trusted[reshape] and program.bindings.trusted[-1], labels
+
+
+def test_a_plain_softmax_and_an_expand_write_into_the_plans_buffers_and_are_bound():
+    """EdgeNeXt's cross-covariance attention: the normalizer expanded to the
+    keys' shape, a softmax of the small (heads, d, d) scores, the product
+    after it; each a bound call from the third run on, right at every run
+    (a row of -inf gives NaN, without a warning)."""
+    ctx = jitnn.Context(num_threads=1)
+    b = jitnn.GraphBuilder(ctx)
+    x = b.input("x", (1, 3, 5, 7))
+    norm = b.input("n", (1, 3, 5, 1))
+    scores = b.softmax(b.div(x, b.expand(norm, (1, 3, 5, 7))), axis=-1)
+    y = b.matmul(scores, b.constant(random((7, 4), 3)))
+    graph = b.build({"y": y, "s": scores})
+    for seed in range(4):
+        xs, ns = random((1, 3, 5, 7), 50 + seed), 1.5 + random((1, 3, 5, 1), 60 + seed) ** 2
+        if seed == 3:
+            xs[0, 1, 2] = -np.inf
+        y_out, s_out = np.empty((1, 3, 5, 4), np.float32), np.empty((1, 3, 5, 7), np.float32)
+        with np.errstate(all="raise"):
+            ctx.compute(graph, {"x": xs, "n": ns}, {"y": y_out, "s": s_out})
+        z = xs.astype(np.float64) / ns
+        with np.errstate(invalid="ignore"):
+            e = np.exp(z - z.max(axis=-1, keepdims=True))
+            want = e / e.sum(axis=-1, keepdims=True)
+        np.testing.assert_allclose(s_out, want, rtol=1e-5, atol=1e-6)
+        assert np.isnan(s_out[0, 1, 2]).all() == (seed == 3)
+    bindings = _op_bindings(graph)
+    assert all(bindings["expand"]) and all(bindings["softmax"]), bindings

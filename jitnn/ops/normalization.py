@@ -49,7 +49,7 @@ from ..registry import NodeKind, OpDef, register_kind, register_op
 from ..tensor import FLOAT32, Node, Tensor, Value
 from ._common import (Binding, as_tensor, axis_index, channel_axis, context_of, is_blocked,
                       is_number, parse_activation, pending, plain_buffer, plain_into_op,
-                      plain_layout, plain_result, value_of)
+                      plain_layout, value_of)
 from .eltwise import batch_norm_scale_shift, eltwise_node
 from .reduction import axes_arg
 
@@ -256,18 +256,20 @@ def softmax(x, axis: int = -1) -> Tensor:
         raise JitnnValueError(f"{op}: x must have rank >= 1, got a scalar")
     axis = axis_index(op, "axis", axis, x.ndim)
 
-    def compute(data: np.ndarray) -> np.ndarray:
+    def into(data: np.ndarray, out: np.ndarray) -> None:
         if data.size == 0:
-            return np.empty(data.shape, np.float32)
+            return
         # a row of -inf (every key masked) gives NaN, as ONNX Runtime and
         # PyTorch do, without numpy's warning
         with np.errstate(invalid="ignore"):
-            out = data - data.max(axis=axis, keepdims=True)
+            np.subtract(data, data.max(axis=axis, keepdims=True), out=out)
             np.exp(out, out=out)
             out /= out.sum(axis=axis, keepdims=True)
-        return out
+    into.__name__ = into.__qualname__ = "softmax_into"
 
-    return plain_result(ctx, x.shape, compute, x, op, x._axes if x.ndim == 4 else "nchw")
+    # into the plan's buffer: a bound call in a replay
+    return plain_into_op(ctx, op, (x,), x.shape, into, dtype=FLOAT32,
+                         axes=x._axes if x.ndim == 4 else "nchw")
 
 def _epsilon(op: str, epsilon: object) -> float:
     if not is_number(epsilon) or not epsilon >= 0:

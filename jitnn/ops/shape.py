@@ -420,7 +420,12 @@ def expand(x, new_shape: Sequence[int]) -> Tensor:
     x = as_tensor(ctx, x, op, "x", ANY_DTYPE)
     dims = shape_arg(op, "new_shape", new_shape)
     shape = _broadcast_shape(op, x.shape, dims)
-    return plain_result(ctx, shape, lambda data: np.broadcast_to(data, shape).copy(), x, op)
+    # into the plan's buffer: a bound call in a replay (np.copyto broadcasts)
+    return plain_into_op(ctx, op, (x,), shape, _expand_into, dtype=x.dtype)
+
+
+def _expand_into(data: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, data)
 
 
 def tile(x, repetitions: Sequence[int]) -> Tensor:
