@@ -11,7 +11,7 @@ from jitnn.kernels.conv2d import winograd
 from jitnn.kernels.epilogue import GELU, RELU
 from tests.assembly import check_packed_fma, fresh_asm, needs_packed_fma
 from tests.conv2d_cases import ACTIVATIONS, run_case, to_blocked
-from tests.helpers import random, reference
+from tests.helpers import portable_block_slow, random, reference
 
 
 @pytest.mark.slow
@@ -51,7 +51,10 @@ def test_winograd(case):
              algorithm="winograd", expect_path="winograd")
 
 
-@pytest.mark.parametrize("block", [4, pytest.param(16, marks=pytest.mark.slow)])
+# (block 16 by default, the Winograd driver's cover off the host's block;
+# block 4, unless it is the host's, in the slow run: tests/portable_check.py
+# runs Winograd on it)
+@pytest.mark.parametrize("block", portable_block_slow((4, 16)))
 def test_winograd_blocks_4_16(block):
     run_case(2, 9, 17, 9, 7, padding=(1, 1, 1, 1), block=block, residual=True,
              activation=(RELU, 0.0, 0.0), algorithm="winograd", expect_path="winograd")
