@@ -92,26 +92,26 @@ def test_a_normalization_over_other_channels_converts_node_by_node():
     assert "batch_normalization" in _graph_ops(model, feed)
 
 
-def test_a_product_read_elsewhere_converts_node_by_node():
-    net = Net(seed=5)
+def _product_and_rows(seed: int, read: str):
+    """LeViT's linear layer whose ``read`` value ("product" or "rows": the
+    normalized rows) is a graph output too; the model and its feed."""
+    net = Net(seed=seed)
     x = net.input("x", (2, 4, 6))
     product = net("MatMul", x, net.const(net.rng.standard_normal((6, 9)) * 0.3))
     normed = _norm(net, net("Flatten", product, axis=2), 9)
     y = net("Reshape", normed, net("Shape", product))
-    model = net.model([y, product])
-    feed = {"x": net.rng.standard_normal((2, 4, 6)).astype(np.float32)}
+    model = net.model([y, product if read == "product" else normed])
+    return model, {"x": net.rng.standard_normal((2, 4, 6)).astype(np.float32)}
+
+
+def test_a_product_read_elsewhere_converts_node_by_node():
+    model, feed = _product_and_rows(5, "product")
     check(model, feed)
     assert "batch_normalization" in _graph_ops(model, feed)
 
 
 def test_the_normalized_rows_read_as_they_are_are_the_folded_gemms():
     # the 2-D normalization's output is a graph output too: the fold's own result
-    net = Net(seed=6)
-    x = net.input("x", (2, 4, 6))
-    product = net("MatMul", x, net.const(net.rng.standard_normal((6, 9)) * 0.3))
-    normed = _norm(net, net("Flatten", product, axis=2), 9)
-    y = net("Reshape", normed, net("Shape", product))
-    model = net.model([y, normed])
-    feed = {"x": net.rng.standard_normal((2, 4, 6)).astype(np.float32)}
+    model, feed = _product_and_rows(6, "rows")
     check(model, feed)
     assert "batch_normalization" not in _graph_ops(model, feed)
