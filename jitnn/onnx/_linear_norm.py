@@ -27,7 +27,7 @@ import numpy as np
 from ..graph import Operand
 from ._attention_convert import _float_tensor
 from ._common import Const
-from ._pattern_graph import Pattern, _const_operand, _Graph
+from ._pattern_graph import Pattern, _const_operand, _constant_matmul, _Graph
 
 #: activations after the folded layer that its GEMM's epilogue takes
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
@@ -62,12 +62,10 @@ def match(g: _Graph, norm: int) -> Pattern | None:
             return None
         covered.add(add)
         product = matmul_out
-    matmul = g.node(product, "MatMul")
-    if matmul is None:
+    found = _constant_matmul(g, product)
+    if found is None:
         return None
-    x, w = g.nodes[matmul].input
-    if w not in g.const or x in g.const:
-        return None
+    matmul, x, w = found
     covered.add(matmul)
     last, out = norm, node.output[0]
     back = g.only_reader(out, "Reshape")
