@@ -239,12 +239,13 @@ class Bindings:
         self.anchors: frozenset[int] = frozenset()
         self.ran_bound: list[bool] = []          # which steps ran bound at the last run
 
-    def kept_out(self, index: int, node: Node) -> np.ndarray | None:
-        """The array step ``index`` (a kept value's, no slot) wrote last run,
-        for a kernel that writes into the buffer it is given; None at first.
-        A program runs one call at a time and its outputs are copied out
-        before the next, so the array is free again: the step then writes in
-        place (no allocation) and may be bound, as an intermediate's is."""
+    def kept_out(self, index: int) -> np.ndarray | None:
+        """The array step ``index`` wrote last run (None at first): a kept
+        value's (no slot), for a kernel that writes into the buffer it is
+        given, or a reorder step's copy. A program runs one call at a time and
+        its outputs are copied out before the next, so the array is free
+        again: the step writes there again (no allocation), and it and the
+        steps reading its array may be bound, as an intermediate's are."""
         kept = self.kept[index]
         return kept if kept is not None and kept is not False else None
 
@@ -260,16 +261,9 @@ class Bindings:
         if own:
             self.stable[id(data)] = data
 
-    def kept_reorder(self, index: int) -> np.ndarray | None:
-        """The array reorder step ``index`` wrote last run (None at first):
-        it writes there again, so the blocked copy a kernel reads is the same
-        array at every run, and the steps reading it can be bound."""
-        kept = self.kept[index]
-        return kept if kept is not None and kept is not False else None
-
     def keep_reorder(self, index: int, value: Value, made: np.ndarray) -> None:
         """After reorder step ``index`` made ``made`` for ``value`` (its own
-        array, not the value's buffer): keep it, stable, for the next runs."""
+        array, not the value's buffer): keep it, stable, for :meth:`kept_out`."""
         own = made.flags.c_contiguous and not np.may_share_memory(made, value._data)
         self.kept[index] = made if own else False
         if own:
@@ -485,8 +479,9 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
     # a trusted step (Bindings.trust) is its kernel call alone: no checks, no
     # tracing, a few microseconds a step fewer (a tenth of a small network's
     # time on two threads)
+    # (none under the workqueue layer: Bindings.trust records no thread count)
     trusted = bindings.trusted if bindings is not None and \
-        bindings.trusted_threads == ctx.num_threads and not ctx.launcher.serialized else None
+        bindings.trusted_threads == ctx.num_threads else None
     run_bound = ctx.launcher.run_bound
     clock = time.perf_counter
     try:
@@ -508,7 +503,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             v = captured.value
             if step.kind == "reorder":
                 ctx.launcher.tracing(reorders)
-                kept = None if bindings is None else bindings.kept_reorder(index)
+                kept = None if bindings is None else bindings.kept_out(index)
                 made = blocked_buffer(ctx, v, step.reorder_block, step.reorder_axes, kept) \
                     if step.reorder_block else plain_buffer(v, kept)
                 if bindings is not None and kept is None:
@@ -517,7 +512,7 @@ def replay(ctx: "Context", plan: Plan, steps: Sequence[CapturedStep],
             else:
                 node = captured.node
                 if not step.buffer:
-                    out = None if bindings is None else bindings.kept_out(index, node)
+                    out = None if bindings is None else bindings.kept_out(index)
                 elif bindings is None:
                     out = _out_from_slot(slots, step.buffer, captured.shape, v.dtype,
                                          step.buffer_place)

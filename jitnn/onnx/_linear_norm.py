@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..graph import Operand
-from ._attention_convert import _float_tensor
+from ._attention_convert import _float_tensor, _reshaped
 from ._common import Const
 from ._pattern_graph import Pattern, _const_operand, _constant_matmul, _Graph
 
@@ -89,20 +89,6 @@ def match(g: _Graph, norm: int) -> Pattern | None:
     return Pattern("linear_norm", covered, last, lambda cv, values: _convert(cv, values, g, plan))
 
 
-def _reshaped(source: tuple[int, ...], target) -> tuple[int, ...] | None:
-    """ONNX ``Reshape``'s output shape (0 copies a dimension, -1 takes the rest)."""
-    dims = [int(d) for d in np.asarray(target).reshape(-1)]
-    dims = [source[i] if d == 0 and i < len(source) else d for i, d in enumerate(dims)]
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
-        return None
-    if -1 in dims:
-        known = math.prod(d for d in dims if d != -1)
-        if known == 0 or math.prod(source) % known:
-            return None
-        dims[dims.index(-1)] = math.prod(source) // known
-    return tuple(dims) if math.prod(dims) == math.prod(source) else None
-
-
 def _convert(cv, values, g: _Graph, plan) -> Operand | None:
     x, w = values[plan["x"]], values[plan["w"]]
     if not _float_tensor(x) or len(x.shape) < 2 or not isinstance(w, Const) \
@@ -120,7 +106,9 @@ def _convert(cv, values, g: _Graph, plan) -> Operand | None:
         flat = (math.prod(product[:axis]), math.prod(product[axis:]))
     else:
         target = values[g.nodes[flatten].input[1]]
-        flat = _reshaped(product, target.array) if isinstance(target, Const) else None
+        flat = _reshaped(product, target.array.reshape(-1),
+                         bool(g.attr(flatten, "allowzero", 0))) \
+            if isinstance(target, Const) else None
     # the normalization's channel axis (1) must be the product's columns
     if flat != (rows, columns):
         return None
@@ -148,7 +136,9 @@ def _convert(cv, values, g: _Graph, plan) -> Operand | None:
     shape = (rows, columns)
     if plan["back"] is not None:
         target = values[g.nodes[plan["back"]].input[1]]
-        shape = _reshaped(shape, target.array) if isinstance(target, Const) else None
+        shape = _reshaped(shape, target.array.reshape(-1),
+                          bool(g.attr(plan["back"], "allowzero", 0))) \
+            if isinstance(target, Const) else None
         if shape is None:
             return None
     flat_x = cv.op("reshape", x, (rows, x.shape[-1])) if len(x.shape) != 2 else x

@@ -65,10 +65,7 @@ class ViewBinding(Binding):
     __slots__ = ()
 
     def valid(self, ctx: Context, out: np.ndarray | None) -> bool:
-        for value, array in self.reads:
-            if value._data is not array:
-                return False
-        return True
+        return super().valid(ctx, self.out)
 
 
 def _no_call() -> None:
@@ -406,7 +403,7 @@ def bind_plain_into(ctx: Context, node: Node, result: np.ndarray) -> Binding | N
     input was read through a copy other than a blocked one's plain copy (a
     dropped constant made again). A blocked input's plain copy is a derived
     form, the same array at every run when a replay's readback step makes it
-    (Bindings.kept_reorder)."""
+    (Bindings.keep_reorder)."""
     arrays, reads, derived = [], [], []
     for v in node.inputs:
         data = v._data

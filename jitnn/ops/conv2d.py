@@ -335,7 +335,7 @@ def bind_conv2d(ctx, node: Node, result: np.ndarray) -> Binding | None:
             arrays[role] = value._data
             continue
         # a plain value's blocked copy: a replay's reorder step writes it into
-        # the same array at every run (Bindings.kept_reorder), which the
+        # the same array at every run (Bindings.keep_reorder), which the
         # binding's check of derived forms confirms
         form = value._derived.get(blocked_key)
         if form is None or (role == "residual" and value is a["x"]):
