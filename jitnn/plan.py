@@ -54,6 +54,8 @@ class Plan:
     kept: set = dataclasses.field(default_factory=set)     # ids of kept values
     log: list[str] = dataclasses.field(default_factory=list)
     recorded_ops: int = 0
+    #: the context's thread count (part of a plan's cache key: plan_cache)
+    threads: int = 1
     fused_ops: int = 0
     peak_bytes: int = 0
     buffer_slots: int = 0

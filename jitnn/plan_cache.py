@@ -261,7 +261,8 @@ def instantiate(template: PlanTemplate, ctx: "Context", roots: list[Value],
                           buffer_place=t.buffer_place))
     return Plan(ctx.policy, list(roots), steps, {id(values[i]) for i in template.kept},
                 list(template.log),
-                recorded_ops=template.recorded_ops, fused_ops=template.fused_ops,
+                recorded_ops=template.recorded_ops, threads=ctx.num_threads,
+                fused_ops=template.fused_ops,
                 peak_bytes=template.peak_bytes, buffer_slots=template.buffer_slots,
                 arena=template.arena, arena_bytes=template.arena_bytes,
                 memo_homes=memo_homes, reused=True)

@@ -283,7 +283,7 @@ def test_compute_replays_chained_matmuls_in_their_plan_buffers():
     """Intermediate products sit in the plan's arena (room for 2 of the 3),
     which a replay hands out again: new inputs every call, each result
     against numpy."""
-    ctx = jitnn.Context()
+    ctx = jitnn.Context(num_threads=1)   # (2+: slots rest, passes.SETTLE_STEPS)
     b = jitnn.GraphBuilder(ctx)
     x = b.input("x", (16, 40))
     h = x

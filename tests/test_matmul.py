@@ -94,7 +94,7 @@ def test_matmul_intermediates_go_into_the_plan_buffers(monkeypatch):
     intermediate products share the plan's arena (two of them alive at once:
     room for two), so a flush makes one output array, the kept product's."""
     ops_matmul = importlib.import_module("jitnn.ops.matmul")  # jitnn.ops.matmul is the op
-    ctx = jitnn.Context()
+    ctx = jitnn.Context(num_threads=1)   # (2+: slots rest, passes.SETTLE_STEPS)
     x = ctx.tensor(random((32, 48), 0))
     ws = [ctx.tensor(0.2 * random((48, 48), s)) for s in range(1, 5)]
 

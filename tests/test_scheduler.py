@@ -221,7 +221,7 @@ def test_relu_before_add_is_not_fused_as_residual():
 
 
 def test_buffers_of_dead_intermediates_are_reused():
-    ctx = jitnn.Context()
+    ctx = jitnn.Context(num_threads=1)
     x = ctx.tensor(random((1, 16, 8, 8), 14))
     w = ctx.tensor(random((16, 16, 3, 3), 15, 0.2))
     h = x
@@ -237,12 +237,37 @@ def test_buffers_of_dead_intermediates_are_reused():
     assert h._v._plan.arena_bytes == 2 * 16 * 8 * 8 * 4
 
 
+def test_on_several_threads_a_small_slot_rests_before_reuse():
+    # another core may hold the lines it just read: their place is not
+    # written again for SETTLE_STEPS steps (jitnn/passes.py)
+    import numba
+
+    from jitnn import passes
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has fewer than 2 threads")
+    ctx = jitnn.Context(num_threads=2)
+    x = ctx.tensor(random((1, 16, 8, 8), 14))
+    w = ctx.tensor(random((16, 16, 3, 3), 15, 0.2))
+    h = x
+    for _ in range(6):
+        h = jitnn.conv2d(h, w, padding=1, activation="relu")
+    # slot k is written at step k and read last at k + 1: with the rest, the
+    # slots of min(5, SETTLE_STEPS + 2) consecutive steps are apart
+    slots = min(5, passes.SETTLE_STEPS + 2)
+    assert f"5 sharing an arena of {slots * 4}.0 KiB" in jitnn.explain(h)
+    want = np.asarray(x, np.float64)
+    for _ in range(6):
+        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
+    _close(h.numpy(), want, atol=1e-3)
+    assert h._v._plan.arena_bytes == slots * 16 * 8 * 8 * 4
+
+
 def test_intermediates_share_an_arena_the_size_of_their_largest_live_pair():
     """Channels 32 -> 8 -> 16 -> 8 -> 24: the four intermediates share an
     arena the size of the largest two alive at once (32 and 8 channels),
     at the first run and when the graph is computed again on new inputs (a
     replay, with bound kernel calls)."""
-    ctx = jitnn.Context()
+    ctx = jitnn.Context(num_threads=1)   # (2+: slots rest, passes.SETTLE_STEPS)
     channels = (8, 32, 8, 16, 8, 24)
     weights = [random((o, i, 3, 3), 80 + n, 0.2)
                for n, (i, o) in enumerate(zip(channels, channels[1:]))]
