@@ -76,7 +76,8 @@ def median_seconds(function: Callable[[], object], min_time: float = 0.3, min_re
 
 
 def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
-                   burst: float = 0.02, warmup: int = 2) -> dict[str, list[float]]:
+                   burst: float = 0.02, warmup: int = 2,
+                   pause: float = 0.0) -> dict[str, list[float]]:
     """Per-call seconds of every function in each of ``rounds`` rounds.
 
     A round runs each function back to back for a burst of at least ``burst``
@@ -89,6 +90,11 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
     against ``np.copyto`` on 1 thread came out mostly within +-0.05
     (interquartile; up to +-0.1 at C = 3) where separate medians moved by up
     to 0.3 between runs.
+
+    ``pause``: seconds of sleep before each burst, so that thread pools that
+    spin after a call (OpenBLAS for ~0.1 s, ONNX Runtime with its default
+    spinning) are idle when the next function starts: whole models on 2
+    threads, where a pool still spinning takes a core from the next engine.
     """
     for function in functions.values():
         for _ in range(warmup):
@@ -100,6 +106,8 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
         shuffle(order)
         for name in order:
             function = functions[name]
+            if pause:
+                time.sleep(pause)
             function()  # the burst starts warm: the previous function ran in between
             calls, start = 0, time.perf_counter()
             while True:

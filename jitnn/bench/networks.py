@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 #: name -> the builder's default options
 NETWORKS = {
@@ -304,11 +304,6 @@ def _max_rel_err(ours: dict, theirs: dict) -> float:
                for n in ours)
 
 
-def _median_ms(function, min_time: float, min_reps: int, warmup: int) -> float:
-    from .harness import median_seconds
-    return 1e3 * median_seconds(function, min_time, min_reps, warmup)[0]
-
-
 def bench_model(path: str, batch: int = 1, threads: int = 1, *,
                 peers=("onnxruntime", "openvino", "torch"),
                 min_time: float = 1.0, min_reps: int = 5, warmup: int = 2,
@@ -316,16 +311,28 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
     """Median ms per inference of the ONNX model at ``path`` with ``batch`` and
     ``threads``: jitnn (``jitnn.onnx``, graph built once, inputs copied in and
     outputs read back every call), ONNX Runtime (all graph optimizations,
-    ``intra_op_num_threads=threads``), OpenVINO (its CPU plugin: ``threads``,
-    latency hint, float32; :func:`.harness.openvino_runner`) and PyTorch (when
-    the model has a sidecar naming one of :data:`NETWORKS`;
-    ``torch.set_num_threads``). With ``check``, jitnn's outputs are compared
-    with ONNX Runtime's (``max_rel_err``: max |diff| / max |onnxruntime|) and
-    OpenVINO's (``openvino_max_rel_err``)."""
+    ``intra_op_num_threads=threads``, its default spinning), OpenVINO (its
+    CPU plugin: ``threads``, latency hint, float32;
+    :func:`.harness.openvino_runner`) and PyTorch (when the model has a
+    sidecar naming one of :data:`NETWORKS`; ``torch.set_num_threads``).
+
+    The engines take turns: ``min_reps`` rounds, in each every engine in a
+    shuffled order runs a burst of ``min_time / min_reps`` seconds after a
+    pause of 0.2 s (when ``min_time >= 0.3``: a pool still spinning from the
+    engine before would take a core; :func:`.harness.paired_seconds`). An
+    engine's time is the median over the rounds, so a slow spell of a
+    shared host falls on every engine alike (timed one after the other, 1 s
+    each, MobileNetV2 on 2 threads came out 3.9 or 6.5 ms for jitnn from one
+    process to the next, with every engine's time moving the same way).
+    With ``check``, jitnn's outputs are compared with ONNX Runtime's
+    (``max_rel_err``: max |diff| / max |onnxruntime|) and OpenVINO's
+    (``openvino_max_rel_err``)."""
     import numpy as np
 
     import jitnn
     import jitnn.onnx
+
+    from .harness import paired_seconds
 
     model, inputs = _input_of(os.fspath(path), batch)
     row: dict[str, Any] = {"model": os.path.basename(os.fspath(path)), "batch": batch,
@@ -341,8 +348,8 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
     started = time.perf_counter()
     run_jitnn()
     row["jitnn_first_s"] = time.perf_counter() - started
-    row["jitnn_ms"] = _median_ms(run_jitnn, min_time, min_reps, warmup)
     ours = {name: outs[name].copy() for name in names}
+    engines: dict[str, Callable[[], object]] = {"jitnn": run_jitnn}
 
     if "onnxruntime" in peers:
         import onnxruntime as ort
@@ -353,15 +360,14 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
         options.log_severity_level = 3
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        row["onnxruntime_ms"] = _median_ms(lambda: session.run(None, inputs), min_time,
-                                           min_reps, warmup)
+        engines["onnxruntime"] = lambda: session.run(None, inputs)
         if check:
             theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
             row["max_rel_err"] = _max_rel_err(ours, theirs)
     if "openvino" in peers:
         from .harness import openvino_runner
         openvino_run = openvino_runner(model, threads)
-        row["openvino_ms"] = _median_ms(lambda: openvino_run(inputs), min_time, min_reps, warmup)
+        engines["openvino"] = lambda: openvino_run(inputs)
         if check:
             # OpenVINO keeps the graph's output order and names
             theirs = dict(zip([o.name for o in model.graph.output], openvino_run(inputs)))
@@ -372,8 +378,16 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
         torch.set_num_threads(threads)
         net, _ = build(info["network"], **info["options"])
         x = torch.from_numpy(next(iter(inputs.values())))
-        with torch.inference_mode():
-            row["torch_ms"] = _median_ms(lambda: net(x), min_time, min_reps, warmup)
+
+        def run_torch():
+            with torch.inference_mode():
+                net(x)
+        engines["torch"] = run_torch
+    rounds = max(1, min_reps)
+    seconds = paired_seconds(engines, rounds=rounds, burst=min_time / rounds, warmup=warmup,
+                             pause=0.2 if min_time >= 0.3 else 0.0)
+    for engine, per_round in seconds.items():
+        row[f"{engine}_ms"] = 1e3 * float(np.median(per_round))
     for peer in ("onnxruntime", "openvino", "torch"):
         if row[f"{peer}_ms"]:
             # speed relative to the peer: > 1 means jitnn is faster
