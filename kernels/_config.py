@@ -78,6 +78,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 import types
 import warnings
 from pathlib import Path
@@ -465,6 +466,9 @@ class _KernelCache(_caching.FunctionCache):
         super().__init__(py_func)
         self._cache_file = _KernelCacheFile(self._cache_path, self._impl.filename_base,
                                             self._impl.locator.get_source_stamp())
+        # this process's compile locks, held from a miss to the end of the
+        # dispatcher's compile (_KernelDispatcher.compile)
+        self._compile_locks: dict[str, object] = {}
 
     def holds(self, sig, target_context) -> bool:
         """Whether the cache's index names an entry for ``sig`` (nothing is
@@ -473,14 +477,50 @@ class _KernelCache(_caching.FunctionCache):
         return key in self._cache_file._load_index()
 
     def load_overload(self, sig, target_context):
+        """The cached compile of ``sig``, or None for numba to compile it. On
+        a miss this process takes the signature's compile lock first (held
+        until the dispatcher's compile ends, :class:`_KernelDispatcher`) and
+        looks again: a process that held it has saved the kernel meanwhile
+        (two test workers, or Ray or Dask workers starting cold, compiled
+        every kernel they shared once each)."""
         # numba's load_overload refreshes the whole target context first, for
         # loading machine code that needs only the runtime (_code_loading.py)
         _code_loading.load_runtime(target_context)
+        cres = self._load_or_none(sig, target_context)
+        if cres is None and CACHE_WRITABLE and self._lock_compile(sig, target_context):
+            cres = self._load_or_none(sig, target_context)
+        return cres
+
+    def _load_or_none(self, sig, target_context):
         try:
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)
         except _linking.MissingDependency:
             return None           # compiled again (and saved over the entry)
+
+    def _lock_compile(self, sig, target_context) -> bool:
+        """Take ``sig``'s compile lock (a file per signature under
+        ``CACHE_DIR/compile-locks``); False if this process holds it already
+        or it stayed taken for :data:`COMPILE_LOCK_WAIT_S` (then this process
+        compiles too, as without the lock)."""
+        key = self._index_key(sig, target_context.codegen())
+        name = hashlib.sha256(repr((self._cache_path, self._impl.filename_base, key))
+                              .encode()).hexdigest()[:24]
+        if name in self._compile_locks:
+            return False
+        lock = _try_lock(CACHE_DIR / "compile-locks" / f"{name}.lock", COMPILE_LOCK_WAIT_S)
+        if lock is None:
+            return False
+        self._compile_locks[name] = lock
+        return True
+
+    def release_compile_locks(self) -> None:
+        """Release the compile locks this process took for this kernel."""
+        locks = list(self._compile_locks.values())
+        self._compile_locks.clear()
+        for lock in locks:
+            with contextlib.suppress(OSError):
+                lock.close()      # closing the file releases its flock
 
     def save_overload(self, sig, data) -> None:
         if CACHE_WRITABLE:
@@ -507,7 +547,54 @@ def _locked(path: str):
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
-class _StandaloneDispatcher(CPUDispatcher):
+#: How long a process waits for another's compile of the same kernel before
+#: compiling it itself (a process that dies releases its locks at once).
+COMPILE_LOCK_WAIT_S = 300.0
+
+
+def _try_lock(path: Path, wait_s: float):
+    """The open file ``path`` (created) with an exclusive flock on it, taken
+    within ``wait_s`` seconds, or None (also without ``fcntl``, on Windows,
+    or when the file cannot be made). Closing the file releases the lock."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        path.parent.mkdir(exist_ok=True)
+        lock = open(path, "a")
+    except OSError:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                return None
+            time.sleep(0.02)
+        except OSError:
+            lock.close()
+            return None
+
+
+class _KernelDispatcher(CPUDispatcher):
+    """A jitnn kernel's dispatcher: its compile locks (:class:`_KernelCache`)
+    are released when a compile ends, saved, loaded or failed (numba's first
+    try of a kernel that asks for literal arguments fails on purpose)."""
+
+    def compile(self, sig):
+        try:
+            return super().compile(sig)
+        finally:
+            release = getattr(self._cache, "release_compile_locks", None)
+            if release is not None:
+                release()
+
+
+class _StandaloneDispatcher(_KernelDispatcher):
     """A dispatcher whose specializations are standalone kernels
     (kernels/_linking.py)."""
 
@@ -532,15 +619,17 @@ def jit(parallel: bool = False, cache: bool = True, standalone: bool = False):
                                 error_model="numpy")(function)
         if numba.config.DISABLE_JIT:
             return dispatcher
+        if standalone and (type(dispatcher) is not CPUDispatcher or parallel):
+            raise TypeError(f"jitnn: {function.__qualname__}: a standalone kernel is a "
+                            "serial CPU kernel")
         if cache and CACHE_DIR is not None:
             # what numba's enable_caching() does, with jitnn's cache class
             # (numba.njit(cache=True) would use numba's, in config.CACHE_DIR)
             dispatcher._cache = _KernelCache(function)
         if standalone:
-            if type(dispatcher) is not CPUDispatcher or parallel:
-                raise TypeError(f"jitnn: {function.__qualname__}: a standalone kernel is a "
-                                "serial CPU kernel")
             dispatcher.__class__ = _StandaloneDispatcher   # (methods only: same layout)
+        elif type(dispatcher) is CPUDispatcher:
+            dispatcher.__class__ = _KernelDispatcher
         _linking.KERNELS.add(dispatcher)
         return dispatcher
     return decorate

@@ -160,3 +160,45 @@ def test_entries_are_stamped_with_the_sources_they_import():
     finally:
         _config._sources.pop(kernels / "attention.py", None)
         _config._stamps.pop(kernels / "attention.py", None)
+
+
+_TOGETHER = """
+import os, time
+open(os.path.join(MEET, str(os.getpid())), "w").close()
+while len(os.listdir(MEET)) < 2:     # both processes start compiling together
+    time.sleep(0.01)
+"""
+
+
+def test_two_cold_processes_compile_each_kernel_once(tmp_path):
+    """Two processes that need the same kernels at once, with an empty cache:
+    one compiles each, the other waits on its compile lock and loads it
+    (kernels/_config.py, _KernelCache.load_overload)."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    code = _PROBE.replace("PRELUDE", _TOGETHER.replace("MEET", repr(str(meet))))
+    env = {**os.environ, "JITNN_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    results = []
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        results.append(json.loads(out))
+    assert all(r["ok"] and not r["warnings"] for r in results)
+    # alone, a cold run compiles the probe's 2 kernels (misses) and loads none
+    assert sum(r["misses"] for r in results) == 2
+    assert sum(r["hits"] for r in results) == 2
+    assert (Path(results[0]["dir"]) / "compile-locks").is_dir()
+
+
+def test_a_compile_lock_is_exclusive_and_gives_up_after_its_wait(tmp_path):
+    from jitnn.kernels import _config
+    path = tmp_path / "locks" / "k.lock"
+    held = _config._try_lock(path, 0.0)
+    assert held is not None
+    assert _config._try_lock(path, 0.05) is None      # taken: given up after the wait
+    held.close()                                       # (a process exiting does this)
+    again = _config._try_lock(path, 0.0)
+    assert again is not None
+    again.close()
