@@ -76,8 +76,8 @@ def median_seconds(function: Callable[[], object], min_time: float = 0.3, min_re
 
 
 def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
-                   burst: float = 0.02, warmup: int = 2,
-                   pause: float = 0.0) -> dict[str, list[float]]:
+                   burst: float = 0.02, warmup: int = 2, pause: float = 0.0,
+                   median: bool = False) -> dict[str, list[float]]:
     """Per-call seconds of every function in each of ``rounds`` rounds.
 
     A round runs each function back to back for a burst of at least ``burst``
@@ -95,6 +95,10 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
     spin after a call (OpenBLAS for ~0.1 s, ONNX Runtime with its default
     spinning) are idle when the next function starts: whole models on 2
     threads, where a pool still spinning takes a core from the next engine.
+    ``median``: a round's figure is the median of its calls, each timed,
+    instead of the burst's mean (for calls of milliseconds, on a host whose
+    slow calls come in bursts: MobileNetV2 on 2 threads, median 3.9 ms,
+    ninetieth percentile 9 ms for every engine alike).
     """
     for function in functions.values():
         for _ in range(warmup):
@@ -109,14 +113,18 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
             if pause:
                 time.sleep(pause)
             function()  # the burst starts warm: the previous function ran in between
-            calls, start = 0, time.perf_counter()
+            calls, times, start = 0, [], time.perf_counter()
             while True:
+                call_start = time.perf_counter()
                 function()
+                now = time.perf_counter()
                 calls += 1
-                elapsed = time.perf_counter() - start
+                if median:
+                    times.append(now - call_start)
+                elapsed = now - start
                 if calls >= 3 and elapsed >= burst:
                     break
-            seconds[name].append(elapsed / calls)
+            seconds[name].append(sorted(times)[calls // 2] if median else elapsed / calls)
     return seconds
 
 

@@ -20,7 +20,8 @@ to choose; 1 with ``--quick``). Per row, :func:`jitnn.bench.networks.bench_model
   only (others show "-");
 * the engines take turns in 5 rounds (2 with ``--quick``) of 0.2 s bursts,
   each after a 0.2 s pause (a thread pool still spinning from the engine
-  before would take a core); each time is the median over the rounds;
+  before would take a core); each time is the median over the rounds of
+  each burst's median call;
 * x ORT, x OV, x torch: the peer's time over jitnn's (> 1: jitnn is faster);
   max rel err: the largest |jitnn - onnxruntime| over the largest |onnxruntime|
   (OV max rel err: the same against OpenVINO).

@@ -320,7 +320,7 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
     shuffled order runs a burst of ``min_time / min_reps`` seconds after a
     pause of 0.2 s (when ``min_time >= 0.3``: a pool still spinning from the
     engine before would take a core; :func:`.harness.paired_seconds`). An
-    engine's time is the median over the rounds, so a slow spell of a
+    engine's time is the median over the rounds of each burst's median call, so a slow spell of a
     shared host falls on every engine alike (timed one after the other, 1 s
     each, MobileNetV2 on 2 threads came out 3.9 or 6.5 ms for jitnn from one
     process to the next, with every engine's time moving the same way).
@@ -385,7 +385,7 @@ def bench_model(path: str, batch: int = 1, threads: int = 1, *,
         engines["torch"] = run_torch
     rounds = max(1, min_reps)
     seconds = paired_seconds(engines, rounds=rounds, burst=min_time / rounds, warmup=warmup,
-                             pause=0.2 if min_time >= 0.3 else 0.0)
+                             pause=0.2 if min_time >= 0.3 else 0.0, median=True)
     for engine, per_round in seconds.items():
         row[f"{engine}_ms"] = 1e3 * float(np.median(per_round))
     for peer in ("onnxruntime", "openvino", "torch"):
