@@ -115,7 +115,7 @@ def paired_seconds(functions: dict[str, Callable[[], object]], rounds: int = 15,
             function()  # the burst starts warm: the previous function ran in between
             calls, times, start = 0, [], time.perf_counter()
             while True:
-                call_start = time.perf_counter()
+                call_start = time.perf_counter() if median else 0.0
                 function()
                 now = time.perf_counter()
                 calls += 1
