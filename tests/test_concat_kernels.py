@@ -64,11 +64,43 @@ def test_aligned_detection():
 def test_parallel_path(channels, threads, record_calls):
     """Large enough for the parallel copy (2 threads; on 1 the same rows in
     one plain call per input)."""
-    calls = record_calls(K, "_copy_rows_parallel")
+    calls = record_calls(K, "_copy_rows_parallel", "_copy_whole_blocks_parallel")
     xs = [random((2, c, 23, 29), seed=i) for i, c in enumerate(channels)]
     out = _concat(xs, 8)
     assert out.size >= K._PARALLEL_MIN
     assert (len(calls) > 0) == (threads == 2)   # the larger inputs only
+    _check(out, reference("concat")(xs, 1))
+
+
+@pytest.mark.parametrize("n, h, w", [(1, 14, 14), (2, 5, 7), (3, 9, 11)])
+def test_many_whole_block_inputs_in_one_region(n, h, w, threads, record_calls):
+    """DenseNet's concat: inputs of whole blocks (the last may end in a
+    partial one) are copied together, up to _GROUP per call (11 inputs: two
+    calls), on 2 threads in one parallel region each when large enough."""
+    channels = [16] + [8] * 9 + [13]
+    calls = record_calls(K, "_copy_whole_blocks", "_copy_whole_blocks_parallel",
+                         "_copy_rows", "_copy_rows_parallel")
+    xs = [random((n, c, h, w), seed=i) for i, c in enumerate(channels)]
+    _check(_concat(xs, 8), reference("concat")(xs, 1))
+    assert len(calls) == 2 and "_copy_rows" not in calls and "_copy_rows_parallel" not in calls
+    big = n * 13 * h * w * 8 >= K._PARALLEL_MIN
+    assert ("_copy_whole_blocks_parallel" in calls) == (threads == 2 and big)
+
+
+def test_whole_block_inputs_skip_those_written_in_place():
+    """A member its producer wrote into the concat's buffer is not copied;
+    the others are, together."""
+    cb, h, w = 8, 6, 5
+    channels = [8, 16, 8, 24]
+    xs = [random((1, c, h, w), seed=i) for i, c in enumerate(channels)]
+    out = np.full((1, 7, h, w, cb), np.nan, np.float32)
+    blocked = [layouts.reference_nchw_to_blocked(x, cb) for x in xs]
+    out[:, 1:3] = blocked[1]                    # input 1 already in place
+    inputs = [blocked[0], out[:, 1:3], blocked[2], blocked[3]]
+    kernel, args = K.bind_concat_channels(inputs, channels, out, 2)
+    assert kernel is K._copy_whole_blocks
+    assert list(args[2]) == [0, 1, 2, 2, 2] and list(args[3]) == [0, 3, 4, 5, 6]  # owner, block
+    kernel(*args)
     _check(out, reference("concat")(xs, 1))
 
 
