@@ -220,19 +220,24 @@ def test_relu_before_add_is_not_fused_as_residual():
     _close(y.numpy(), _relu(conv2d_reference(x_np, w_np, padding=1)) + r_np)
 
 
-def test_buffers_of_dead_intermediates_are_reused():
-    ctx = jitnn.Context(num_threads=1)
+def _six_convs(threads: int):
+    """Six 16 -> 16 channel 3x3 convs on 8 x 8 (5 intermediates of 4 KiB),
+    pending on a context of ``threads``, and their float64 reference."""
+    ctx = jitnn.Context(num_threads=threads)
     x = ctx.tensor(random((1, 16, 8, 8), 14))
     w = ctx.tensor(random((16, 16, 3, 3), 15, 0.2))
-    h = x
+    h, want = x, np.asarray(x, np.float64)
     for _ in range(6):
         h = jitnn.conv2d(h, w, padding=1, activation="relu")
+        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
+    return h, want
+
+
+def test_buffers_of_dead_intermediates_are_reused():
+    h, want = _six_convs(threads=1)
     text = jitnn.explain(h)
     # 5 intermediates sharing an arena of two (ping-pong), each 16 x 8 x 8 floats
     assert "5 intermediate buffer(s), 5 sharing an arena of 8.0 KiB" in text
-    want = np.asarray(x, np.float64)
-    for _ in range(6):
-        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
     _close(h.numpy(), want, atol=1e-3)
     assert h._v._plan.arena_bytes == 2 * 16 * 8 * 8 * 4
 
@@ -245,19 +250,11 @@ def test_on_several_threads_a_small_slot_rests_before_reuse():
     from jitnn import passes
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has fewer than 2 threads")
-    ctx = jitnn.Context(num_threads=2)
-    x = ctx.tensor(random((1, 16, 8, 8), 14))
-    w = ctx.tensor(random((16, 16, 3, 3), 15, 0.2))
-    h = x
-    for _ in range(6):
-        h = jitnn.conv2d(h, w, padding=1, activation="relu")
+    h, want = _six_convs(threads=2)
     # slot k is written at step k and read last at k + 1: with the rest, the
     # slots of min(5, SETTLE_STEPS + 2) consecutive steps are apart
     slots = min(5, passes.SETTLE_STEPS + 2)
     assert f"5 sharing an arena of {slots * 4}.0 KiB" in jitnn.explain(h)
-    want = np.asarray(x, np.float64)
-    for _ in range(6):
-        want = _relu(conv2d_reference(want, np.asarray(w), padding=1))
     _close(h.numpy(), want, atol=1e-3)
     assert h._v._plan.arena_bytes == slots * 16 * 8 * 8 * 4
 
