@@ -374,8 +374,8 @@ def plan_buffers(plan: Plan) -> Plan:
     live to the plan's end (read by an op that may keep a view of it) is an
     array of its own, so a view a caller keeps holds only that. On several
     threads a small slot's place rests a few steps after its last read
-    (:data:`SETTLE_STEPS`). Also the plan's peak memory: the arena, those arrays, the kept values and the
-    reorder copies."""
+    (:data:`SETTLE_STEPS`). Also the plan's peak memory: the arena, those
+    arrays, the kept values and the reorder copies."""
     last_use: dict[int, int] = {}
     for i, step in enumerate(plan.steps):
         if step.kind == "op":

@@ -24,11 +24,12 @@ Inputs are copied one after the other, in order, each in parallel over rows
 and the inputs are copied together instead, up to :data:`_GROUP` per call, in
 one parallel region over their blocks' rows (a DenseNet-121 concat of 24
 inputs was 24 calls, most too small to split, so one thread copied it all;
-the model on 2 threads 43.1 -> 38.8 ms in a slow spell of the host). An aligned input whose last block is partial copies
-its zero padding lanes too; the lanes it so overwrites belong to the next
-input (which is then shifted, and copied afterwards) or are the output's
-padding lanes, which must be zero. The last input's call also zeroes the
-output's padding lanes when it is shifted.
+the model on 2 threads 43.1 -> 38.8 ms in a slow spell of the host). An
+aligned input whose last block is partial copies its zero padding lanes too;
+the lanes it so overwrites belong to the next input (which is then shifted,
+and copied afterwards) or are the output's padding lanes, which must be
+zero. The last input's call also zeroes the output's padding lanes when it
+is shifted.
 """
 
 from __future__ import annotations
@@ -136,21 +137,26 @@ def _whole_block_calls(inputs, copied, offsets, out, threads: int) -> list:
         group = copied[start:start + _GROUP]
         flats = [inputs[i].reshape(-1) for i in group]
         xs = tuple(flats + [flats[0]] * (_GROUP - len(flats)))
-        owner, out_block, in_block = [], [], []
-        for slot, i in enumerate(group):
-            for b in range(inputs[i].shape[1]):
-                owner.append(slot)
-                out_block.append(offsets[i] // cb + b)
-                in_block.append(b)
-        tables = [np.array(t, np.int64) for t in (owner, out_block, in_block)]
+        # per copied block: its input's slot in xs, its block in out and in the input
+        counts = [inputs[i].shape[1] for i in group]
+        in_block = np.concatenate([np.arange(count) for count in counts])
+        owner = np.repeat(np.arange(len(group)), counts)
+        out_block = in_block + np.repeat([offsets[i] // cb for i in group], counts)
+        tables = [t.astype(np.int64) for t in (owner, out_block, in_block)]
         geom = (N, CBo, H, W, cb, len(owner))
         tasks = N * len(owner) * H
-        if tasks * W * cb < _PARALLEL_MIN or tasks == 1 or threads == 1:
+        if _serial(tasks, W * cb, threads):
             calls.append((_copy_whole_blocks, (xs, outf, *tables, geom, 0, tasks)))
         else:
             calls.append((_copy_whole_blocks_parallel, (xs, outf, *tables, geom, tasks,
                                                         min(tasks, threads))))
     return calls
+
+
+def _serial(tasks: int, row: int, threads: int) -> bool:
+    """Whether ``tasks`` rows of ``row`` floats are copied in a plain call
+    (too few to split, or one thread: no OpenMP region)."""
+    return tasks * row < _PARALLEL_MIN or tasks == 1 or threads == 1
 
 
 def concat_offsets(channels):
@@ -237,7 +243,7 @@ def bind_concat_channels(inputs, channels, out, threads: int):
         nob = -(-fill_end // cb) - ob0
         geom = (x.shape[1], CBo, H, W, cb, offset, c, fill_end, ob0, nob)
         tasks = N * nob * H
-        if tasks * W * cb < _PARALLEL_MIN or tasks == 1 or threads == 1:
+        if _serial(tasks, W * cb, threads):
             # one thread: the same rows in a plain call (no OpenMP region)
             calls.append((_copy_rows, (x.reshape(-1), outf, geom, 0, tasks)))
         else:
